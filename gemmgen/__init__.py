@@ -1,0 +1,35 @@
+"""gemmgen: manifests → generator → templates → build → bindings → dispatch, for CUTLASS GEMMs.
+
+Public API (torch is imported only when an op is first used):
+
+    gemmgen.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None, out=None, *, kernel=None)
+    gemmgen.scaled_mm_azp(a, b, scale_a, scale_b, out_dtype, azp_adj, azp=None, bias=None, out=None)
+    gemmgen.list_kernels(op=None)
+    gemmgen.dispatch.lookup / explain / kernels
+    gemmgen.reload()      # pick up a library rebuilt while this process runs
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+__all__ = ["scaled_mm", "scaled_mm_azp", "list_kernels", "dispatch", "reload", "__version__"]
+
+_OPS = {"scaled_mm", "scaled_mm_azp", "list_kernels"}
+
+
+def __getattr__(name: str):
+    if name in _OPS:
+        return getattr(importlib.import_module("gemmgen.bindings.ops"), name)
+    if name == "dispatch":
+        return importlib.import_module("gemmgen.dispatch")
+    raise AttributeError(f"module 'gemmgen' has no attribute {name!r}")
+
+
+def reload() -> None:
+    """Forget loaded libraries and dispatch caches (after `gemmgen build` in this process)."""
+    from .bindings.library import reload as reload_libraries
+    from .dispatch import cache_clear
+    reload_libraries()
+    cache_clear()

@@ -1,0 +1,151 @@
+"""Find, load and check the published kernel libraries; bind every kernel through ctypes.
+
+A library is a plain C ABI shared object plus the bindings module generated with it (the kernel
+table and dispatch rules). Both are read from `<build dir>/<library>/current/`, resolved once,
+so a rebuild that swaps `current` never changes a running process under its feet.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from .. import settings
+from ..errors import LibraryNotBuiltError
+from ..generator.dispatch_rules import Condition, parse_condition
+from ..generator.kernel_config import KernelSpec
+
+BINDINGS_FILE = "bindings.py"
+
+
+class ScaledMmArgs(ctypes.Structure):
+    """Mirror of `gemmgen_scaled_mm_args` in gemmgen/c_api.h (checked against sizeof at load)."""
+
+    _fields_ = [
+        ("a", ctypes.c_void_p), ("b", ctypes.c_void_p), ("d", ctypes.c_void_p),
+        ("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+        ("lda", ctypes.c_int64), ("ldb", ctypes.c_int64), ("ldd", ctypes.c_int64),
+        ("scale_a", ctypes.c_void_p), ("scale_b", ctypes.c_void_p), ("bias", ctypes.c_void_p),
+        ("azp_adj", ctypes.c_void_p), ("azp", ctypes.c_void_p),
+        ("scale_a_per_token", ctypes.c_int32), ("scale_b_per_channel", ctypes.c_int32),
+        ("raster_order", ctypes.c_int32), ("max_swizzle_size", ctypes.c_int32),
+    ]
+
+
+_RUN_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ScaledMmArgs), ctypes.c_void_p,
+                                  ctypes.c_size_t, ctypes.c_void_p)
+_WORKSPACE_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.POINTER(ScaledMmArgs))
+RASTER_CODES = {"heuristic": 0, "along_m": 1, "along_n": 2}
+
+
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    """One compiled kernel: its spec (name, config, origin) and its C entry points."""
+
+    spec: KernelSpec
+    library: "Library"
+    run: object
+    workspace_size: object
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def config(self):
+        return self.spec.config
+
+    def __call__(self, *args, **kwargs):
+        """Run this kernel through the public op (same arguments as `gemmgen.scaled_mm`, or
+        `gemmgen.scaled_mm_azp` for the azp epilogues)."""
+        from . import ops
+        fn = ops.scaled_mm_azp if self.spec.epilogue.startswith("ScaledEpilogueAzp") else ops.scaled_mm
+        return fn(*args, kernel=self.name, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.name})"
+
+
+@dataclass(frozen=True, eq=False)
+class Library:
+    name: str
+    arch: str
+    directory: Path
+    fingerprint: str
+    cdll: ctypes.CDLL
+    kernels: dict[str, Kernel]
+    # (op, a, d, epilogue) -> ((condition, kernel name, manifest line), ...)
+    dispatch: dict[tuple[str, str, str, str], tuple[tuple[Condition, str, int], ...]]
+    bindings: ModuleType
+
+    def last_error(self) -> str:
+        return self.cdll.gemmgen_last_error().decode(errors="replace")
+
+
+def _import_bindings(path: Path) -> ModuleType:
+    tag = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(f"gemmgen._generated_{tag}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def load_library(directory: Path) -> Library:
+    """Load one published library folder (shared object + bindings) and check they match."""
+    directory = directory.resolve()
+    module = _import_bindings(directory / BINDINGS_FILE)
+    so_path = directory / module.SHARED_OBJECT
+    try:
+        cdll = ctypes.CDLL(str(so_path))
+    except OSError as exc:
+        raise LibraryNotBuiltError(f"cannot load {so_path}: {exc}; rebuild with `gemmgen build`") from None
+    cdll.gemmgen_last_error.restype = ctypes.c_char_p
+    cdll.gemmgen_library_fingerprint.restype = ctypes.c_char_p
+    cdll.gemmgen_scaled_mm_args_size.restype = ctypes.c_size_t
+    built = cdll.gemmgen_library_fingerprint().decode()
+    if built != module.FINGERPRINT:
+        raise LibraryNotBuiltError(f"{so_path} has fingerprint {built} but its bindings expect "
+                                   f"{module.FINGERPRINT}; rebuild with `gemmgen build`")
+    if cdll.gemmgen_scaled_mm_args_size() != ctypes.sizeof(ScaledMmArgs):
+        raise LibraryNotBuiltError(f"{so_path} was built from another gemmgen version (argument "
+                                   "struct size differs); rebuild with `gemmgen build`")
+    kernels: dict[str, Kernel] = {}
+    library = Library(module.LIBRARY, module.ARCH, directory, built, cdll, kernels, {}, module)
+    for spec in module.KERNELS:
+        run = _RUN_PROTOTYPE(("gemmgen_run_" + spec.name, cdll))
+        workspace = _WORKSPACE_PROTOTYPE(("gemmgen_workspace_" + spec.name, cdll))
+        kernels[spec.name] = Kernel(spec, library, run, workspace)
+    for key, rules in module.DISPATCH.items():
+        library.dispatch[key] = tuple((parse_condition(when), name, line) for when, name, line in rules)
+    return library
+
+
+@functools.cache
+def libraries() -> tuple[Library, ...]:
+    """Every published library under the build directory (loaded once per process)."""
+    root = settings.build_dir()
+    found = sorted(p for p in root.glob(f"*/current/{BINDINGS_FILE}")) if root.exists() else []
+    if not found:
+        raise LibraryNotBuiltError(
+            f"no gemmgen kernel library is built in {root}. Build the default manifest with "
+            f"`gemmgen build` (or point {settings.BUILD_DIR_VARIABLE} at the directory you built into).")
+    return tuple(load_library(path.parent) for path in found)
+
+
+def reload() -> None:
+    """Forget loaded libraries so the next call picks up a fresh `gemmgen build`."""
+    libraries.cache_clear()
+    all_kernels.cache_clear()
+
+
+@functools.cache
+def all_kernels() -> dict[str, Kernel]:
+    merged: dict[str, Kernel] = {}
+    for library in libraries():
+        merged.update(library.kernels)
+    return merged

@@ -1,0 +1,1 @@
+"""Generator step of the pipeline: manifest → validated configs → rendered CUTLASS sources."""

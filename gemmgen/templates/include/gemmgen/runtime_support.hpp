@@ -1,0 +1,75 @@
+/*
+ * gemmgen/runtime_support.hpp — small host-side helpers shared by every generated kernel:
+ * the thread-local last-error message, and per-device facts cached once (SM count, arch).
+ */
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <string>
+
+#include "cutlass/kernel_hardware_info.h"
+#include "gemmgen/c_api.h"
+
+namespace gemmgen {
+
+inline std::string& last_error_message() {
+  thread_local std::string message;
+  return message;
+}
+
+inline int fail(int code, char const* kernel_name, char const* what) {
+  last_error_message() = std::string(kernel_name) + ": " + what;
+  return code;
+}
+
+namespace detail {
+constexpr int kMaxDevices = 64;
+
+// NOTES: device attributes are read once per device and cached: cudaDeviceGetAttribute on every
+// GEMM call would add host latency to small-M problems, where host time is the whole budget.
+struct DeviceFacts {
+  std::atomic<int> sm_count{0};
+  std::atomic<int> cc_major{0};
+  std::atomic<int> cc_minor{0};
+};
+
+inline DeviceFacts& facts(int device) {
+  static DeviceFacts table[kMaxDevices];
+  DeviceFacts& f = table[device % kMaxDevices];
+  if (f.sm_count.load(std::memory_order_acquire) == 0) {
+    int sms = 0, major = 0, minor = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    f.cc_major.store(major, std::memory_order_relaxed);
+    f.cc_minor.store(minor, std::memory_order_relaxed);
+    f.sm_count.store(sms, std::memory_order_release);
+  }
+  return f;
+}
+
+inline int current_device() {
+  int device = 0;
+  cudaGetDevice(&device);
+  return device;
+}
+}  // namespace detail
+
+inline cutlass::KernelHardwareInfo hardware_info() {
+  int device = detail::current_device();
+  cutlass::KernelHardwareInfo info;
+  info.device_id = device;
+  info.sm_count = detail::facts(device).sm_count.load(std::memory_order_acquire);
+  return info;
+}
+
+// sm_90a SASS runs only on compute capability 9.0 exactly.
+inline bool device_is_sm90() {
+  auto& f = detail::facts(detail::current_device());
+  return f.cc_major.load(std::memory_order_relaxed) == 9 &&
+         f.cc_minor.load(std::memory_order_relaxed) == 0;
+}
+
+}  // namespace gemmgen
