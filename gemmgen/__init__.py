@@ -20,11 +20,15 @@ _OPS = {"scaled_mm", "scaled_mm_azp", "list_kernels"}
 
 
 def __getattr__(name: str):
+    """Import the ops (and torch) on first use only; later lookups hit the module globals."""
     if name in _OPS:
-        return getattr(importlib.import_module("gemmgen.bindings.ops"), name)
-    if name == "dispatch":
-        return importlib.import_module("gemmgen.dispatch")
-    raise AttributeError(f"module 'gemmgen' has no attribute {name!r}")
+        value = getattr(importlib.import_module("gemmgen.bindings.ops"), name)
+    elif name == "dispatch":
+        value = importlib.import_module("gemmgen.dispatch")
+    else:
+        raise AttributeError(f"module 'gemmgen' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def reload() -> None:

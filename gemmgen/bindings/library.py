@@ -37,9 +37,10 @@ class ScaledMmArgs(ctypes.Structure):
     ]
 
 
-_RUN_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ScaledMmArgs), ctypes.c_void_p,
-                                  ctypes.c_size_t, ctypes.c_void_p)
-_WORKSPACE_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.POINTER(ScaledMmArgs))
+# The argument struct goes by address: a ScaledMmArgs via ctypes.byref, or a packed buffer.
+_RUN_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                  ctypes.c_void_p)
+_WORKSPACE_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p)
 RASTER_CODES = {"heuristic": 0, "along_m": 1, "along_n": 2}
 
 

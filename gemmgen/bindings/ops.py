@@ -8,6 +8,8 @@ allocation plus a mutating op, and CUDA graphs capture the launch on the current
 from __future__ import annotations
 
 import ctypes
+import struct
+import threading
 from typing import Optional
 
 import torch
@@ -15,6 +17,9 @@ import torch
 from .. import dispatch
 from ..errors import KernelLaunchError
 from .library import RASTER_CODES, Kernel, ScaledMmArgs, all_kernels
+
+# Byte layout of gemmgen_scaled_mm_args (c_api.h): 14 pointers / int64, then 4 int32.
+_ARGS_LAYOUT = struct.Struct("=QQQqqqqqqQQQQQiiii")
 
 _IN_DTYPES = (torch.int8, torch.float8_e4m3fn)
 _OUT_DTYPES = (torch.bfloat16, torch.float16)
@@ -37,15 +42,16 @@ def _epilogue(bias, azp_adj, azp) -> str:
     return "ScaledEpilogueAzp" if azp is None else "ScaledEpilogueAzpPerToken"
 
 
-def _check_vector(name: str, t: Optional[torch.Tensor], dtype: torch.dtype, sizes: tuple[int, ...],
-                  what: str, device: torch.device) -> None:
+def _check_vector(name: str, t, dtype: torch.dtype, sizes: tuple[int, ...], what: str,
+                  device: int) -> None:
     if t is None:
         return
     if not isinstance(t, torch.Tensor):
         raise _fail(name, f"a {dtype} tensor", type(t).__name__)
-    if t.dtype != dtype or t.numel() not in sizes or t.device != device:
-        raise _fail(name, f"{dtype} on {device} with {what}", _describe(t))
-    if t.numel() > 1 and not t.is_contiguous():
+    numel = t.numel()
+    if t.dtype != dtype or numel not in sizes or t.get_device() != device:
+        raise _fail(name, f"{dtype} on cuda:{device} with {what}", _describe(t))
+    if numel > 1 and not t.is_contiguous():
         raise _fail(name, "a contiguous tensor", _describe(t))
 
 
@@ -55,26 +61,33 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a
     """Validate every argument (shapes, dtypes, layouts, alignment); returns the epilogue name.
 
     Works on fake tensors too (no data access), so torch.compile reports the same errors.
+    NOTES: this runs on every call; it reads each tensor's metadata once and compares device
+    indices as ints, because a few µs here is the whole host budget of a small-M GEMM.
     """
     for name, t in (("a", a), ("b", b), ("out", out)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
             raise _fail(name, "a 2-D tensor", _describe(t) if isinstance(t, torch.Tensor) else type(t).__name__)
-    if a.dtype not in _IN_DTYPES:
+    a_dtype = a.dtype
+    if a_dtype not in _IN_DTYPES:
         raise _fail("a", "dtype torch.int8 or torch.float8_e4m3fn", _describe(a))
-    if b.dtype != a.dtype:
-        raise _fail("b", f"the dtype of a ({a.dtype})", _describe(b))
+    if b.dtype != a_dtype:
+        raise _fail("b", f"the dtype of a ({a_dtype})", _describe(b))
     m, k = a.shape
-    if b.shape[0] != k:
+    k_b, n = b.shape
+    if k_b != k:
         raise _fail("b", f"shape [K={k}, N] (column-major; pass an [N, K] weight as w.t())", _describe(b))
-    n = b.shape[1]
-    if a.device.type != "cuda":
+    device = a.get_device()
+    if device < 0 or not a.is_cuda:
         raise _fail("a", "a CUDA tensor", _describe(a))
-    for name, t in (("b", b), ("out", out)):
-        if t.device != a.device:
-            raise _fail(name, f"a tensor on {a.device} like a", _describe(t))
-    if a.stride(1) != 1 or (m > 1 and a.stride(0) < k):
+    if b.get_device() != device:
+        raise _fail("b", f"a tensor on cuda:{device} like a", _describe(b))
+    if out.get_device() != device:
+        raise _fail("out", f"a tensor on cuda:{device} like a", _describe(out))
+    lda, a_inner = a.stride()
+    b_inner, ldb = b.stride()
+    if a_inner != 1 or (m > 1 and lda < k):
         raise _fail("a", "row-major [M, K] (stride(1) == 1)", _describe(a))
-    if b.stride(0) != 1 or (n > 1 and b.stride(1) < k):
+    if b_inner != 1 or (n > 1 and ldb < k):
         raise _fail("b", "column-major [K, N] (stride(0) == 1), e.g. w.t() of a row-major [N, K] weight",
                     _describe(b))
     if k == 0 or n == 0:
@@ -82,36 +95,49 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a
     elem = a.element_size()
     if (k * elem) % _ALIGN_BYTES:
         raise _fail("a", f"K ({k}) a multiple of {_ALIGN_BYTES // elem} (16-byte TMA alignment)", _describe(a))
-    if m > 1 and (a.stride(0) * elem) % _ALIGN_BYTES:
+    if m > 1 and (lda * elem) % _ALIGN_BYTES:
         raise _fail("a", f"row stride a multiple of {_ALIGN_BYTES // elem} elements", _describe(a))
-    if n > 1 and (b.stride(1) * elem) % _ALIGN_BYTES:
+    if n > 1 and (ldb * elem) % _ALIGN_BYTES:
         raise _fail("b", f"column stride a multiple of {_ALIGN_BYTES // elem} elements", _describe(b))
-    if out.dtype not in _OUT_DTYPES:
+    out_dtype = out.dtype
+    if out_dtype not in _OUT_DTYPES:
         raise _fail("out", "dtype torch.bfloat16 or torch.float16", _describe(out))
     out_elem = out.element_size()
-    if tuple(out.shape) != (m, n) or out.stride(1) != 1 or (m > 1 and out.stride(0) < n):
+    ldd, out_inner = out.stride()
+    if out.shape != (m, n) or out_inner != 1 or (m > 1 and ldd < n):
         raise _fail("out", f"row-major [M={m}, N={n}] with stride(1) == 1", _describe(out))
-    if (n * out_elem) % _ALIGN_BYTES or (m > 1 and (out.stride(0) * out_elem) % _ALIGN_BYTES):
+    if (n * out_elem) % _ALIGN_BYTES or (m > 1 and (ldd * out_elem) % _ALIGN_BYTES):
         raise _fail("out", f"N and the row stride multiples of {_ALIGN_BYTES // out_elem} "
                            "(16-byte TMA alignment)", _describe(out))
-    _check_vector("scale_a", scale_a, torch.float32, (1, m), f"1 (per-tensor) or M={m} (per-token) elements", a.device)
-    _check_vector("scale_b", scale_b, torch.float32, (1, n), f"1 (per-tensor) or N={n} (per-channel) elements", a.device)
     if scale_a is None or scale_b is None:
         raise _fail("scale_a" if scale_a is None else "scale_b", "a float32 tensor", None)
-    _check_vector("bias", bias, out.dtype, (n,), f"N={n} elements (per-channel, output dtype)", a.device)
-    _check_vector("azp_adj", azp_adj, torch.int32, (n,), f"N={n} elements", a.device)
-    _check_vector("azp", azp, torch.int32, (m,), f"M={m} elements (per-token zero points)", a.device)
-    if a.dtype != torch.int8 and azp_adj is not None:
+    _check_vector("scale_a", scale_a, torch.float32, (1, m), f"1 (per-tensor) or M={m} (per-token) elements", device)
+    _check_vector("scale_b", scale_b, torch.float32, (1, n), f"1 (per-tensor) or N={n} (per-channel) elements", device)
+    _check_vector("bias", bias, out_dtype, (n,), f"N={n} elements (per-channel, output dtype)", device)
+    _check_vector("azp_adj", azp_adj, torch.int32, (n,), f"N={n} elements", device)
+    _check_vector("azp", azp, torch.int32, (m,), f"M={m} elements (per-token zero points)", device)
+    if a_dtype != torch.int8 and azp_adj is not None:
         raise _fail("a", "int8 activations for the azp epilogues", _describe(a))
     return _epilogue(bias, azp_adj, azp)
 
 
+_choices: dict[tuple, Kernel] = {}
+_MAX_CHOICES = 1 << 14
+
+
 def _kernel_for(kernel: Optional[str], a: torch.Tensor, out: torch.Tensor, epilogue: str,
                 m: int, n: int, k: int) -> Kernel:
+    """The forced kernel (checked against the call), or dispatch's choice (memoized per shape)."""
     if kernel is None:
-        return dispatch.choose("scaled_mm_azp" if "Azp" in epilogue else "scaled_mm",
-                               a_dtype=a.dtype, out_dtype=out.dtype, epilogue=epilogue,
-                               m=m, n=n, k=k).kernel
+        key = (a.dtype, out.dtype, epilogue, m, n, k)
+        chosen = _choices.get(key)
+        if chosen is None:
+            if len(_choices) >= _MAX_CHOICES:
+                _choices.clear()
+            chosen = _choices[key] = dispatch.choose(
+                "scaled_mm_azp" if "Azp" in epilogue else "scaled_mm", a_dtype=a.dtype,
+                out_dtype=out.dtype, epilogue=epilogue, m=m, n=n, k=k).kernel
+        return chosen
     chosen = all_kernels().get(kernel)
     if chosen is None:
         raise _fail("kernel", "the name of a built kernel (see gemmgen.list_kernels())", repr(kernel))
@@ -123,32 +149,48 @@ def _kernel_for(kernel: Optional[str], a: torch.Tensor, out: torch.Tensor, epilo
     return chosen
 
 
+def reset_caches() -> None:
+    _choices.clear()
+    _checked_devices.clear()
+
+
 _checked_devices: set[int] = set()
 
 
-def _check_device(device: torch.device, kernel: Kernel) -> None:
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index in _checked_devices:
-        return
-    capability = torch.cuda.get_device_capability(index)
+def _check_device(device: int, kernel: Kernel) -> None:
+    capability = torch.cuda.get_device_capability(device)
     if kernel.library.arch == "sm90a" and capability != (9, 0):
         raise _fail("a", f"a tensor on an sm90 (Hopper) GPU for library {kernel.library.name} "
                          f"({kernel.library.arch})", f"a device of compute capability {capability}")
-    _checked_devices.add(index)
+    _checked_devices.add(device)
 
 
-def _ptr(t: Optional[torch.Tensor]) -> Optional[int]:
-    return None if t is None else t.data_ptr()
+def _ptr(t: Optional[torch.Tensor]) -> int:
+    return 0 if t is None else t.data_ptr()
 
 
-def _launch(chosen: Kernel, args: ScaledMmArgs, device: torch.device) -> int:
-    pointer = ctypes.byref(args)
-    size = chosen.workspace_size(pointer)
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_thread_state = threading.local()
+
+
+def _args_buffer() -> ctypes.Array:
+    """This thread's argument struct (the C side copies it before returning)."""
+    buffer = getattr(_thread_state, "args", None)
+    if buffer is None:
+        buffer = _thread_state.args = ctypes.create_string_buffer(ctypes.sizeof(ScaledMmArgs))
+    return buffer
+
+
+def _launch(chosen: Kernel, buffer: ctypes.Array, device: int) -> int:
+    size = chosen.workspace_size(buffer)
     # Workspace (stream-K partials, tile counters) comes from torch's caching allocator, which
     # also makes it graph-safe under CUDA graph capture.
     workspace = torch.empty(size, dtype=torch.uint8, device=device) if size else None
-    stream = torch.cuda.current_stream(device).cuda_stream
-    return chosen.run(pointer, _ptr(workspace), size, stream)
+    if _current_raw_stream is not None:
+        stream = _current_raw_stream(device)
+    else:
+        stream = torch.cuda.current_stream(device).cuda_stream
+    return chosen.run(buffer, _ptr(workspace), size, stream)
 
 
 def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
@@ -159,23 +201,33 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
     m, k = a.shape
     n = b.shape[1]
     if m == 0:
+        if kernel is not None:
+            _kernel_for(kernel, a, out, epilogue, 1, n, k)  # still reject a wrong kernel name
         return
-    for name, t in (("a", a), ("b", b), ("out", out)):
-        if t.data_ptr() % _ALIGN_BYTES:
-            raise _fail(name, "a 16-byte aligned data pointer", f"address {t.data_ptr():#x}")
+    a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), out.data_ptr()
+    for name, address in (("a", a_ptr), ("b", b_ptr), ("out", d_ptr)):
+        if address % _ALIGN_BYTES:
+            raise _fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
     chosen = _kernel_for(kernel, a, out, epilogue, m, n, k)
-    _check_device(a.device, chosen)
+    device = a.get_device()
+    if device not in _checked_devices:
+        _check_device(device, chosen)
     knobs = chosen.spec.knobs
-    args = ScaledMmArgs(a.data_ptr(), b.data_ptr(), out.data_ptr(), m, n, k,
-                        a.stride(0), b.stride(1), out.stride(0),
-                        scale_a.data_ptr(), scale_b.data_ptr(), _ptr(bias), _ptr(azp_adj), _ptr(azp),
-                        scale_a.numel() > 1, scale_b.numel() > 1,
-                        RASTER_CODES[knobs.raster], knobs.swizzle)
-    if a.device.index == torch.cuda.current_device():
-        status = _launch(chosen, args, a.device)
+    # NOTES: a single row (or column) has no meaningful stride and torch may report 1 for it;
+    # TMA wants a leading stride of at least the row length, so pass the packed one.
+    lda = a.stride(0) if m > 1 else k
+    ldb = b.stride(1) if n > 1 else k
+    ldd = out.stride(0) if m > 1 else n
+    buffer = _args_buffer()
+    _ARGS_LAYOUT.pack_into(buffer, 0, a_ptr, b_ptr, d_ptr, m, n, k, lda, ldb, ldd,
+                           scale_a.data_ptr(), scale_b.data_ptr(), _ptr(bias), _ptr(azp_adj),
+                           _ptr(azp), scale_a.numel() > 1, scale_b.numel() > 1,
+                           RASTER_CODES[knobs.raster], knobs.swizzle)
+    if device == torch.cuda.current_device():
+        status = _launch(chosen, buffer, device)
     else:
-        with torch.cuda.device(a.device):
-            status = _launch(chosen, args, a.device)
+        with torch.cuda.device(device):
+            status = _launch(chosen, buffer, device)
     if status != 0:
         raise KernelLaunchError(f"gemmgen kernel failed (status {status}): {chosen.library.last_error()}")
 
@@ -188,18 +240,20 @@ def scaled_mm_out(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a: 
     _scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel)
 
 
-def _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel) -> None:
-    # NOTES: eager calls skip the custom-op dispatcher (tens of µs of Python per call, the whole
-    # budget of a small-M GEMM); under torch.compile the op is traced as the opaque custom op.
-    if torch.compiler.is_compiling():
-        torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel)
-    else:
-        _scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel)
-
-
 @scaled_mm_out.register_fake
 def _scaled_mm_out_fake(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel) -> None:
     check_arguments(out, a, b, scale_a, scale_b, bias, azp_adj, azp)
+
+
+def _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel) -> None:
+    # NOTES: eager calls skip the custom-op dispatcher (~30 µs of Python per call measured on an
+    # H200 host: the whole budget of a small-M GEMM). Under torch.compile, a dispatch mode
+    # (make_fx, FakeTensorMode) or a tensor subclass, the call goes through the custom op.
+    if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
+            or type(a) is not torch.Tensor):
+        torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel)
+    else:
+        _scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel)
 
 
 def _output(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, out: Optional[torch.Tensor]) -> torch.Tensor:

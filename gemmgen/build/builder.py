@@ -132,6 +132,8 @@ def _publish(library_dir: Path, shared_object: str, bindings: str, release: str)
         shutil.copy2(library_dir / "staging" / shared_object, staging / shared_object)
         (staging / BINDINGS_FILE).write_text(bindings)
         os.replace(staging, target)
+    else:
+        os.utime(target)  # republished: it is the newest again, so pruning keeps it
     link_tmp = library_dir / f".current.{os.getpid()}.tmp"
     link_tmp.unlink(missing_ok=True)
     link_tmp.symlink_to(Path("lib") / release)

@@ -21,7 +21,7 @@ def expand(manifest: Manifest) -> list[KernelSpec]:
         for a, d, epilogue in family.combos:
             key = (family.op, a, d, epilogue)
             if key in owner:
-                raise ManifestError(manifest.path, family.line, "dtypes",
+                raise ManifestError(manifest.path, family.dtypes_line, "dtypes",
                                     f"families {owner[key]!r} and {family.name!r} both provide "
                                     f"{family.op} {a}->{d} with {epilogue}: dispatch would be "
                                     "ambiguous; merge their configs into one family")

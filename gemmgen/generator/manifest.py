@@ -77,6 +77,7 @@ class Family:
     configs: tuple[ConfigEntry, ...]
     dispatch: tuple[DispatchRule, ...]
     line: int
+    dtypes_line: int
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,8 @@ class _Reader:
 
     def choice(self, node: LocatedDict, key: str, allowed: tuple, default: Any = None) -> Any:
         value = node.get(key, default)
-        if value not in allowed:
+        # Compare types too: YAML's `2.0` or `true` must not pass for the integer 2 or 1.
+        if not any(value == option and type(value) is type(option) for option in allowed):
             raise self.error(node, key, f"unknown value {value!r}; expected one of "
                                         f"{', '.join(map(str, allowed))}")
         return value
@@ -179,7 +181,7 @@ def _read_family(reader: _Reader, node: Any, index: int, parent: LocatedList) ->
                     for i, c in enumerate(reader.sequence(fam, "configs")))
     _check_duplicate_configs(reader, fam, configs)
     dispatch = _read_dispatch(reader, fam, configs)
-    return Family(name, op, combos, configs, dispatch, fam.line)
+    return Family(name, op, combos, configs, dispatch, fam.line, fam.line_of("dtypes"))
 
 
 def _read_combos(reader: _Reader, fam: LocatedDict) -> tuple[tuple[str, str, str], ...]:
@@ -229,6 +231,8 @@ def _read_combos(reader: _Reader, fam: LocatedDict) -> tuple[tuple[str, str, str
                                                           "dtype/epilogue combination", i)
     if len(set(combos)) != len(combos):
         raise reader.error(fam, "dtypes", "the same (a, d, epilogue) combination is listed twice")
+    if not combos:
+        raise reader.error(fam, "exclude", "the exclusions drop every dtype/epilogue combination")
     return tuple(combos)
 
 

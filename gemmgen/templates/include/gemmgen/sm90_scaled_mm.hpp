@@ -9,6 +9,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -130,6 +132,27 @@ struct ScaledMm {
     return args;
   }
 
+  // Raise the kernel's dynamic shared memory limit once per device.
+  static bool allow_dynamic_shared_memory() {
+    static std::atomic<bool> done[detail::kMaxDevices] = {};
+    int device = detail::current_device();
+    auto& flag = done[device % detail::kMaxDevices];
+    if (flag.load(std::memory_order_acquire)) {
+      return true;
+    }
+    constexpr int smem_bytes = Kernel::SharedStorageSize;
+    if constexpr (smem_bytes >= (48 << 10)) {
+      if (cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               smem_bytes) != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky-free error so the next call can retry
+        return false;
+      }
+    }
+    flag.store(true, std::memory_order_release);
+    return true;
+  }
+
   static size_t workspace_size(gemmgen_scaled_mm_args const* p) {
     return Gemm::get_workspace_size(make_arguments(*p));
   }
@@ -140,8 +163,7 @@ struct ScaledMm {
       return fail(GEMMGEN_WRONG_ARCH, kernel_name, "needs an sm90 (Hopper) GPU");
     }
     auto args = make_arguments(*p);
-    Gemm gemm;
-    cutlass::Status status = gemm.can_implement(args);
+    cutlass::Status status = Gemm::can_implement(args);
     if (status != cutlass::Status::kSuccess) {
       return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, cutlassGetStatusString(status));
     }
@@ -149,11 +171,18 @@ struct ScaledMm {
       return fail(GEMMGEN_WORKSPACE_TOO_SMALL, kernel_name, "workspace smaller than required");
     }
     auto cuda_stream = static_cast<cudaStream_t>(stream);
-    status = gemm.initialize(args, workspace, cuda_stream);
+    status = Kernel::initialize_workspace(args, workspace, cuda_stream);
     if (status != cutlass::Status::kSuccess) {
       return fail(GEMMGEN_INITIALIZE_FAILED, kernel_name, cutlassGetStatusString(status));
     }
-    status = gemm.run(cuda_stream);
+    if (!allow_dynamic_shared_memory()) {
+      return fail(GEMMGEN_INITIALIZE_FAILED, kernel_name,
+                  "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed");
+    }
+    // NOTES: the adapter's initialize() would call cudaFuncSetAttribute on every launch; the
+    // attribute is per device and per kernel, so it is set once and the static run() is used.
+    auto params = Kernel::to_underlying_arguments(args, workspace);
+    status = Gemm::run(params, cuda_stream);
     cudaError_t launch = cudaGetLastError();
     if (status != cutlass::Status::kSuccess || launch != cudaSuccess) {
       return fail(GEMMGEN_LAUNCH_FAILED, kernel_name,

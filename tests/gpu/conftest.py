@@ -1,0 +1,91 @@
+"""Setup of the GPU tests: skip unless an sm90 GPU and a built gemmgen library are present.
+
+Every test in this folder is skipped (with the reason) when
+  * no CUDA device is visible,
+  * the current device is not compute capability (9, 0) (the kernels are sm90a SASS only), or
+  * `gemmgen.list_kernels()` raises `LibraryNotBuiltError` (run `gemmgen build` first).
+Any other error from loading the library is NOT turned into a skip: it fails the tests.
+
+Fixtures:
+  * `built_kernel`: parametrized at collection time over every built kernel (`gemmgen.list_kernels()`);
+    collection never fails: without GPU or library it yields one skipped case.
+  * autouse: per-test seed (stable hash of the test id, so a failure reproduces), and a
+    `torch.cuda.synchronize()` after each test so an asynchronous CUDA error is reported by the
+    test that caused it.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+
+import pytest
+import torch
+
+import gemmgen
+from gemmgen.errors import LibraryNotBuiltError
+
+
+@functools.cache
+def _device_skip_reason() -> str | None:
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU: torch.cuda.is_available() is False"
+    capability = torch.cuda.get_device_capability()
+    if capability != (9, 0):
+        return (f"needs an sm90 (Hopper, compute capability (9, 0)) GPU; the current device "
+                f"{torch.cuda.get_device_name()!r} has capability {capability}")
+    return None
+
+
+def gpu_skip_reason() -> str | None:
+    """Why the GPU tests cannot run here, or None. Errors other than a missing library propagate."""
+    reason = _device_skip_reason()
+    if reason is not None:
+        return reason
+    try:
+        gemmgen.list_kernels()
+    except LibraryNotBuiltError as exc:
+        return f"gemmgen kernel library not available (LibraryNotBuiltError): {exc}"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _gpu_test_environment(request):
+    reason = gpu_skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))  # seeds every CUDA device too
+    yield
+    torch.cuda.synchronize()
+
+
+def pytest_generate_tests(metafunc):
+    if "built_kernel" not in metafunc.fixturenames:
+        return
+    try:
+        reason = gpu_skip_reason()
+        names = [] if reason is not None else [k.name for k in gemmgen.list_kernels()]
+    except Exception as exc:  # a broken library must fail the test, not abort the collection
+        metafunc.parametrize("built_kernel", [pytest.param(exc, id="list_kernels-failed")],
+                             indirect=True)
+        return
+    if reason is not None:
+        params = [pytest.param(None, id="unavailable", marks=pytest.mark.skip(reason=reason))]
+    elif not names:
+        params = [pytest.param(None, id="no-kernels",
+                               marks=pytest.mark.skip(reason="the built library has no kernels"))]
+    else:
+        params = [pytest.param(name, id=name) for name in names]
+    metafunc.parametrize("built_kernel", params, indirect=True)
+
+
+@pytest.fixture
+def built_kernel(request):
+    """One built kernel (a `gemmgen` Kernel object), from the collection-time list."""
+    value = request.param
+    if isinstance(value, BaseException):
+        raise value
+    kernels = {k.name: k for k in gemmgen.list_kernels()}
+    if value not in kernels:
+        pytest.fail(f"kernel {value} was listed at collection time but is gone now")
+    return kernels[value]
