@@ -50,10 +50,12 @@ MODELS = {"llama3-8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)
           "llama2-70b": [(10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)]}
 DEFAULT_M = [1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 QUICK_M = [1, 16, 128, 1024, 4096]
-IMPLS = ("gemmgen_int8", "int_mm", "gemmgen_fp8", "scaled_mm_rw", "bf16_mm")
+IMPLS = ("gemmgen_int8", "int_mm", "gemmgen_fp8", "scaled_mm_rw", "scaled_mm_rw_default", "bf16_mm")
 LABELS = {"gemmgen_int8": "gemmgen i8", "int_mm": "_int_mm", "gemmgen_fp8": "gemmgen fp8",
-          "scaled_mm_rw": "_scaled_mm rw", "bf16_mm": "bf16 mm"}
-DTYPE = {"gemmgen_int8": "int8", "int_mm": "int8", "gemmgen_fp8": "fp8", "scaled_mm_rw": "fp8", "bf16_mm": "bf16"}
+          "scaled_mm_rw": "_scaled_mm rw", "bf16_mm": "bf16 mm",
+          "scaled_mm_rw_default": "_scaled_mm rw (default)", "gemmgen_fp8_xd": "x (default)"}
+DTYPE = {"gemmgen_int8": "int8", "int_mm": "int8", "gemmgen_fp8": "fp8", "scaled_mm_rw": "fp8",
+         "scaled_mm_rw_default": "fp8", "bf16_mm": "bf16"}
 BASELINE = {"gemmgen_int8": "int_mm", "gemmgen_fp8": "scaled_mm_rw"}
 TORCH_DTYPE = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}
 EPILOGUE = "ScaledEpilogueBias"
@@ -130,6 +132,9 @@ def impl_fn(impl: str, fast_accum: bool):
         return lambda a, w: scaled_mm(a[d], w[d], a["sa_" + d], w["sb_" + d], torch.bfloat16, bias=w["bias"])
     if impl == "int_mm":
         return lambda a, w: torch._int_mm(a["int8"], w["int8"])
+    if impl == "scaled_mm_rw_default":  # torch's default call: use_fast_accum=False
+        return lambda a, w: torch._scaled_mm(a["fp8"], w["fp8"], scale_a=a["sa_fp8"], scale_b=w["sb_fp8"],
+                                             bias=w["bias"], out_dtype=torch.bfloat16)
     if impl == "scaled_mm_rw":
         return lambda a, w: torch._scaled_mm(a["fp8"], w["fp8"], scale_a=a["sa_fp8"], scale_b=w["sb_fp8"],
                                              bias=w["bias"], out_dtype=torch.bfloat16, use_fast_accum=fast_accum)
@@ -256,16 +261,19 @@ def summarize(rows: list[dict], args) -> dict[str, list[tuple[int, dict]]]:
             for ours, base in BASELINE.items():
                 pairs = [(tf.get((*s, m, ours)), tf.get((*s, m, base))) for s in shapes]
                 vals[ours + "_x"] = geomean(o / b for o, b in pairs if o and b)
+            pairs = [(tf.get((*s, m, "gemmgen_fp8")), tf.get((*s, m, "scaled_mm_rw_default"))) for s in shapes]
+            vals["gemmgen_fp8_xd"] = geomean(o / b for o, b in pairs if o and b)
             table[g].append((m, vals))
     return table
 
 
 def markdown_table(lines: list[tuple[int, dict]]) -> str:
-    cols = ["gemmgen_int8", "int_mm", "gemmgen_int8_x", "gemmgen_fp8", "scaled_mm_rw", "gemmgen_fp8_x", "bf16_mm"]
+    cols = ["gemmgen_int8", "int_mm", "gemmgen_int8_x", "gemmgen_fp8", "scaled_mm_rw", "gemmgen_fp8_x",
+            "scaled_mm_rw_default", "gemmgen_fp8_xd", "bf16_mm"]
     head = ["M"] + [LABELS.get(c, "x") for c in cols]
     out = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for m, vals in lines:
-        cells = [str(m)] + ["n/a" if vals[c] is None else f"{vals[c]:.2f}x" if c.endswith("_x") else f"{vals[c]:.1f}"
+        cells = [str(m)] + ["n/a" if vals[c] is None else f"{vals[c]:.2f}x" if c.endswith(("_x", "_xd")) else f"{vals[c]:.1f}"
                             for c in cols]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import math
 import statistics
 
 import torch
 
 import gemmgen
+from gemmgen.bindings.library import all_kernels
+from gemmgen.generator.kernel_config import RASTER_ORDERS, SWIZZLES, RuntimeKnobs
 
 SHAPES = {"llama3-8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)],
           "llama2-70b": [(10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)]}
@@ -69,29 +72,47 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(SHAPES))
     parser.add_argument("--m", type=int, nargs="+", default=M_GRID)
     parser.add_argument("--csv", default=None)
+    parser.add_argument("--configs", nargs="+", help="only these config names")
+    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
+    parser.add_argument("--knobs", action="store_true",
+                        help="also try every run-time raster order x swizzle size per kernel")
+    parser.add_argument("--swizzles", type=int, nargs="+", choices=SWIZZLES, default=list(SWIZZLES),
+                        help="swizzle sizes tried with --knobs")
     args = parser.parse_args()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size or 50 * 2**20
     kernels = [k for k in gemmgen.list_kernels("scaled_mm")
                if k.spec.library == args.library and k.spec.epilogue == "ScaledEpilogueBias"
-               and k.spec.d == "bf16"]
+               and k.spec.d == "bf16" and (not args.configs or k.spec.origin.config in args.configs)]
+    knob_grid = ([RuntimeKnobs(r, s) for r in RASTER_ORDERS for s in args.swizzles] if args.knobs
+                 else [None])
     rows = []
-    for a_name, dtype in DTYPES.items():
+    for a_name in args.dtypes:
+        dtype = DTYPES[a_name]
         candidates = [k for k in kernels if k.spec.a == a_name]
         for model in args.models:
             for n, k_dim in SHAPES[model]:
                 for m in args.m:
                     sets, sa, sb, bias, out = make_sets(dtype, m, n, k_dim, l2)
-                    for kern in candidates:
+                    for kern, knobs in [(k, kn) for k in candidates for kn in knob_grid]:
+                        label = kern.spec.origin.config
+                        if knobs is not None:
+                            # NOTES: knobs are run-time arguments; this process rebinds the
+                            # kernel's default knobs to try each one without rebuilding.
+                            all_kernels()[kern.name] = dataclasses.replace(
+                                kern, spec=dataclasses.replace(kern.spec, knobs=knobs))
+                            label = f"{label}/{knobs.raster}/s{knobs.swizzle}"
+
                         def call(a, b, kern=kern):
                             gemmgen.scaled_mm(a, b, sa, sb, torch.bfloat16, bias, out=out, kernel=kern.name)
                         try:
                             us = gpu_time_us(call, sets)
                         except Exception as exc:  # a config that cannot implement the shape
-                            print(f"skip {kern.name} m={m} n={n} k={k_dim}: {exc}")
+                            print(f"skip {label} m={m} n={n} k={k_dim}: {exc}")
                             continue
+                        finally:
+                            all_kernels()[kern.name] = kern
                         rows.append(dict(dtype=a_name, model=model, n=n, k=k_dim, m=m,
-                                         config=kern.spec.origin.config, us=us,
-                                         tflops=2 * m * n * k_dim / us / 1e6))
+                                         config=label, us=us, tflops=2 * m * n * k_dim / us / 1e6))
                     del sets
     if args.csv:
         with open(args.csv, "w", newline="") as handle:
@@ -101,7 +122,11 @@ def main() -> None:
     summarize(rows)
 
 
-def summarize(rows) -> None:
+def summarize(rows, top: int = 6) -> None:
+    """Per dtype and M: each config's geomean time over the per-shape best, and the winner.
+
+    With many variants (--knobs) only the `top` best per M are listed.
+    """
     best = {}
     for r in rows:
         key = (r["dtype"], r["n"], r["k"], r["m"])
@@ -109,7 +134,9 @@ def summarize(rows) -> None:
     for dtype in sorted({r["dtype"] for r in rows}):
         configs = sorted({r["config"] for r in rows if r["dtype"] == dtype})
         print(f"\n{dtype}: geomean time / per-shape best (lower is better; 1.00 = best on every shape)")
-        print("     M " + " ".join(f"{c[:11]:>11}" for c in configs) + "   winner      best TFLOP/s")
+        wide = len(configs) <= 14
+        if wide:
+            print("     M " + " ".join(f"{c[:11]:>11}" for c in configs) + "   winner      best TFLOP/s")
         for m in sorted({r["m"] for r in rows}):
             ratios, tflops = {}, {}
             for c in configs:
@@ -119,8 +146,12 @@ def summarize(rows) -> None:
                         math.log(r["us"] / best[(dtype, r["n"], r["k"], m)]) for r in sel))
                     tflops[c] = math.exp(statistics.fmean(math.log(r["tflops"]) for r in sel))
             winner = min(ratios, key=ratios.get)
-            print(f"{m:6d} " + " ".join(f"{ratios.get(c, float('nan')):11.2f}" for c in configs)
-                  + f"   {winner:<11} {tflops[winner]:7.1f}")
+            if wide:
+                print(f"{m:6d} " + " ".join(f"{ratios.get(c, float('nan')):11.2f}" for c in configs)
+                      + f"   {winner:<11} {tflops[winner]:7.1f}")
+            else:
+                ranked = sorted(ratios, key=ratios.get)[:top]
+                print(f"{m:6d} " + "  ".join(f"{c} {ratios[c]:.3f} ({tflops[c]:.0f})" for c in ranked))
 
 
 if __name__ == "__main__":

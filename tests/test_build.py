@@ -377,3 +377,20 @@ def test_cli_module_entry_point(case):
                           capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode == 1
     assert f"{path}:{case.line('tile: [128, 128, 100]')}: tile: tile K must be" in proc.stderr
+
+
+def test_two_libraries_dispatching_one_op_is_an_error(monkeypatch, tmp_path, fresh_libraries):
+    """Which of two libraries serves an op must never depend on folder order."""
+    from types import SimpleNamespace
+    from gemmgen.errors import GemmgenError
+    root = tmp_path / "builds"
+    for name in ("alpha", "beta"):
+        (root / name / "current").mkdir(parents=True)
+        (root / name / "current" / "bindings.py").write_text("")
+    key = ("scaled_mm", "int8", "bf16", "ScaledEpilogue")
+    monkeypatch.setattr(binding_library, "load_library", lambda directory: SimpleNamespace(
+        name=directory.parent.name, dispatch={key: ()}))
+    monkeypatch.setenv(settings.BUILD_DIR_VARIABLE, str(root))
+    with pytest.raises(GemmgenError, match=r"libraries 'alpha' and 'beta' .* both carry dispatch rules "
+                                           r"for scaled_mm int8 bf16 ScaledEpilogue"):
+        binding_library.libraries()

@@ -11,6 +11,8 @@ from gemmgen.errors import ManifestError
 from gemmgen.generator.expand import expand
 from gemmgen.generator.manifest import load_manifest
 
+from conftest import FP8_FAMILY
+
 
 def assert_manifest_error(case, *, key: str, needle: str | None, match: str,
                           line: int | None = None) -> ManifestError:
@@ -449,3 +451,21 @@ def test_output_dtype_listed_twice(case):
 def test_scalar_output_dtype(case):
     case.replace("d: [bf16, fp16]", "d: fp16")
     assert {d for _, d, _ in case.load().families[0].combos} == {"fp16"}
+
+
+def test_family_without_dispatch_is_kernels_only(case):
+    """A family with no `dispatch` builds kernels callable by name and never joins dispatch."""
+    from gemmgen.generator.render import render_bindings
+    case.append(FP8_FAMILY.replace("name: fp8", "name: fp8_candidates")
+                .replace('    dispatch:\n      - when: "true"\n        use: large\n', "")
+                .replace("schedule: pingpong", "schedule: cooperative")
+                .replace("tile: [128, 128, 128]", "tile: [128, 256, 128]"))
+    case.append(FP8_FAMILY)  # the same combination again, with dispatch: no ambiguity
+    manifest = case.load()
+    candidates = [f for f in manifest.families if f.name == "fp8_candidates"][0]
+    assert candidates.dispatch == ()
+    kernels = expand(manifest)
+    namespace: dict = {}
+    exec(render_bindings(manifest, kernels, "0" * 16, "libx.so"), namespace)
+    assert list(namespace["DISPATCH"]) == sorted(namespace["DISPATCH"])
+    assert ("scaled_mm", "e4m3", "bf16", "ScaledEpilogue") in namespace["DISPATCH"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 from .. import settings
-from ..errors import LibraryNotBuiltError
+from ..errors import GemmgenError, LibraryNotBuiltError
 from ..generator.dispatch_rules import Condition, parse_condition
 from ..generator.kernel_config import KernelSpec
 
@@ -135,7 +135,18 @@ def libraries() -> tuple[Library, ...]:
         raise LibraryNotBuiltError(
             f"no gemmgen kernel library is built in {root}. Build the default manifest with "
             f"`gemmgen build` (or point {settings.BUILD_DIR_VARIABLE} at the directory you built into).")
-    return tuple(load_library(path.parent) for path in found)
+    loaded = tuple(load_library(path.parent) for path in found)
+    owners: dict[tuple, str] = {}
+    for library in loaded:
+        for key in library.dispatch:
+            if key in owners:
+                raise GemmgenError(
+                    f"libraries {owners[key]!r} and {library.name!r} in {root} both carry dispatch "
+                    f"rules for {' '.join(key)}: which one serves it would be arbitrary. Drop the "
+                    "`dispatch` list from one manifest's family (its kernels stay callable by name) "
+                    "and rebuild it.")
+            owners[key] = library.name
+    return loaded
 
 
 def reload() -> None:

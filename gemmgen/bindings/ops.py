@@ -170,6 +170,7 @@ def _ptr(t: Optional[torch.Tensor]) -> int:
 
 
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
 _thread_state = threading.local()
 
 
@@ -223,7 +224,7 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
                            scale_a.data_ptr(), scale_b.data_ptr(), _ptr(bias), _ptr(azp_adj),
                            _ptr(azp), scale_a.numel() > 1, scale_b.numel() > 1,
                            RASTER_CODES[knobs.raster], knobs.swizzle)
-    if device == torch.cuda.current_device():
+    if device == _current_device():
         status = _launch(chosen, buffer, device)
     else:
         with torch.cuda.device(device):

@@ -14,18 +14,20 @@ from .manifest import Manifest
 
 
 def expand(manifest: Manifest) -> list[KernelSpec]:
-    """All kernels of one manifest, sorted by name; a kernel declared twice is an error."""
+    """All kernels of one manifest, sorted by name; a kernel declared twice is an error, and so
+    are two families whose dispatch tables would both claim one (op, a, d, epilogue)."""
     by_name: dict[str, KernelSpec] = {}
     owner: dict[tuple[str, str, str, str], str] = {}
     for family in manifest.families:
         for a, d, epilogue in family.combos:
             key = (family.op, a, d, epilogue)
-            if key in owner:
+            if key in owner and family.dispatch:
                 raise ManifestError(manifest.path, family.dtypes_line, "dtypes",
                                     f"families {owner[key]!r} and {family.name!r} both provide "
                                     f"{family.op} {a}->{d} with {epilogue}: dispatch would be "
                                     "ambiguous; merge their configs into one family")
-            owner[key] = family.name
+            if family.dispatch:
+                owner[key] = family.name
             for entry in family.configs:
                 spec = KernelSpec(library=manifest.library, arch=manifest.arch, op=family.op,
                                   a=a, d=d, epilogue=epilogue, config=entry.config,

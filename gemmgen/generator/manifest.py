@@ -14,7 +14,7 @@ Schema (one file declares one library):
         configs:
           - {name: small, tile: [64, 16, 256], cluster: [1, 2, 1], schedule: warpspecialized,
              stages: auto, tile_scheduler: persistent, raster: heuristic, swizzle: 1, swap_ab: true}
-        dispatch:               # first match wins; `use` names a config by name or by its keys
+        dispatch:               # optional; first match wins; `use` names a config by name or keys
           - {when: "m <= 16", use: small}
           - {when: "true", use: {tile: [128, 128, 128], cluster: [2, 1, 1]}}
 """
@@ -171,7 +171,7 @@ def load_manifest(path: str | Path) -> Manifest:
 
 def _read_family(reader: _Reader, node: Any, index: int, parent: LocatedList) -> Family:
     fam = reader.mapping(node, f"families[{index}]", _FAMILY_KEYS,
-                         {"op", "dtypes", "epilogues", "configs", "dispatch"})
+                         {"op", "dtypes", "epilogues", "configs"})
     name = fam.get("name", f"family{index}")
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise reader.error(fam, "name", f"expected a lowercase identifier, got {name!r}")
@@ -316,6 +316,10 @@ def _match_config(reader: _Reader, rule: LocatedDict, configs: tuple[ConfigEntry
 
 
 def _read_dispatch(reader: _Reader, fam: LocatedDict, configs: tuple[ConfigEntry, ...]) -> tuple[DispatchRule, ...]:
+    """The family's rule table; a family without `dispatch` builds kernels that are called by
+    name only (candidate sets for sweeps and tuning), so it never competes with a default table."""
+    if "dispatch" not in fam:
+        return ()
     rules_node = reader.sequence(fam, "dispatch")
     rules = []
     for i, node in enumerate(rules_node):

@@ -100,6 +100,8 @@ def render_bindings(manifest: Manifest, kernels: Sequence[KernelSpec], fingerpri
     names = {(k.op, k.a, k.d, k.epilogue, k.config): k.name for k in kernels}
     dispatch = []
     for family in manifest.families:
+        if not family.dispatch:
+            continue
         for a, d, epilogue in family.combos:
             rules = [(rule.condition.source,
                       names[(family.op, a, d, epilogue, family.configs[rule.config_index].config)],
