@@ -17,7 +17,9 @@ from ..generator.render import INCLUDE_DIR
 # JIT into kernels that CUTLASS compiled empty. The arch guard in each .cu enforces the same.
 ARCH_FLAGS = {"sm90a": ["-gencode=arch=compute_90a,code=sm_90a"]}
 COMMON_FLAGS = ["-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC",
-                "-Xcompiler=-fvisibility=hidden", "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1"]
+                "-Xcompiler=-fvisibility=hidden", "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1",
+                # TMA descriptors go through the cached entry point defined in library.cu.
+                "-DCUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL=1"]
 LINK_FLAGS = ["-shared", "-cudart=static"]
 
 
