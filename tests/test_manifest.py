@@ -11,8 +11,6 @@ from gemmgen.errors import ManifestError
 from gemmgen.generator.expand import expand
 from gemmgen.generator.manifest import load_manifest
 
-from conftest import FP8_FAMILY
-
 
 def assert_manifest_error(case, *, key: str, needle: str | None, match: str,
                           line: int | None = None) -> ManifestError:
@@ -453,14 +451,14 @@ def test_scalar_output_dtype(case):
     assert {d for _, d, _ in case.load().families[0].combos} == {"fp16"}
 
 
-def test_family_without_dispatch_is_kernels_only(case):
+def test_family_without_dispatch_is_kernels_only(case, fp8_family):
     """A family with no `dispatch` builds kernels callable by name and never joins dispatch."""
     from gemmgen.generator.render import render_bindings
-    case.append(FP8_FAMILY.replace("name: fp8", "name: fp8_candidates")
+    case.append(fp8_family.replace("name: fp8", "name: fp8_candidates")
                 .replace('    dispatch:\n      - when: "true"\n        use: large\n', "")
                 .replace("schedule: pingpong", "schedule: cooperative")
                 .replace("tile: [128, 128, 128]", "tile: [128, 256, 128]"))
-    case.append(FP8_FAMILY)  # the same combination again, with dispatch: no ambiguity
+    case.append(fp8_family)  # the same combination again, with dispatch: no ambiguity
     manifest = case.load()
     candidates = [f for f in manifest.families if f.name == "fp8_candidates"][0]
     assert candidates.dispatch == ()
