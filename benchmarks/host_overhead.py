@@ -1,0 +1,73 @@
+"""Host (CPU) time per call of gemmgen's op and of its parts, beside torch's own ops.
+
+    python benchmarks/host_overhead.py        # needs an sm90 GPU and a built default library
+
+Each row is the wall time of 3000 back-to-back calls (no sync inside the loop) divided by 3000;
+the problem (M=16, N=K=4096) is small, so host time, not GPU time, is what is measured.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+import gemmgen
+from gemmgen import dispatch
+from gemmgen.bindings import ops
+
+M, N, K = 16, 4096, 4096
+
+
+def per_call_us(fn, calls: int = 3000) -> float:
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def main() -> None:
+    dev = "cuda"
+    a = torch.randint(-128, 128, (M, K), device=dev, dtype=torch.int8)
+    b = torch.randint(-128, 128, (N, K), device=dev, dtype=torch.int8).t()
+    scale_a = torch.rand(M, 1, device=dev)
+    scale_b = torch.rand(1, N, device=dev)
+    bias = torch.randn(N, device=dev, dtype=torch.bfloat16)
+    out = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
+    a32 = torch.randint(-128, 128, (32, K), device=dev, dtype=torch.int8)  # _int_mm needs M > 16
+    a8 = torch.randn(M, K, device=dev).to(torch.float8_e4m3fn)
+    b8 = torch.randn(N, K, device=dev).to(torch.float8_e4m3fn).t()
+    kernel = dispatch.lookup("scaled_mm", a_dtype=torch.int8, out_dtype=torch.bfloat16,
+                             epilogue="ScaledEpilogueBias", m=M, n=N, k=K)
+    gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out)  # fills the args buffer
+    buffer = ops._args_buffer()
+    stream = torch.cuda.current_stream().cuda_stream
+    rows = {
+        "gemmgen.scaled_mm, eager (out= given)":
+            lambda: gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out),
+        "gemmgen.scaled_mm, eager (allocates out)":
+            lambda: gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias),
+        "torch.ops.gemmgen.scaled_mm_out (custom-op dispatcher)":
+            lambda: torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, None, None, None),
+        "  argument checks": lambda: ops.check_arguments(out, a, b, scale_a, scale_b, bias, None, None),
+        "  dispatch.choose (memoized)": lambda: dispatch.choose(
+            "scaled_mm", a_dtype=torch.int8, out_dtype=torch.bfloat16, epilogue="ScaledEpilogueBias",
+            m=M, n=N, k=K),
+        "  C++ workspace_size": lambda: kernel.workspace_size(buffer),
+        "  C++ run (can_implement, TMA descriptors, launch)": lambda: kernel.run(buffer, 0, 0, stream),
+        "torch._scaled_mm (fp8, row-wise, bias)": lambda: torch._scaled_mm(
+            a8, b8, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=torch.bfloat16),
+        "torch._int_mm (M=32)": lambda: torch._int_mm(a32, b),
+    }
+    print(f"host time per call on {torch.cuda.get_device_name()} (torch {torch.__version__})")
+    for name, fn in rows.items():
+        print(f"{name:55s} {per_call_us(fn):8.2f} µs")
+
+
+if __name__ == "__main__":
+    main()
