@@ -20,6 +20,8 @@ from .generator.kernel_config import AZP_EPILOGUES, EPILOGUES
 _DTYPE_NAMES = {"int8": "int8", "float8_e4m3fn": "e4m3", "e4m3": "e4m3", "bfloat16": "bf16",
                 "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
 _OPS = ("scaled_mm", "scaled_mm_azp")
+# Without an explicit arch, the fastest family that serves the problem: Hopper kernels first.
+ARCH_PREFERENCE = ("sm90a", "sm80")
 
 
 def dtype_name(dtype) -> str:
@@ -54,41 +56,60 @@ def _epilogue_for(op: str, epilogue: str | None) -> str:
 
 
 @functools.lru_cache(maxsize=8192)
-def _choose(a: str, d: str, epilogue: str, m: int, n: int, k: int) -> Choice:
+def _choose(arches: tuple[str, ...], a: str, d: str, epilogue: str, m: int, n: int, k: int) -> Choice:
     key = ("scaled_mm", a, d, epilogue)
-    for library in libraries():
-        rules = library.dispatch.get(key)
-        if rules is None:
-            continue
-        for index, (condition, name, line) in enumerate(rules):
-            if condition.matches(m, n, k):
-                return Choice(library.kernels[name], condition.source, index, line)
-        # check_rule_table proved the table has no gap at build time
-        raise AssertionError(f"dispatch table for {key} has a gap at m={m}, n={n}, k={k}")
-    built = sorted({(k.spec.a, k.spec.d, k.spec.epilogue) for k in all_kernels().values()})
-    raise ValueError(f"no built kernel computes {a} x {a} -> {d} with {epilogue}; built "
-                     f"combinations: {built}. Add it to a manifest and run `gemmgen build`.")
+    for arch in arches:
+        for library in libraries():
+            rules = library.dispatch.get(key) if library.arch == arch else None
+            if rules is None:
+                continue
+            for index, (condition, name, line) in enumerate(rules):
+                if condition.matches(m, n, k):
+                    return Choice(library.kernels[name], condition.source, index, line)
+            # check_rule_table proved the table has no gap at build time
+            raise AssertionError(f"dispatch table for {key} has a gap at m={m}, n={n}, k={k}")
+    built = sorted({(k.spec.arch, k.spec.a, k.spec.d, k.spec.epilogue)
+                    for k in all_kernels().values()})
+    raise ValueError(f"no built kernel for {'/'.join(arches)} computes {a} x {a} -> {d} with "
+                     f"{epilogue}; built (arch, a, d, epilogue): {built}. Add it to a manifest and "
+                     "run `gemmgen build`.")
+
+
+def _arches(arch) -> tuple[str, ...]:
+    if arch is None:
+        return ARCH_PREFERENCE
+    arches = (arch,) if isinstance(arch, str) else tuple(arch)
+    for name in arches:
+        if name not in ARCH_PREFERENCE:
+            raise ValueError(f"unknown arch {name!r}; expected one of {', '.join(ARCH_PREFERENCE)}")
+    return arches
 
 
 def choose(op: str = "scaled_mm", *, a_dtype, out_dtype, epilogue: str | None = None,
-           m: int, n: int, k: int) -> Choice:
-    """The dispatch decision for a problem (kernel, rule and its manifest line)."""
+           m: int, n: int, k: int, arch=None) -> Choice:
+    """The dispatch decision for a problem (kernel, rule and its manifest line).
+
+    `arch` ("sm90a", "sm80" or a preference list) picks the kernel family; by default the first of
+    ARCH_PREFERENCE whose libraries serve the problem.
+    """
     for label, value in (("m", m), ("n", n), ("k", k)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive int, got {value!r}")
-    return _choose(dtype_name(a_dtype), dtype_name(out_dtype), _epilogue_for(op, epilogue), m, n, k)
+    return _choose(_arches(arch), dtype_name(a_dtype), dtype_name(out_dtype),
+                   _epilogue_for(op, epilogue), m, n, k)
 
 
 def lookup(op: str = "scaled_mm", *, a_dtype, out_dtype, epilogue: str | None = None,
-           m: int, n: int, k: int) -> Kernel:
+           m: int, n: int, k: int, arch=None) -> Kernel:
     """The kernel the dispatch table picks: `.name`, `.config`, and callable like the op."""
-    return choose(op, a_dtype=a_dtype, out_dtype=out_dtype, epilogue=epilogue, m=m, n=n, k=k).kernel
+    return choose(op, a_dtype=a_dtype, out_dtype=out_dtype, epilogue=epilogue, m=m, n=n, k=k,
+                  arch=arch).kernel
 
 
 def explain(op: str = "scaled_mm", *, a_dtype, out_dtype, epilogue: str | None = None,
-            m: int, n: int, k: int) -> str:
+            m: int, n: int, k: int, arch=None) -> str:
     """One paragraph: which rule chose which kernel for this problem, and where the rule lives."""
-    c = choose(op, a_dtype=a_dtype, out_dtype=out_dtype, epilogue=epilogue, m=m, n=n, k=k)
+    c = choose(op, a_dtype=a_dtype, out_dtype=out_dtype, epilogue=epilogue, m=m, n=n, k=k, arch=arch)
     return (f"m={m}, n={n}, k={k}: rule {c.rule_index} ({c.rule!r}, {c.kernel.spec.origin.file}:"
             f"{c.line}) is the first that matches; it picks {c.kernel.name} "
             f"(config {c.kernel.spec.origin.config!r}).")

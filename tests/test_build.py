@@ -389,8 +389,8 @@ def test_two_libraries_dispatching_one_op_is_an_error(monkeypatch, tmp_path, fre
         (root / name / "current" / "bindings.py").write_text("")
     key = ("scaled_mm", "int8", "bf16", "ScaledEpilogue")
     monkeypatch.setattr(binding_library, "load_library", lambda directory: SimpleNamespace(
-        name=directory.parent.name, dispatch={key: ()}))
+        name=directory.parent.name, arch="sm90a", dispatch={key: ()}))
     monkeypatch.setenv(settings.BUILD_DIR_VARIABLE, str(root))
-    with pytest.raises(GemmgenError, match=r"libraries 'alpha' and 'beta' .* both carry dispatch rules "
-                                           r"for scaled_mm int8 bf16 ScaledEpilogue"):
+    with pytest.raises(GemmgenError, match=r"libraries 'alpha' and 'beta' .* both carry sm90a "
+                                           r"dispatch rules for scaled_mm int8 bf16 ScaledEpilogue"):
         binding_library.libraries()

@@ -211,7 +211,7 @@ def test_kernel_source_contents(default):
             assert f"GEMMGEN_EXPORT size_t gemmgen_workspace_{kernel.name}(" in src
             assert f'"{kernel.name}");' in src  # the name last_error() reports
             assert f"using Config{index} = gemmgen::sm90::ScaledMmConfig<" in src
-            assert f"gemmgen::sm90::{kernel.epilogue}," in src
+            assert f"gemmgen::{kernel.epilogue}," in src
         assert "{{" not in src and "{%" not in src
 
 
@@ -222,7 +222,7 @@ def test_kernel_source_cpp_spellings(case):
     manifest = case.load()
     units = {u.name: u.source for u in render_kernel_sources(manifest, expand(manifest))}
     int8_large = units["sm90a_scaled_mm_int8_t128x128x128_c2x1x1_pp_sauto.cu"]
-    assert "int8_t, cutlass::half_t, gemmgen::sm90::ScaledEpilogue," in int8_large
+    assert "int8_t, cutlass::half_t, gemmgen::ScaledEpilogue," in int8_large
     assert "Shape<_128, _128, _128>, Shape<_2, _1, _1>," in int8_large
     assert "cutlass::gemm::KernelTmaWarpSpecializedPingpong,\n" in int8_large
     assert "cutlass::epilogue::TmaWarpSpecialized,\n" in int8_large

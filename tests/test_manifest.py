@@ -64,7 +64,7 @@ CASES = [
      "raster", "raster: diagonal", r"unknown value 'diagonal'"),
     ("unknown-swizzle", [("        stages: auto\n", "        stages: auto\n        swizzle: 3\n")],
      "swizzle", "swizzle: 3", r"unknown value 3; expected one of 1, 2, 4, 8"),
-    ("unknown-arch", [("arch: sm90a", "arch: sm80")], "arch", "arch: sm80", r"unknown value 'sm80'"),
+    ("unknown-arch", [("arch: sm90a", "arch: sm75")], "arch", "arch: sm75", r"unknown value 'sm75'"),
     ("unknown-op", [("op: scaled_mm", "op: gemm")], "op", "op: gemm", r"unknown value 'gemm'"),
     ("bad-library-name", [("library: demo", "library: Demo-1")],
      "library", "library: Demo-1", r"expected a lowercase identifier, got 'Demo-1'"),

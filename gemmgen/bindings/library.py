@@ -139,13 +139,14 @@ def libraries() -> tuple[Library, ...]:
     owners: dict[tuple, str] = {}
     for library in loaded:
         for key in library.dispatch:
-            if key in owners:
+            owned = (library.arch, *key)
+            if owned in owners:
                 raise GemmgenError(
-                    f"libraries {owners[key]!r} and {library.name!r} in {root} both carry dispatch "
-                    f"rules for {' '.join(key)}: which one serves it would be arbitrary. Drop the "
-                    "`dispatch` list from one manifest's family (its kernels stay callable by name) "
-                    "and rebuild it.")
-            owners[key] = library.name
+                    f"libraries {owners[owned]!r} and {library.name!r} in {root} both carry "
+                    f"{library.arch} dispatch rules for {' '.join(key)}: which one serves it would "
+                    "be arbitrary. Drop the `dispatch` list from one manifest's family (its kernels "
+                    "stay callable by name) and rebuild it.")
+            owners[owned] = library.name
     return loaded
 
 

@@ -125,23 +125,46 @@ _choices: dict[tuple, Kernel] = {}
 _MAX_CHOICES = 1 << 14
 
 
+_device_arches: dict[int, tuple[str, ...]] = {}
+
+
+def _arches_for(device: int, arch: Optional[str]) -> tuple[str, ...]:
+    """Kernel families that can run on `device`, fastest first; or the one the caller asked for."""
+    if arch is not None:
+        if arch not in dispatch.ARCH_PREFERENCE:
+            raise _fail("arch", f"one of {', '.join(dispatch.ARCH_PREFERENCE)} or None", repr(arch))
+        return (arch,)
+    arches = _device_arches.get(device)
+    if arches is None:
+        capability = torch.cuda.get_device_capability(device)
+        arches = ("sm90a", "sm80") if capability == (9, 0) else ("sm80",) if capability >= (8, 0) else ()
+        if not arches:
+            raise _fail("a", "a tensor on a GPU of compute capability 8.0 or newer",
+                        f"a device of compute capability {capability}")
+        _device_arches[device] = arches
+    return arches
+
+
 def _kernel_for(kernel: Optional[str], a: torch.Tensor, out: torch.Tensor, epilogue: str,
-                m: int, n: int, k: int) -> Kernel:
+                m: int, n: int, k: int, arch: Optional[str] = None) -> Kernel:
     """The forced kernel (checked against the call), or dispatch's choice (memoized per shape)."""
     if kernel is None:
-        key = (a.dtype, out.dtype, epilogue, m, n, k)
+        arches = _arches_for(a.get_device(), arch)
+        key = (arches, a.dtype, out.dtype, epilogue, m, n, k)
         chosen = _choices.get(key)
         if chosen is None:
             if len(_choices) >= _MAX_CHOICES:
                 _choices.clear()
             chosen = _choices[key] = dispatch.choose(
                 "scaled_mm_azp" if "Azp" in epilogue else "scaled_mm", a_dtype=a.dtype,
-                out_dtype=out.dtype, epilogue=epilogue, m=m, n=n, k=k).kernel
+                out_dtype=out.dtype, epilogue=epilogue, m=m, n=n, k=k, arch=arches).kernel
         return chosen
     chosen = all_kernels().get(kernel)
     if chosen is None:
         raise _fail("kernel", "the name of a built kernel (see gemmgen.list_kernels())", repr(kernel))
     spec = chosen.spec
+    if arch is not None and spec.arch != arch:
+        raise _fail("kernel", f"a kernel of arch {arch} (the arch argument)", f"{kernel} ({spec.arch})")
     want = (dispatch.dtype_name(a.dtype), dispatch.dtype_name(out.dtype), epilogue)
     if (spec.a, spec.d, spec.epilogue) != want:
         raise _fail("kernel", f"a kernel for {want[0]} -> {want[1]} with {want[2]}",
@@ -152,17 +175,20 @@ def _kernel_for(kernel: Optional[str], a: torch.Tensor, out: torch.Tensor, epilo
 def reset_caches() -> None:
     _choices.clear()
     _checked_devices.clear()
+    _device_arches.clear()
 
 
-_checked_devices: set[int] = set()
+_checked_devices: set[tuple[int, str]] = set()
 
 
 def _check_device(device: int, kernel: Kernel) -> None:
     capability = torch.cuda.get_device_capability(device)
-    if kernel.library.arch == "sm90a" and capability != (9, 0):
-        raise _fail("a", f"a tensor on an sm90 (Hopper) GPU for library {kernel.library.name} "
-                         f"({kernel.library.arch})", f"a device of compute capability {capability}")
-    _checked_devices.add(device)
+    arch = kernel.library.arch
+    if (arch == "sm90a" and capability != (9, 0)) or (arch == "sm80" and capability < (8, 0)):
+        needs = "an sm90 (Hopper) GPU" if arch == "sm90a" else "a GPU of compute capability >= 8.0"
+        raise _fail("a", f"a tensor on {needs} for kernel {kernel.name} (library "
+                         f"{kernel.library.name}, {arch})", f"a device of compute capability {capability}")
+    _checked_devices.add((device, arch))
 
 
 def _ptr(t: Optional[torch.Tensor]) -> int:
@@ -197,21 +223,21 @@ def _launch(chosen: Kernel, buffer: ctypes.Array, device: int) -> int:
 def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
                         scale_b: torch.Tensor, bias: Optional[torch.Tensor],
                         azp_adj: Optional[torch.Tensor], azp: Optional[torch.Tensor],
-                        kernel: Optional[str]) -> None:
+                        kernel: Optional[str], arch: Optional[str] = None) -> None:
     epilogue = check_arguments(out, a, b, scale_a, scale_b, bias, azp_adj, azp)
     m, k = a.shape
     n = b.shape[1]
     if m == 0:
         if kernel is not None:
-            _kernel_for(kernel, a, out, epilogue, 1, n, k)  # still reject a wrong kernel name
+            _kernel_for(kernel, a, out, epilogue, 1, n, k, arch)  # still reject a wrong name
         return
     a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), out.data_ptr()
     for name, address in (("a", a_ptr), ("b", b_ptr), ("out", d_ptr)):
         if address % _ALIGN_BYTES:
             raise _fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
-    chosen = _kernel_for(kernel, a, out, epilogue, m, n, k)
+    chosen = _kernel_for(kernel, a, out, epilogue, m, n, k, arch)
     device = a.get_device()
-    if device not in _checked_devices:
+    if (device, chosen.library.arch) not in _checked_devices:
         _check_device(device, chosen)
     knobs = chosen.spec.knobs
     # NOTES: a single row (or column) has no meaningful stride and torch may report 1 for it;
@@ -236,25 +262,26 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
 @torch.library.custom_op("gemmgen::scaled_mm_out", mutates_args=("out",), device_types="cuda")
 def scaled_mm_out(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
                   scale_b: torch.Tensor, bias: Optional[torch.Tensor], azp_adj: Optional[torch.Tensor],
-                  azp: Optional[torch.Tensor], kernel: Optional[str]) -> None:
+                  azp: Optional[torch.Tensor], kernel: Optional[str],
+                  arch: Optional[str] = None) -> None:
     """out = epilogue(a · b); see gemmgen.scaled_mm / gemmgen.scaled_mm_azp."""
-    _scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel)
+    _scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch)
 
 
 @scaled_mm_out.register_fake
-def _scaled_mm_out_fake(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel) -> None:
+def _scaled_mm_out_fake(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch=None) -> None:
     check_arguments(out, a, b, scale_a, scale_b, bias, azp_adj, azp)
 
 
-def _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel) -> None:
+def _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch) -> None:
     # NOTES: eager calls skip the custom-op dispatcher (~30 µs of Python per call measured on an
     # H200 host: the whole budget of a small-M GEMM). Under torch.compile, a dispatch mode
     # (make_fx, FakeTensorMode) or a tensor subclass, the call goes through the custom op.
     if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
             or type(a) is not torch.Tensor):
-        torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel)
+        torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch)
     else:
-        _scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel)
+        _scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch)
 
 
 def _output(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, out: Optional[torch.Tensor]) -> torch.Tensor:
@@ -272,23 +299,25 @@ def _output(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, out: Optio
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
               out_dtype: torch.dtype, bias: Optional[torch.Tensor] = None,
-              out: Optional[torch.Tensor] = None, *, kernel: Optional[str] = None) -> torch.Tensor:
+              out: Optional[torch.Tensor] = None, *, kernel: Optional[str] = None,
+              arch: Optional[str] = None) -> torch.Tensor:
     """D = scale_a · scale_b · (a @ b) [+ bias], computed by a fused CUTLASS kernel.
 
     a: [M, K] int8 or float8_e4m3fn, row-major. b: [K, N] same dtype, column-major (pass an
     [N, K] weight as `w.t()`). scale_a: float32, 1 or M values; scale_b: float32, 1 or N values.
     bias: [N] in out_dtype. out: optional [M, N] row-major output. kernel: force a kernel by name
-    (default: the dispatch table picks).
+    (default: the dispatch table picks). arch: "sm90a" or "sm80" to use that kernel family (default:
+    the fastest one the GPU runs: sm90a on Hopper, sm80 on Ampere/Ada).
     """
     out = _output(a, b, out_dtype, out)
-    _call(out, a, b, scale_a, scale_b, bias, None, None, kernel)
+    _call(out, a, b, scale_a, scale_b, bias, None, None, kernel, arch)
     return out
 
 
 def scaled_mm_azp(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                   out_dtype: torch.dtype, azp_adj: torch.Tensor, azp: Optional[torch.Tensor] = None,
                   bias: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None, *,
-                  kernel: Optional[str] = None) -> torch.Tensor:
+                  kernel: Optional[str] = None, arch: Optional[str] = None) -> torch.Tensor:
     """Asymmetric int8 activations: D = scale_a · scale_b · (a @ b − zp) [+ bias].
 
     Without `azp` (per-tensor zero point): zp[m, n] = azp_adj[n], where azp_adj is
@@ -298,7 +327,7 @@ def scaled_mm_azp(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
     if azp_adj is None:
         raise _fail("azp_adj", "an int32 tensor of N elements", None)
     out = _output(a, b, out_dtype, out)
-    _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel)
+    _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch)
     return out
 
 

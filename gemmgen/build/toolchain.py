@@ -15,7 +15,9 @@ from ..generator.render import INCLUDE_DIR
 
 # NOTES: SASS only for sm_90a: wgmma/setmaxnreg exist only there, and PTX for a later arch would
 # JIT into kernels that CUTLASS compiled empty. The arch guard in each .cu enforces the same.
-ARCH_FLAGS = {"sm90a": ["-gencode=arch=compute_90a,code=sm_90a"]}
+ARCH_FLAGS = {"sm90a": ["-gencode=arch=compute_90a,code=sm_90a"],
+              # sm80: SASS for Ampere plus PTX, which the driver JIT-compiles on Ada and Hopper.
+              "sm80": ["-gencode=arch=compute_80,code=[sm_80,compute_80]"]}
 COMMON_FLAGS = ["-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC",
                 "-Xcompiler=-fvisibility=hidden", "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1",
                 # TMA descriptors go through the cached entry point defined in library.cu.

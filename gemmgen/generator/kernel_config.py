@@ -21,6 +21,7 @@ EPILOGUE_SCHEDULES = ("tma_warpspecialized", "tma_warpspecialized_cooperative")
 TILE_SCHEDULERS = ("persistent", "streamk")
 RASTER_ORDERS = ("heuristic", "along_m", "along_n")
 SWIZZLES = (1, 2, 4, 8)
+SM80_SWIZZLES = (1, 2, 4, 8, "streamk")  # compile time in CUTLASS 2.x
 
 _SHORT_DTYPE = {"int8": "i8", "e4m3": "e4m3", "bf16": "bf16", "fp16": "f16"}
 _SHORT_EPILOGUE = {"ScaledEpilogue": "scaled", "ScaledEpilogueBias": "scaled_bias",
@@ -74,6 +75,28 @@ class TileConfig:
 
 
 @dataclass(frozen=True)
+class Sm80TileConfig:
+    """Compile-time shape of one sm80 (CUTLASS 2.x) kernel."""
+
+    tile: tuple[int, int, int]
+    warp: tuple[int, int, int]
+    instruction: tuple[int, int, int]
+    stages: int
+    swizzle: int | str  # GemmIdentityThreadblockSwizzle<N>, or "streamk"
+
+    @property
+    def swap_ab(self) -> bool:
+        return False
+
+    @property
+    def terse(self) -> str:
+        """Name fragment, e.g. `t128x128x64_w64x64x64_s5_sw1` (or `_streamk`)."""
+        swizzle = "streamk" if self.swizzle == "streamk" else f"sw{self.swizzle}"
+        return "_".join(["t" + "x".join(map(str, self.tile)), "w" + "x".join(map(str, self.warp)),
+                         f"s{self.stages}", swizzle])
+
+
+@dataclass(frozen=True)
 class RuntimeKnobs:
     """Scheduler settings passed at every call; the default ones of a config live here."""
 
@@ -91,7 +114,7 @@ class KernelSpec:
     a: str
     d: str
     epilogue: str
-    config: TileConfig
+    config: TileConfig | Sm80TileConfig
     knobs: RuntimeKnobs = field(default_factory=RuntimeKnobs, compare=False)
     origin: Origin | None = field(default=None, compare=False)
 

@@ -29,15 +29,15 @@ from typing import Any
 import yaml
 
 from ..errors import ManifestError
-from . import sm90_rules
+from . import sm80_rules, sm90_rules
 from .dispatch_rules import ConditionError, RuleTableError, check_rule_table, parse_condition
 from .dispatch_rules import Condition
 from .kernel_config import (ACC_FOR, AZP_EPILOGUES, DTYPES_8BIT, EPILOGUE_SCHEDULES, EPILOGUES,
-                            OUT_DTYPES, RASTER_ORDERS, SCHEDULES, SWIZZLES, TILE_SCHEDULERS,
-                            RuntimeKnobs, TileConfig)
+                            OUT_DTYPES, RASTER_ORDERS, SCHEDULES, SM80_SWIZZLES, SWIZZLES,
+                            TILE_SCHEDULERS, RuntimeKnobs, Sm80TileConfig, TileConfig)
 from .yaml_lines import LocatedDict, LocatedList, load_yaml
 
-ARCHES = ("sm90a",)
+ARCHES = ("sm90a", "sm80")
 OPS = ("scaled_mm",)
 _OUT_BYTES = {"bf16": 2, "fp16": 2}
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -46,6 +46,8 @@ _FAMILY_KEYS = {"name", "op", "dtypes", "epilogues", "exclude", "configs", "disp
 _DTYPE_KEYS = {"a", "b", "acc", "d"}
 _CONFIG_KEYS = {"name", "tile", "cluster", "schedule", "epilogue_schedule", "stages",
                 "tile_scheduler", "raster", "swizzle", "swap_ab"}
+_SM80_CONFIG_KEYS = {"name", "tile", "warp", "instruction", "stages", "swizzle"}
+CONFIG_KEYS = {"sm90a": _CONFIG_KEYS, "sm80": _SM80_CONFIG_KEYS}
 _EXCLUDE_KEYS = {"a", "d", "epilogue"}
 _RULE_KEYS = {"when", "use"}
 
@@ -55,7 +57,7 @@ class ConfigEntry:
     """One entry of a family's `configs` list."""
 
     name: str | None
-    config: TileConfig
+    config: TileConfig | Sm80TileConfig
     knobs: RuntimeKnobs
     line: int
 
@@ -160,8 +162,7 @@ def load_manifest(path: str | Path) -> Manifest:
     if not isinstance(per_file, int) or isinstance(per_file, bool) or not 1 <= per_file <= 16:
         raise reader.error(top, "kernels_per_file", f"expected an integer in [1, 16], got {per_file!r}")
     families_node = reader.sequence(top, "families")
-    families = tuple(_read_family(reader, node, i, families_node)
-                     for i, node in enumerate(families_node))
+    families = tuple(_read_family(reader, node, i, arch) for i, node in enumerate(families_node))
     names = [f.name for f in families]
     for i, name in enumerate(names):
         if name in names[:i]:
@@ -169,7 +170,7 @@ def load_manifest(path: str | Path) -> Manifest:
     return Manifest(str(Path(path).resolve()), library, arch, per_file, families)
 
 
-def _read_family(reader: _Reader, node: Any, index: int, parent: LocatedList) -> Family:
+def _read_family(reader: _Reader, node: Any, index: int, arch: str) -> Family:
     fam = reader.mapping(node, f"families[{index}]", _FAMILY_KEYS,
                          {"op", "dtypes", "epilogues", "configs"})
     name = fam.get("name", f"family{index}")
@@ -177,10 +178,14 @@ def _read_family(reader: _Reader, node: Any, index: int, parent: LocatedList) ->
         raise reader.error(fam, "name", f"expected a lowercase identifier, got {name!r}")
     op = reader.choice(fam, "op", OPS)
     combos = _read_combos(reader, fam)
-    configs = tuple(_read_config(reader, c, i, combos, fam["configs"])
+    if arch == "sm80" and any(a != "int8" for a, _, _ in combos):
+        raise reader.error(fam, "dtypes", "sm80 (CUTLASS 2.x) kernels take int8 operands; fp8 "
+                                          "tensor cores need sm89 or sm90a")
+    read = _read_sm80_config if arch == "sm80" else _read_config
+    configs = tuple(read(reader, c, i, combos, fam["configs"])
                     for i, c in enumerate(reader.sequence(fam, "configs")))
     _check_duplicate_configs(reader, fam, configs)
-    dispatch = _read_dispatch(reader, fam, configs)
+    dispatch = _read_dispatch(reader, fam, configs, arch)
     return Family(name, op, combos, configs, dispatch, fam.line, fam.line_of("dtypes"))
 
 
@@ -264,6 +269,36 @@ def _read_config(reader: _Reader, node: Any, index: int, combos, parent: Located
     return ConfigEntry(name, config, knobs, parent.line_of(index))
 
 
+def _read_sm80_config(reader: _Reader, node: Any, index: int, combos, parent: LocatedList) -> ConfigEntry:
+    c = reader.mapping(node, f"configs[{index}]", _SM80_CONFIG_KEYS, {"tile", "warp", "stages"})
+    name = c.get("name")
+    if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
+        raise reader.error(c, "name", f"expected a lowercase identifier, got {name!r}")
+    stages = c["stages"]
+    if not isinstance(stages, int) or isinstance(stages, bool) or not 2 <= stages <= 10:
+        raise reader.error(c, "stages", f"expected an integer in [2, 10] (CUTLASS 2.x has no "
+                                        f"automatic stage count), got {stages!r}")
+    config = Sm80TileConfig(
+        tile=reader.triple(c, "tile"), warp=reader.triple(c, "warp"),
+        instruction=reader.triple(c, "instruction", list(sm80_rules.INSTRUCTION_FOR["int8"])),
+        stages=stages, swizzle=reader.choice(c, "swizzle", SM80_SWIZZLES, 1))
+    for key, message in sm80_rules.check_config(config, combos[0][0]):
+        raise reader.error(c, key, message)
+    return ConfigEntry(name, config, RuntimeKnobs(), parent.line_of(index))
+
+
+def config_fields(entry: ConfigEntry) -> dict[str, Any]:
+    """A config as the manifest spells it, for matching dispatch `use` mappings."""
+    cfg, knobs = entry.config, entry.knobs
+    if isinstance(cfg, Sm80TileConfig):
+        return {"tile": list(cfg.tile), "warp": list(cfg.warp), "instruction": list(cfg.instruction),
+                "stages": cfg.stages, "swizzle": cfg.swizzle}
+    return {"tile": list(cfg.tile), "cluster": list(cfg.cluster), "schedule": cfg.schedule,
+            "epilogue_schedule": cfg.epilogue_schedule,
+            "stages": cfg.stages if cfg.stages else "auto", "tile_scheduler": cfg.tile_scheduler,
+            "swap_ab": cfg.swap_ab, "raster": knobs.raster, "swizzle": knobs.swizzle}
+
+
 def _check_duplicate_configs(reader: _Reader, fam: LocatedDict, configs: tuple[ConfigEntry, ...]) -> None:
     seen: dict[TileConfig, ConfigEntry] = {}
     names: dict[str, ConfigEntry] = {}
@@ -282,7 +317,7 @@ def _check_duplicate_configs(reader: _Reader, fam: LocatedDict, configs: tuple[C
             names[entry.name] = entry
 
 
-def _match_config(reader: _Reader, rule: LocatedDict, configs: tuple[ConfigEntry, ...]) -> int:
+def _match_config(reader: _Reader, rule: LocatedDict, configs: tuple[ConfigEntry, ...], arch: str) -> int:
     use = rule["use"]
     if isinstance(use, str):
         found = [i for i, e in enumerate(configs) if e.name == use]
@@ -292,17 +327,14 @@ def _match_config(reader: _Reader, rule: LocatedDict, configs: tuple[ConfigEntry
         return found[0]
     if not isinstance(use, LocatedDict) or not use:
         raise reader.error(rule, "use", f"expected a config name or a mapping of config keys, got {use!r}")
+    allowed = CONFIG_KEYS[arch] - {"name"}
     for key in use:
-        if key not in _CONFIG_KEYS - {"name"}:
+        if key not in allowed:
             raise reader.error(use, str(key), f"unknown config key in dispatch `use`; allowed: "
-                                              f"{', '.join(sorted(_CONFIG_KEYS - {'name'}))}")
+                                              f"{', '.join(sorted(allowed))}")
 
     def matches(entry: ConfigEntry) -> bool:
-        cfg, knobs = entry.config, entry.knobs
-        actual = {"tile": list(cfg.tile), "cluster": list(cfg.cluster), "schedule": cfg.schedule,
-                  "epilogue_schedule": cfg.epilogue_schedule,
-                  "stages": cfg.stages if cfg.stages else "auto", "tile_scheduler": cfg.tile_scheduler,
-                  "swap_ab": cfg.swap_ab, "raster": knobs.raster, "swizzle": knobs.swizzle}
+        actual = config_fields(entry)
         return all(actual[key] == value for key, value in use.items())
 
     found = [i for i, entry in enumerate(configs) if matches(entry)]
@@ -315,7 +347,8 @@ def _match_config(reader: _Reader, rule: LocatedDict, configs: tuple[ConfigEntry
     return found[0]
 
 
-def _read_dispatch(reader: _Reader, fam: LocatedDict, configs: tuple[ConfigEntry, ...]) -> tuple[DispatchRule, ...]:
+def _read_dispatch(reader: _Reader, fam: LocatedDict, configs: tuple[ConfigEntry, ...],
+                   arch: str) -> tuple[DispatchRule, ...]:
     """The family's rule table; a family without `dispatch` builds kernels that are called by
     name only (candidate sets for sweeps and tuning), so it never competes with a default table."""
     if "dispatch" not in fam:
@@ -333,7 +366,7 @@ def _read_dispatch(reader: _Reader, fam: LocatedDict, configs: tuple[ConfigEntry
             condition = parse_condition(when)
         except ConditionError as exc:
             raise reader.error(rule, "when", str(exc)) from None
-        rules.append(DispatchRule(condition, _match_config(reader, rule, configs),
+        rules.append(DispatchRule(condition, _match_config(reader, rule, configs, arch),
                                   rules_node.line_of(i)))
     try:
         check_rule_table([r.condition for r in rules])

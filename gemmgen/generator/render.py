@@ -63,6 +63,17 @@ class _Cpp:
     def tile_scheduler(self, k: KernelSpec) -> str:
         return f"cutlass::gemm::{self._SCHEDULER[k.config.tile_scheduler]}"
 
+    def gemm_shape(self, dims: Sequence[int]) -> str:
+        return f"cutlass::gemm::GemmShape<{', '.join(map(str, dims))}>"
+
+    def threadblock_swizzle(self, k: KernelSpec) -> str:
+        if k.config.swizzle == "streamk":
+            return "cutlass::gemm::threadblock::ThreadblockSwizzleStreamK"
+        return f"cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<{k.config.swizzle}>"
+
+
+KERNEL_TEMPLATES = {"sm90a": "sm90_scaled_mm.cu.j2", "sm80": "sm80_scaled_mm.cu.j2"}
+
 
 @dataclass(frozen=True)
 class TranslationUnit:
@@ -75,7 +86,7 @@ class TranslationUnit:
 
 def render_kernel_sources(manifest: Manifest, kernels: Sequence[KernelSpec]) -> list[TranslationUnit]:
     """Every kernel translation unit, named after its (arch, op, dtypes, tile config)."""
-    template = environment().get_template("sm90_scaled_mm.cu.j2")
+    template = environment().get_template(KERNEL_TEMPLATES[manifest.arch])
     groups = group_into_files(kernels, manifest.kernels_per_file)
     stems = [f"{g[0].arch}_{g[0].op}_{g[0].a}_{g[0].config.terse}" for g in groups]
     units = []

@@ -72,4 +72,12 @@ inline bool device_is_sm90() {
          f.cc_minor.load(std::memory_order_relaxed) == 0;
 }
 
+// sm_80 SASS / compute_80 PTX runs on compute capability 8.0 and every later one.
+inline bool device_at_least(int major, int minor) {
+  auto& f = detail::facts(detail::current_device());
+  int have_major = f.cc_major.load(std::memory_order_relaxed);
+  int have_minor = f.cc_minor.load(std::memory_order_relaxed);
+  return have_major > major || (have_major == major && have_minor >= minor);
+}
+
 }  // namespace gemmgen

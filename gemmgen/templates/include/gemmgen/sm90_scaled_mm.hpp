@@ -23,11 +23,12 @@
 
 #include "gemmgen/c_api.h"
 #include "gemmgen/runtime_support.hpp"
-#include "gemmgen/sm90_scaled_epilogues.hpp"
+#include "gemmgen/scaled_epilogues.hpp"
+#include "gemmgen/sm90_epilogue_nodes.hpp"
 
 namespace gemmgen::sm90 {
 
-template <class ElementA_, class ElementD_, template <bool, class, class> class Epilogue_,
+template <class ElementA_, class ElementD_, template <class> class Epilogue_,
           class TileShape_, class ClusterShape_, class KernelSchedule_, class EpilogueSchedule_,
           int Stages_ /* 0 = auto */, class TileScheduler_, bool SwapAB_>
 struct ScaledMmConfig {
@@ -42,7 +43,7 @@ struct ScaledMmConfig {
   using TileScheduler = TileScheduler_;
   static constexpr int Stages = Stages_;
   static constexpr bool SwapAB = SwapAB_;
-  using Epilogue = Epilogue_<SwapAB_, TileShape_, ElementD_>;
+  using Epilogue = Epilogue_<Nodes<SwapAB_, TileShape_, ElementD_>>;
 };
 
 template <class Config>
