@@ -50,11 +50,14 @@ MODELS = {"llama3-8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)
           "llama2-70b": [(10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)]}
 DEFAULT_M = [1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 QUICK_M = [1, 16, 128, 1024, 4096]
-IMPLS = ("gemmgen_int8", "int_mm", "gemmgen_fp8", "scaled_mm_rw", "scaled_mm_rw_default", "bf16_mm")
+IMPLS = ("gemmgen_int8", "int_mm", "gemmgen_fp8", "scaled_mm_rw", "scaled_mm_rw_default", "bf16_mm",
+         "gemmgen_int8_sm80")
 LABELS = {"gemmgen_int8": "gemmgen i8", "int_mm": "_int_mm", "gemmgen_fp8": "gemmgen fp8",
           "scaled_mm_rw": "_scaled_mm rw", "bf16_mm": "bf16 mm",
-          "scaled_mm_rw_default": "_scaled_mm rw (default)", "gemmgen_fp8_xd": "x (default)"}
+          "scaled_mm_rw_default": "_scaled_mm rw (default)", "gemmgen_fp8_xd": "x (default)",
+          "gemmgen_int8_sm80": "gemmgen i8 sm80"}
 DTYPE = {"gemmgen_int8": "int8", "int_mm": "int8", "gemmgen_fp8": "fp8", "scaled_mm_rw": "fp8",
+         "gemmgen_int8_sm80": "int8",
          "scaled_mm_rw_default": "fp8", "bf16_mm": "bf16"}
 BASELINE = {"gemmgen_int8": "int_mm", "gemmgen_fp8": "scaled_mm_rw"}
 TORCH_DTYPE = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}
@@ -127,6 +130,9 @@ def make_acts(m: int, k: int, count: int, dev) -> list[dict]:
 
 def impl_fn(impl: str, fast_accum: bool):
     """f(act_set, weight_set) -> output, for one impl."""
+    if impl == "gemmgen_int8_sm80":  # the CUTLASS 2.x family (JIT from compute_80 PTX on Hopper)
+        return lambda a, w: scaled_mm(a["int8"], w["int8"], a["sa_int8"], w["sb_int8"], torch.bfloat16,
+                                      bias=w["bias"], arch="sm80")
     if impl.startswith("gemmgen_"):
         d = DTYPE[impl]
         return lambda a, w: scaled_mm(a[d], w[d], a["sa_" + d], w["sb_" + d], torch.bfloat16, bias=w["bias"])
@@ -269,7 +275,7 @@ def summarize(rows: list[dict], args) -> dict[str, list[tuple[int, dict]]]:
 
 def markdown_table(lines: list[tuple[int, dict]]) -> str:
     cols = ["gemmgen_int8", "int_mm", "gemmgen_int8_x", "gemmgen_fp8", "scaled_mm_rw", "gemmgen_fp8_x",
-            "scaled_mm_rw_default", "gemmgen_fp8_xd", "bf16_mm"]
+            "scaled_mm_rw_default", "gemmgen_fp8_xd", "bf16_mm", "gemmgen_int8_sm80"]
     head = ["M"] + [LABELS.get(c, "x") for c in cols]
     out = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for m, vals in lines:

@@ -159,3 +159,41 @@ def test_failed_build_keeps_the_published_library(built, tmp_path):
     library = load_library(built.current)
     assert set(library.kernels) == {KERNEL}
     assert _run_zeroed(library.kernels[KERNEL]) == GEMMGEN_WRONG_ARCH
+
+
+SM80_MANIFEST = """\
+library: one_sm80
+arch: sm80
+families:
+  - name: int8
+    op: scaled_mm
+    dtypes: [{a: int8, d: fp16}]
+    epilogues: [ScaledEpilogueAzpPerToken]
+    configs:
+      - {name: only, tile: [64, 128, 128], warp: [64, 64, 64], stages: 4, swizzle: streamk}
+    dispatch:
+      - {when: "true", use: only}
+"""
+
+
+def test_sm80_kernel_compiles_and_loads(tmp_path):
+    """One real CUTLASS 2.x kernel (SASS + PTX for sm80): builds, loads, refuses to run here."""
+    if not (os.environ.get("CUDACXX") or shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()):
+        pytest.skip("nvcc not found")
+    manifest = tmp_path / "sm80.yaml"
+    manifest.write_text(SM80_MANIFEST)
+    toolchain.find_toolchain.cache_clear()
+    report = builder.build_manifest(manifest, tmp_path / "build", jobs=2, log=lambda line: None)
+    name = "sm80_scaled_mm_i8_f16_azp_pertoken_t64x128x128_w64x64x64_s4_streamk"
+    assert report.kernel_count == 1
+    library = load_library(tmp_path / "build" / "one_sm80" / "current")
+    assert library.arch == "sm80" and list(library.kernels) == [name]
+    # The object carries sm_80 SASS and compute_80 PTX (what lets it run on Hopper through the JIT).
+    objdump = shutil.which("cuobjdump")
+    if objdump:
+        listing = subprocess.run([objdump, "--list-elf", "--list-ptx",
+                                  str(tmp_path / "build" / "one_sm80" / "current" / "libgemmgen_one_sm80.so")],
+                                 capture_output=True, text=True).stdout
+        assert "sm_80" in listing and ".ptx" in listing
+    assert _run_zeroed(library.kernels[name]) == GEMMGEN_WRONG_ARCH
+    assert name in library.last_error()
