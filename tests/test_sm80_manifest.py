@@ -136,9 +136,9 @@ CASES = [
     # ---- warps per threadblock
     ("too-many-warps", [("tile: [128, 128, 64]", "tile: [256, 256, 64]"),
                         ("warp: [64, 64, 64]", "warp: [16, 16, 64]")],
-     "warp", "warp: [16, 16, 64]", r"256x256 / 16x16 gives 256 warps; at most 16"),
+     "warp", "warp: [16, 16, 64]", r"256x256x64 / 16x16x64 gives 256 warps \(8192 threads\); at most 16"),
     ("32-warps", [("warp: [64, 64, 64]", "warp: [32, 16, 64]")],
-     "warp", "warp: [32, 16, 64]", r"128x128 / 32x16 gives 32 warps; at most 16"),
+     "warp", "warp: [32, 16, 64]", r"128x128x64 / 32x16x64 gives 32 warps \(1024 threads\); at most 16"),
     # ---- stages
     ("stages-over-smem-limit", [("tile: [128, 128, 64]", "tile: [128, 128, 128]"),
                                 ("stages: 5", "stages: 10")],
@@ -287,13 +287,10 @@ def test_sixteen_warps_accepted(sm80):
     assert (config.tile[0] // config.warp[0]) * (config.tile[1] // config.warp[1]) == 16
 
 
-@pytest.mark.xfail(strict=True, reason="sm80_rules.check_config counts warps as (tm/wm)*(tn/wn) and "
-                                       "ignores sliced-K (tk/wk): 128x128x128 / 32x32x32 is 64 warps "
-                                       "= 2048 threads, over the 1024-thread block limit")
 def test_warp_count_includes_sliced_k(sm80):
     sm80.replace("tile: [128, 128, 64]", "tile: [128, 128, 128]")
     sm80.replace("warp: [64, 64, 64]", "warp: [32, 32, 32]").replace("stages: 5", "stages: 3")
-    assert_error(sm80, key="warp", needle="warp: [32, 32, 32]", match=r"gives 64 warps; at most 16")
+    assert_error(sm80, key="warp", needle="warp: [32, 32, 32]", match=r"gives 64 warps \(2048 threads\); at most 16")
 
 
 @pytest.mark.parametrize("swizzle", [1, 2, 4, 8, "streamk"])
@@ -328,9 +325,6 @@ def test_swizzle_is_compile_time(sm80):
         "t128x128x64_w64x64x64_s5_sw2", "t128x128x64_w64x64x64_s5_streamk"}
 
 
-@pytest.mark.xfail(strict=True, reason="manifest._check_duplicate_configs always says 'raster and "
-                                       "swizzle are run-time knobs', which is false for sm80 "
-                                       "(swizzle is a compile-time template argument there)")
 def test_sm80_duplicate_message_does_not_call_swizzle_runtime(sm80):
     sm80.replace("        swizzle: 2\n", "        swizzle: 2\n      - name: again\n"
                                           "        tile: [128, 128, 64]\n"

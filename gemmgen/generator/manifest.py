@@ -304,10 +304,11 @@ def _check_duplicate_configs(reader: _Reader, fam: LocatedDict, configs: tuple[C
     names: dict[str, ConfigEntry] = {}
     for entry in configs:
         if entry.config in seen:
+            why = ("" if isinstance(entry.config, Sm80TileConfig) else
+                   " (raster and swizzle are run-time knobs and do not make a new kernel)")
             raise ManifestError(reader.path, entry.line, "configs",
                                 f"duplicate kernel: same compile-time config as line "
-                                f"{seen[entry.config].line} (raster and swizzle are run-time "
-                                f"knobs and do not make a new kernel)")
+                                f"{seen[entry.config].line}{why}")
         seen[entry.config] = entry
         if entry.name is not None:
             if entry.name in names:

@@ -45,9 +45,10 @@ def check_config(config: Sm80TileConfig, a_dtype: str) -> list[Problem]:
     if tm % 16 or tn % 16 or not (16 <= tm <= 256 and 16 <= tn <= 256):
         problems.append(("tile", f"tile M and N must be multiples of 16 in [16, 256]; got {tm}x{tn}"))
     if not problems:
-        warps = (tm // wm) * (tn // wn)
+        warps = (tm // wm) * (tn // wn) * (tk // wk)  # sliced-K warps count too
         if warps > _MAX_WARPS:
-            problems.append(("warp", f"{tm}x{tn} / {wm}x{wn} gives {warps} warps; at most {_MAX_WARPS}"))
+            problems.append(("warp", f"{tm}x{tn}x{tk} / {wm}x{wn}x{wk} gives {warps} warps "
+                                     f"({32 * warps} threads); at most {_MAX_WARPS}"))
     smem = shared_memory_bytes(config)
     if smem > SMEM_LIMIT_BYTES:
         problems.append(("stages", f"{config.stages} stages of tile {tm}x{tn}x{tk} need "

@@ -14,6 +14,7 @@ import torch
 import gemmgen
 from gemmgen.bindings.library import all_kernels, load_library
 from gemmgen.build import builder
+from gemmgen.errors import LibraryNotBuiltError
 
 pytestmark = pytest.mark.gpu
 
@@ -103,12 +104,18 @@ families:
 @pytest.fixture(scope="module")
 def swizzle_kernels(tmp_path_factory):
     """A library of one tile shape in every threadblock swizzle, built by the real pipeline."""
+    # Module-scoped, so it runs before the per-test GPU check of conftest.py: check here first.
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("needs a GPU of compute capability 8.0 or newer")
+    try:
+        registry = all_kernels()
+    except LibraryNotBuiltError as exc:
+        pytest.skip(f"gemmgen kernel library not available: {exc}")
     root = tmp_path_factory.mktemp("swizzles")
     manifest = root / "swizzles.yaml"
     manifest.write_text(SWIZZLE_MANIFEST)
     builder.build_manifest(manifest, root / "build", log=lambda line: None)
     library = load_library(root / "build" / "swizzles_sm80" / "current")
-    registry = all_kernels()
     registry.update(library.kernels)  # callable by name for this module's tests
     yield library.kernels
     for name in library.kernels:
