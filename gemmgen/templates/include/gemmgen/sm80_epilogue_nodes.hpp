@@ -71,8 +71,13 @@ struct RowOrScalarBroadcast {
 
     CUTLASS_DEVICE void begin_epilogue() {
       if (!params_ptr->is_vector) {
-        auto values = cute::recast<Element>(tC_rRow);
-        cute::fill(values, params_ptr->ptr[0]);
+        // Same-size recast (one vector = kVecLength elements), as CUTLASS's null-pointer path does.
+        Element value = params_ptr->ptr[0];
+        auto vectors = cute::recast<cutlass::Array<Element, kVecLength>>(cute::coalesce(tC_rRow));
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < cute::size(vectors); ++i) {
+          vectors(i).fill(value);
+        }
         return;
       }
       cute::clear(tC_rRow);
