@@ -67,7 +67,7 @@ def test_arch_sm80_dispatch(m, out_name):
         gemmgen.scaled_mm(a, b, sa, sb, out_dtype, bias=bias, out=out, arch="sm80")
         _assert_close(out, _reference(a, b, sa, sb, bias))
     azp = torch.randint(-20, 20, (m,), dtype=torch.int32, device="cuda")
-    azp_adj = b.to(torch.int32).sum(dim=0)
+    azp_adj = b.to(torch.int32).sum(dim=0, dtype=torch.int32)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=out_dtype)
     gemmgen.scaled_mm_azp(a, b, scale_a, scale_b, out_dtype, azp_adj, azp=azp, out=out, arch="sm80")
     _assert_close(out, _reference(a, b, scale_a, scale_b, None, azp_adj, azp))
