@@ -11,7 +11,6 @@
 
 #include "cutlass/cutlass.h"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/device/gemm_universal_base.h"
 #include "cutlass/gemm/kernel/default_gemm_universal_with_visitor.h"
 #include "cutlass/gemm/threadblock/threadblock_swizzle.h"
 #include "cutlass/epilogue/threadblock/fusion/visitors.hpp"
@@ -60,9 +59,7 @@ struct SplitKPath {
       cutlass::epilogue::thread::LinearCombination<float, 4, int32_t, float>,
       typename Config::ThreadblockSwizzle, Config::Stages,
       cutlass::arch::OpMultiplyAddSaturate>::GemmKernel;
-  // NOTES: not GemmUniversalAdapter: for a non-EVT 2.x kernel with a row-major C it transposes
-  // the problem (swapping A/B and M/N), expecting a kernel built for the transposed form.
-  using Gemm = cutlass::gemm::device::GemmUniversalBase<Kernel>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
   static size_t partial_bytes(gemmgen_scaled_mm_args const& p) {
     size_t buffers = kSerial ? 1 : static_cast<size_t>(p.split_k_slices);
