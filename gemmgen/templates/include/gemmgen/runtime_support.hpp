@@ -9,6 +9,7 @@
 #include <atomic>
 #include <string>
 
+#include "cutlass/cutlass.h"
 #include "cutlass/kernel_hardware_info.h"
 #include "gemmgen/c_api.h"
 
@@ -22,6 +23,18 @@ inline std::string& last_error_message() {
 inline int fail(int code, char const* kernel_name, char const* what) {
   last_error_message() = std::string(kernel_name) + ": " + what;
   return code;
+}
+
+// The status of a launch: any CUDA error the launch left behind, then CUTLASS's own.
+inline int launch_status(cutlass::Status status, char const* kernel_name) {
+  cudaError_t launch = cudaGetLastError();
+  if (launch != cudaSuccess) {
+    return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launch));
+  }
+  if (status != cutlass::Status::kSuccess) {
+    return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cutlassGetStatusString(status));
+  }
+  return GEMMGEN_OK;
 }
 
 namespace detail {

@@ -90,14 +90,7 @@ struct ScaledMm {
     if (status != cutlass::Status::kSuccess) {
       return fail(GEMMGEN_INITIALIZE_FAILED, kernel_name, cutlassGetStatusString(status));
     }
-    status = gemm.run(cuda_stream);
-    cudaError_t launch = cudaGetLastError();
-    if (status != cutlass::Status::kSuccess || launch != cudaSuccess) {
-      return fail(GEMMGEN_LAUNCH_FAILED, kernel_name,
-                  launch != cudaSuccess ? cudaGetErrorString(launch)
-                                        : cutlassGetStatusString(status));
-    }
-    return GEMMGEN_OK;
+    return launch_status(gemm.run(cuda_stream), kernel_name);
   }
 };
 

@@ -183,14 +183,7 @@ struct ScaledMm {
     // NOTES: the adapter's initialize() would call cudaFuncSetAttribute on every launch; the
     // attribute is per device and per kernel, so it is set once and the static run() is used.
     auto params = Kernel::to_underlying_arguments(args, workspace);
-    status = Gemm::run(params, cuda_stream);
-    cudaError_t launch = cudaGetLastError();
-    if (status != cutlass::Status::kSuccess || launch != cudaSuccess) {
-      return fail(GEMMGEN_LAUNCH_FAILED, kernel_name,
-                  launch != cudaSuccess ? cudaGetErrorString(launch)
-                                        : cutlassGetStatusString(status));
-    }
-    return GEMMGEN_OK;
+    return launch_status(Gemm::run(params, cuda_stream), kernel_name);
   }
 };
 
