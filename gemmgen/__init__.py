@@ -33,7 +33,12 @@ def __getattr__(name: str):
 
 def reload() -> None:
     """Forget loaded libraries and dispatch caches (after `gemmgen build` in this process)."""
+    import sys
+
     from .bindings.library import reload as reload_libraries
     from .dispatch import cache_clear
     reload_libraries()
     cache_clear()
+    ops = sys.modules.get("gemmgen.bindings.ops")  # loaded only once an op ran; never import torch here
+    if ops is not None:
+        ops.clear_caches()

@@ -181,6 +181,13 @@ def reset_caches() -> None:
 _checked_devices: set[tuple[int, str]] = set()
 
 
+def clear_caches() -> None:
+    """Forget memoized kernel choices and device checks (gemmgen.reload() calls this)."""
+    _choices.clear()
+    _device_arches.clear()
+    _checked_devices.clear()
+
+
 def _check_device(device: int, kernel: Kernel) -> None:
     capability = torch.cuda.get_device_capability(device)
     arch = kernel.library.arch
