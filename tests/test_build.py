@@ -330,7 +330,7 @@ def test_args_struct_mirrors_c_api():
         for declarator in declaration.split(","):
             names.append(re.findall(r"\w+", declarator)[-1])
     assert names == [name for name, _ in binding_library.ScaledMmArgs._fields_]
-    assert ctypes.sizeof(binding_library.ScaledMmArgs) == 3 * 8 + 6 * 8 + 5 * 8 + 4 * 4 == 128
+    assert ctypes.sizeof(binding_library.ScaledMmArgs) == 3 * 8 + 6 * 8 + 5 * 8 + 6 * 4 == 136
 
 
 # ------------------------------------------------------------------------ CLI

@@ -210,7 +210,7 @@ def test_kernel_source_contents(default):
             assert f"GEMMGEN_EXPORT int gemmgen_run_{kernel.name}(" in src
             assert f"GEMMGEN_EXPORT size_t gemmgen_workspace_{kernel.name}(" in src
             assert f'"{kernel.name}");' in src  # the name last_error() reports
-            assert f"using Config{index} = gemmgen::sm90::ScaledMmConfig<" in src
+            assert f"struct Config{index} : gemmgen::sm90::ScaledMmConfig<" in src
             assert f"gemmgen::{kernel.epilogue}," in src
         assert "{{" not in src and "{%" not in src
 
@@ -227,11 +227,11 @@ def test_kernel_source_cpp_spellings(case):
     assert "cutlass::gemm::KernelTmaWarpSpecializedPingpong,\n" in int8_large
     assert "cutlass::epilogue::TmaWarpSpecialized,\n" in int8_large
     assert "/*stages (0 = auto)=*/0, cutlass::gemm::PersistentScheduler," in int8_large
-    assert "/*swap_ab=*/false>;" in int8_large
+    assert "/*swap_ab=*/false> {};" in int8_large
     fp8_small = units["sm90a_scaled_mm_e4m3_t64x64x128_c1x1x1_ws_sauto_swapab.cu"]
     assert "cutlass::float_e4m3_t, cutlass::bfloat16_t," in fp8_small
     assert "cutlass::gemm::KernelTmaWarpSpecializedFP8FastAccum,\n" in fp8_small
-    assert "/*swap_ab=*/true>;" in fp8_small
+    assert "/*swap_ab=*/true> {};" in fp8_small
 
 
 def test_library_source(default):

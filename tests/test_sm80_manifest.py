@@ -48,8 +48,8 @@ families:
         use: large
 """
 
-SM80_KEYS_MESSAGE = r"allowed keys: instruction, name, stages, swizzle, tile, warp"
-TERSE_RE = re.compile(r"^t\d+x\d+x\d+_w\d+x\d+x\d+_s\d+_(sw[1248]|streamk)$")
+SM80_KEYS_MESSAGE = r"allowed keys: instruction, name, split_k, stages, swizzle, tile, warp"
+TERSE_RE = re.compile(r"^t\d+x\d+x\d+_w\d+x\d+x\d+_s\d+_(sw[1248]|streamk)(_sk(ser|par))?$")
 
 
 @pytest.fixture
@@ -188,7 +188,7 @@ CASES = [
     # ---- dispatch `use` by keys
     ("use-sm90-key-cluster", [("use: large", "use: {tile: [128, 128, 64], cluster: [1, 1, 1]}")],
      "cluster", "cluster: [1, 1, 1]}", r"unknown config key in dispatch `use`; allowed: instruction, "
-                                       r"stages, swizzle, tile, warp"),
+                                       r"split_k, stages, swizzle, tile, warp"),
     ("use-sm90-key-schedule", [("use: large", "use: {schedule: pingpong}")],
      "schedule", "use: {schedule", r"unknown config key in dispatch `use`"),
     ("use-name-key", [("use: large", "use: {name: large}")],
@@ -350,7 +350,7 @@ def test_use_by_every_sm80_key(sm80):
     sm80.replace("use: large", "use: {tile: [128, 128, 64], warp: [64, 64, 64], "
                                "instruction: [16, 8, 32], stages: 5, swizzle: 2}")
     assert [r.config_index for r in sm80.load().families[0].dispatch] == [0, 1]
-    assert CONFIG_KEYS["sm80"] - {"name"} == {"tile", "warp", "instruction", "stages", "swizzle"}
+    assert CONFIG_KEYS["sm80"] - {"name"} == {"tile", "warp", "instruction", "stages", "swizzle", "split_k"}
 
 
 def test_use_by_streamk_swizzle(sm80):
@@ -381,9 +381,9 @@ def test_default_sm80_manifest_validates_and_expands(default_sm80_path):
     manifest = load_manifest(default_sm80_path)
     assert (manifest.library, manifest.arch) == ("w8a8_sm80", "sm80")
     (family,) = manifest.families
-    assert family.name == "int8" and len(family.configs) == 4
+    assert family.name == "int8" and len(family.configs) == 6
     kernels = expand(manifest)
-    assert len(kernels) == len({k.name for k in kernels}) == 4 * 2 * 4  # configs x d x epilogues
+    assert len(kernels) == len({k.name for k in kernels}) == 6 * 2 * 4  # configs x d x epilogues
     for kernel in kernels:
         assert kernel.arch == "sm80" and kernel.a == "int8"
         assert kernel.name.startswith("sm80_scaled_mm_i8_")
@@ -394,7 +394,8 @@ def test_default_sm80_manifest_validates_and_expands(default_sm80_path):
         assert kernel.origin is not None and kernel.origin.file == manifest.path
     assert {k.config.terse for k in kernels} == {
         "t16x64x128_w16x64x64_s5_sw1", "t32x64x128_w32x64x64_s5_sw1",
-        "t64x128x128_w64x64x64_s5_sw1", "t128x128x64_w64x64x64_s5_sw2"}
+        "t64x128x128_w64x64x64_s5_sw1", "t128x128x64_w64x64x64_s5_sw2",
+        "t64x128x128_w64x64x64_s5_sw1_skser", "t64x128x128_w64x64x64_s5_sw1_skpar"}
     assert [r.config_index for r in family.dispatch] == [0, 1, 2, 2, 3]
 
 
@@ -409,7 +410,7 @@ def test_render_default_sm80_sources(default_sm80_path):
     units = render_kernel_sources(manifest, kernels)
     assert _units(manifest, kernels) == _units(load_manifest(default_sm80_path), expand(manifest))
     assert sorted(k.name for u in units for k in u.kernels) == sorted(k.name for k in kernels)
-    assert len({u.name for u in units}) == len(units) == 8  # 4 configs x 8 kernels / 4 per file
+    assert len({u.name for u in units}) == len(units) == 12  # 6 configs x 8 kernels / 4 per file
     for unit in units:
         assert unit.name.startswith("sm80_scaled_mm_int8_") and unit.name.endswith(".cu")
         src = unit.source
@@ -439,7 +440,7 @@ def test_render_streamk_source(sm80):
     streamk = [u for u in units if "streamk" in u.name]
     assert len(streamk) == 1 and len(streamk[0].kernels) == 4
     src = streamk[0].source
-    assert src.count("cutlass::gemm::threadblock::ThreadblockSwizzleStreamK>") == 4
+    assert src.count("cutlass::gemm::threadblock::ThreadblockSwizzleStreamK,") == 4
     assert "GemmIdentityThreadblockSwizzle" not in src
     others = [u for u in units if u is not streamk[0]]
     assert others and all("ThreadblockSwizzleStreamK" not in u.source
@@ -479,3 +480,52 @@ def test_sm80_arch_flags():
     from gemmgen.build.toolchain import ARCH_FLAGS
     assert "-gencode=arch=compute_80,code=[sm_80,compute_80]" in ARCH_FLAGS["sm80"]
     assert not any("90a" in flag for flag in ARCH_FLAGS["sm80"])
+
+
+SPLIT_K_MANIFEST = """\
+library: split
+arch: sm80
+families:
+  - name: int8
+    op: scaled_mm
+    dtypes: [{a: int8, d: bf16}]
+    epilogues: [ScaledEpilogueBias]
+    configs:
+      - name: only
+        tile: [64, 128, 128]
+        warp: [64, 64, 64]
+        stages: 4
+        swizzle: SWIZZLE
+        split_k: SPLIT
+    dispatch:
+      - {when: "true", use: only}
+"""
+
+
+@pytest.mark.parametrize("swizzle, split, key, message", [
+    ("streamk", "{mode: parallel, slices: 4}", "split_k", "split-K and the stream-K swizzle"),
+    ("1", "{mode: atomic, slices: 4}", "mode", "unknown value 'atomic'; expected one of serial, parallel"),
+    ("1", "{mode: serial, slices: 1}", "slices", "expected an integer in [2, 64], got 1"),
+    ("1", "{mode: serial, slices: 65}", "slices", "expected an integer in [2, 64], got 65"),
+    ("1", "{mode: serial}", "slices", "missing required key"),
+    ("1", "{mode: serial, slices: 2, order: 1}", "order", "unknown key in split_k"),
+])
+def test_split_k_validation(write_manifest, swizzle, split, key, message):
+    text = SPLIT_K_MANIFEST.replace("SWIZZLE", swizzle).replace("SPLIT", split)
+    path = write_manifest(text)
+    with pytest.raises(ManifestError, match=re.escape(message)) as info:
+        load_manifest(path)
+    assert info.value.key == key
+    assert info.value.file == str(path)
+    assert info.value.line == 14  # the split_k line
+
+
+@pytest.mark.parametrize("mode, fragment", [("serial", "_skser"), ("parallel", "_skpar")])
+def test_split_k_config_is_named_and_rendered(write_manifest, mode, fragment):
+    text = SPLIT_K_MANIFEST.replace("SWIZZLE", "2").replace("SPLIT", f"{{mode: {mode}, slices: 3}}")
+    manifest = load_manifest(write_manifest(text))
+    (kernel,) = expand(manifest)
+    assert kernel.config.split_k == mode and kernel.knobs.split_k_slices == 3
+    assert kernel.name.endswith("_sw2" + fragment)
+    (unit,) = render_kernel_sources(manifest, [kernel])
+    assert f"gemmgen::sm80::SplitK::k{mode.capitalize()}>" in unit.source

@@ -18,8 +18,8 @@ from .. import dispatch
 from ..errors import KernelLaunchError
 from .library import RASTER_CODES, Kernel, ScaledMmArgs, all_kernels
 
-# Byte layout of gemmgen_scaled_mm_args (c_api.h): 14 pointers / int64, then 4 int32.
-_ARGS_LAYOUT = struct.Struct("=QQQqqqqqqQQQQQiiii")
+# Byte layout of gemmgen_scaled_mm_args (c_api.h): 14 pointers / int64, then 6 int32.
+_ARGS_LAYOUT = struct.Struct("=QQQqqqqqqQQQQQiiiiii")
 
 _IN_DTYPES = (torch.int8, torch.float8_e4m3fn)
 _OUT_DTYPES = (torch.bfloat16, torch.float16)
@@ -230,7 +230,8 @@ def _launch(chosen: Kernel, buffer: ctypes.Array, device: int) -> int:
 def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
                         scale_b: torch.Tensor, bias: Optional[torch.Tensor],
                         azp_adj: Optional[torch.Tensor], azp: Optional[torch.Tensor],
-                        kernel: Optional[str], arch: Optional[str] = None) -> None:
+                        kernel: Optional[str], arch: Optional[str] = None,
+                        split_k: Optional[int] = None) -> None:
     epilogue = check_arguments(out, a, b, scale_a, scale_b, bias, azp_adj, azp)
     m, k = a.shape
     n = b.shape[1]
@@ -247,6 +248,12 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
     if (device, chosen.library.arch) not in _checked_devices:
         _check_device(device, chosen)
     knobs = chosen.spec.knobs
+    slices = knobs.split_k_slices if split_k is None else split_k
+    if slices != 1 and getattr(chosen.config, "split_k", "none") == "none":
+        raise _fail("split_k", f"None or 1: kernel {chosen.name} was built without split-K (an "
+                               "sm80 config with `split_k: {mode: serial|parallel, slices: N}`)", split_k)
+    if not isinstance(slices, int) or not 1 <= slices <= 64:
+        raise _fail("split_k", "an int in [1, 64] (K slices)", split_k)
     # NOTES: a single row (or column) has no meaningful stride and torch may report 1 for it;
     # TMA wants a leading stride of at least the row length, so pass the packed one.
     lda = a.stride(0) if m > 1 else k
@@ -256,7 +263,7 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
     _ARGS_LAYOUT.pack_into(buffer, 0, a_ptr, b_ptr, d_ptr, m, n, k, lda, ldb, ldd,
                            scale_a.data_ptr(), scale_b.data_ptr(), _ptr(bias), _ptr(azp_adj),
                            _ptr(azp), scale_a.numel() > 1, scale_b.numel() > 1,
-                           RASTER_CODES[knobs.raster], knobs.swizzle)
+                           RASTER_CODES[knobs.raster], knobs.swizzle, slices, 0)
     if device == _current_device():
         status = _launch(chosen, buffer, device)
     else:
@@ -270,25 +277,27 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
 def scaled_mm_out(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
                   scale_b: torch.Tensor, bias: Optional[torch.Tensor], azp_adj: Optional[torch.Tensor],
                   azp: Optional[torch.Tensor], kernel: Optional[str],
-                  arch: Optional[str] = None) -> None:
+                  arch: Optional[str] = None, split_k: Optional[int] = None) -> None:
     """out = epilogue(a · b); see gemmgen.scaled_mm / gemmgen.scaled_mm_azp."""
-    _scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch)
+    _scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch, split_k)
 
 
 @scaled_mm_out.register_fake
-def _scaled_mm_out_fake(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch=None) -> None:
+def _scaled_mm_out_fake(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch=None,
+                        split_k=None) -> None:
     check_arguments(out, a, b, scale_a, scale_b, bias, azp_adj, azp)
 
 
-def _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch) -> None:
+def _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch, split_k) -> None:
     # NOTES: eager calls skip the custom-op dispatcher (~30 µs of Python per call measured on an
     # H200 host: the whole budget of a small-M GEMM). Under torch.compile, a dispatch mode
     # (make_fx, FakeTensorMode) or a tensor subclass, the call goes through the custom op.
     if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
             or type(a) is not torch.Tensor):
-        torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch)
+        torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch,
+                                        split_k)
     else:
-        _scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch)
+        _scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch, split_k)
 
 
 def _output(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, out: Optional[torch.Tensor]) -> torch.Tensor:
@@ -307,24 +316,26 @@ def _output(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, out: Optio
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
               out_dtype: torch.dtype, bias: Optional[torch.Tensor] = None,
               out: Optional[torch.Tensor] = None, *, kernel: Optional[str] = None,
-              arch: Optional[str] = None) -> torch.Tensor:
+              arch: Optional[str] = None, split_k: Optional[int] = None) -> torch.Tensor:
     """D = scale_a · scale_b · (a @ b) [+ bias], computed by a fused CUTLASS kernel.
 
     a: [M, K] int8 or float8_e4m3fn, row-major. b: [K, N] same dtype, column-major (pass an
     [N, K] weight as `w.t()`). scale_a: float32, 1 or M values; scale_b: float32, 1 or N values.
     bias: [N] in out_dtype. out: optional [M, N] row-major output. kernel: force a kernel by name
     (default: the dispatch table picks). arch: "sm90a" or "sm80" to use that kernel family (default:
-    the fastest one the GPU runs: sm90a on Hopper, sm80 on Ampere/Ada).
+    the fastest one the GPU runs: sm90a on Hopper, sm80 on Ampere/Ada). split_k: K slices for a
+    kernel built with split-K (sm80 `split_k` config key; default: the config's own slices).
     """
     out = _output(a, b, out_dtype, out)
-    _call(out, a, b, scale_a, scale_b, bias, None, None, kernel, arch)
+    _call(out, a, b, scale_a, scale_b, bias, None, None, kernel, arch, split_k)
     return out
 
 
 def scaled_mm_azp(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                   out_dtype: torch.dtype, azp_adj: torch.Tensor, azp: Optional[torch.Tensor] = None,
                   bias: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None, *,
-                  kernel: Optional[str] = None, arch: Optional[str] = None) -> torch.Tensor:
+                  kernel: Optional[str] = None, arch: Optional[str] = None,
+                  split_k: Optional[int] = None) -> torch.Tensor:
     """Asymmetric int8 activations: D = scale_a · scale_b · (a @ b − zp) [+ bias].
 
     Without `azp` (per-tensor zero point): zp[m, n] = azp_adj[n], where azp_adj is
@@ -334,7 +345,7 @@ def scaled_mm_azp(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
     if azp_adj is None:
         raise _fail("azp_adj", "an int32 tensor of N elements", None)
     out = _output(a, b, out_dtype, out)
-    _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch)
+    _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch, split_k)
     return out
 
 

@@ -22,6 +22,7 @@ TILE_SCHEDULERS = ("persistent", "streamk")
 RASTER_ORDERS = ("heuristic", "along_m", "along_n")
 SWIZZLES = (1, 2, 4, 8)
 SM80_SWIZZLES = (1, 2, 4, 8, "streamk")  # compile time in CUTLASS 2.x
+SPLIT_K_MODES = ("none", "serial", "parallel")
 
 _SHORT_DTYPE = {"int8": "i8", "e4m3": "e4m3", "bf16": "bf16", "fp16": "f16"}
 _SHORT_EPILOGUE = {"ScaledEpilogue": "scaled", "ScaledEpilogueBias": "scaled_bias",
@@ -83,6 +84,7 @@ class Sm80TileConfig:
     instruction: tuple[int, int, int]
     stages: int
     swizzle: int | str  # GemmIdentityThreadblockSwizzle<N>, or "streamk"
+    split_k: str = "none"  # also builds a split-K path: "serial" or "parallel"
 
     @property
     def swap_ab(self) -> bool:
@@ -90,10 +92,13 @@ class Sm80TileConfig:
 
     @property
     def terse(self) -> str:
-        """Name fragment, e.g. `t128x128x64_w64x64x64_s5_sw1` (or `_streamk`)."""
+        """Name fragment, e.g. `t128x128x64_w64x64x64_s5_sw1` (`_streamk`; `_skpar`, `_skser`)."""
         swizzle = "streamk" if self.swizzle == "streamk" else f"sw{self.swizzle}"
-        return "_".join(["t" + "x".join(map(str, self.tile)), "w" + "x".join(map(str, self.warp)),
-                         f"s{self.stages}", swizzle])
+        parts = ["t" + "x".join(map(str, self.tile)), "w" + "x".join(map(str, self.warp)),
+                 f"s{self.stages}", swizzle]
+        if self.split_k != "none":
+            parts.append("sk" + self.split_k[:3])
+        return "_".join(parts)
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ class RuntimeKnobs:
 
     raster: str = "heuristic"
     swizzle: int = 1
+    split_k_slices: int = 1  # default K slices of a kernel built with split-K
 
 
 @dataclass(frozen=True)

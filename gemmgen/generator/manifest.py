@@ -33,7 +33,7 @@ from . import sm80_rules, sm90_rules
 from .dispatch_rules import ConditionError, RuleTableError, check_rule_table, parse_condition
 from .dispatch_rules import Condition
 from .kernel_config import (ACC_FOR, AZP_EPILOGUES, DTYPES_8BIT, EPILOGUE_SCHEDULES, EPILOGUES,
-                            OUT_DTYPES, RASTER_ORDERS, SCHEDULES, SM80_SWIZZLES, SWIZZLES,
+                            OUT_DTYPES, RASTER_ORDERS, SCHEDULES, SM80_SWIZZLES, SPLIT_K_MODES, SWIZZLES,
                             TILE_SCHEDULERS, RuntimeKnobs, Sm80TileConfig, TileConfig)
 from .yaml_lines import LocatedDict, LocatedList, load_yaml
 
@@ -46,7 +46,8 @@ _FAMILY_KEYS = {"name", "op", "dtypes", "epilogues", "exclude", "configs", "disp
 _DTYPE_KEYS = {"a", "b", "acc", "d"}
 _CONFIG_KEYS = {"name", "tile", "cluster", "schedule", "epilogue_schedule", "stages",
                 "tile_scheduler", "raster", "swizzle", "swap_ab"}
-_SM80_CONFIG_KEYS = {"name", "tile", "warp", "instruction", "stages", "swizzle"}
+_SM80_CONFIG_KEYS = {"name", "tile", "warp", "instruction", "stages", "swizzle", "split_k"}
+_SPLIT_K_KEYS = {"mode", "slices"}
 CONFIG_KEYS = {"sm90a": _CONFIG_KEYS, "sm80": _SM80_CONFIG_KEYS}
 _EXCLUDE_KEYS = {"a", "d", "epilogue"}
 _RULE_KEYS = {"when", "use"}
@@ -278,21 +279,31 @@ def _read_sm80_config(reader: _Reader, node: Any, index: int, combos, parent: Lo
     if not isinstance(stages, int) or isinstance(stages, bool) or not 2 <= stages <= 10:
         raise reader.error(c, "stages", f"expected an integer in [2, 10] (CUTLASS 2.x has no "
                                         f"automatic stage count), got {stages!r}")
+    split_mode, slices = "none", 1
+    if "split_k" in c:
+        split = reader.mapping(c["split_k"], "split_k", _SPLIT_K_KEYS, {"mode", "slices"})
+        split_mode = reader.choice(split, "mode", SPLIT_K_MODES[1:])
+        slices = split["slices"]
+        if not isinstance(slices, int) or isinstance(slices, bool) or not 2 <= slices <= 64:
+            raise reader.error(split, "slices", f"expected an integer in [2, 64], got {slices!r}")
     config = Sm80TileConfig(
         tile=reader.triple(c, "tile"), warp=reader.triple(c, "warp"),
         instruction=reader.triple(c, "instruction", list(sm80_rules.INSTRUCTION_FOR["int8"])),
-        stages=stages, swizzle=reader.choice(c, "swizzle", SM80_SWIZZLES, 1))
+        stages=stages, swizzle=reader.choice(c, "swizzle", SM80_SWIZZLES, 1), split_k=split_mode)
     for key, message in sm80_rules.check_config(config, combos[0][0]):
         raise reader.error(c, key, message)
-    return ConfigEntry(name, config, RuntimeKnobs(), parent.line_of(index))
+    return ConfigEntry(name, config, RuntimeKnobs(split_k_slices=slices), parent.line_of(index))
 
 
 def config_fields(entry: ConfigEntry) -> dict[str, Any]:
     """A config as the manifest spells it, for matching dispatch `use` mappings."""
     cfg, knobs = entry.config, entry.knobs
     if isinstance(cfg, Sm80TileConfig):
-        return {"tile": list(cfg.tile), "warp": list(cfg.warp), "instruction": list(cfg.instruction),
-                "stages": cfg.stages, "swizzle": cfg.swizzle}
+        fields = {"tile": list(cfg.tile), "warp": list(cfg.warp), "instruction": list(cfg.instruction),
+                  "stages": cfg.stages, "swizzle": cfg.swizzle}
+        if cfg.split_k != "none":
+            fields["split_k"] = {"mode": cfg.split_k, "slices": knobs.split_k_slices}
+        return fields
     return {"tile": list(cfg.tile), "cluster": list(cfg.cluster), "schedule": cfg.schedule,
             "epilogue_schedule": cfg.epilogue_schedule,
             "stages": cfg.stages if cfg.stages else "auto", "tile_scheduler": cfg.tile_scheduler,

@@ -66,6 +66,9 @@ class _Cpp:
     def gemm_shape(self, dims: Sequence[int]) -> str:
         return f"cutlass::gemm::GemmShape<{', '.join(map(str, dims))}>"
 
+    def split_k(self, k: KernelSpec) -> str:
+        return {"none": "kNone", "serial": "kSerial", "parallel": "kParallel"}[k.config.split_k]
+
     def threadblock_swizzle(self, k: KernelSpec) -> str:
         if k.config.swizzle == "streamk":
             return "cutlass::gemm::threadblock::ThreadblockSwizzleStreamK"

@@ -49,6 +49,9 @@ def check_config(config: Sm80TileConfig, a_dtype: str) -> list[Problem]:
         if warps > _MAX_WARPS:
             problems.append(("warp", f"{tm}x{tn}x{tk} / {wm}x{wn}x{wk} gives {warps} warps "
                                      f"({32 * warps} threads); at most {_MAX_WARPS}"))
+    if config.split_k != "none" and config.swizzle == "streamk":
+        problems.append(("split_k", "split-K and the stream-K swizzle both divide K; pick one "
+                                    "(stream-K balances the split itself)"))
     smem = shared_memory_bytes(config)
     if smem > SMEM_LIMIT_BYTES:
         problems.append(("stages", f"{config.stages} stages of tile {tm}x{tn}x{tk} need "

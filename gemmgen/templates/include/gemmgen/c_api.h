@@ -45,8 +45,10 @@ typedef struct gemmgen_scaled_mm_args {
   const int32_t* azp;       /* [M] per-token zero points (ScaledEpilogueAzpPerToken) */
   int32_t scale_a_per_token;
   int32_t scale_b_per_channel;
-  int32_t raster_order;     /* 0 heuristic, 1 along M, 2 along N */
-  int32_t max_swizzle_size; /* 1, 2, 4 or 8 */
+  int32_t raster_order;     /* sm90: 0 heuristic, 1 along M, 2 along N */
+  int32_t max_swizzle_size; /* sm90: 1, 2, 4 or 8 */
+  int32_t split_k_slices;   /* sm80 kernels built with split-K: K slices (1 = no split) */
+  int32_t reserved;
 } gemmgen_scaled_mm_args;
 
 typedef int (*gemmgen_scaled_mm_fn)(const gemmgen_scaled_mm_args* args, void* workspace,

@@ -79,9 +79,10 @@ struct ScaledMm {
       LayoutB, AlignAB, ElementAcc, typename Config::TileShape, typename Config::ClusterShape,
       StageCount, typename Config::KernelSchedule>::CollectiveOp;
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
-                                                      CollectiveMainloop, CollectiveEpilogue,
-                                                      typename Config::TileScheduler>;
+  // A type of its own per kernel: Config is local to its translation unit (see the .cu).
+  struct Kernel : cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
+                                                       CollectiveMainloop, CollectiveEpilogue,
+                                                       typename Config::TileScheduler> {};
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
   static typename Gemm::Arguments make_arguments(gemmgen_scaled_mm_args const& p) {
