@@ -1,4 +1,4 @@
-"""The `gemmgen` command: build (validate + render + compile + publish), validate, list."""
+"""The `gemmgen` command: build (validate + render + compile + publish), validate, list, tune."""
 
 from __future__ import annotations
 
@@ -63,6 +63,22 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from .tuning.shapes import DEFAULT_M_GRID, load_many, parse_m_grid, resolve_shapes_arg
+    from .tuning.tune import TuneOptions, tune
+
+    shapes = load_many(args.shapes)
+    options = TuneOptions(
+        shapes=shapes, m_grid=parse_m_grid(args.m) if args.m else DEFAULT_M_GRID,
+        library=args.library, dtypes=tuple(args.dtypes or ()), out_dtype=args.out_dtype,
+        epilogue=args.epilogue, knob_top=args.knob_top, tolerance=args.tolerance, fresh=args.fresh,
+        out=args.out, select=args.select, select_dir=args.select_dir, gpus=args.gpus,
+        command="gemmgen " + " ".join(args.argv),
+        shape_sources=[resolve_shapes_arg(s).name for s in args.shapes])
+    tune(options)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gemmgen", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -83,7 +99,31 @@ def main(argv: list[str] | None = None) -> int:
     listing = sub.add_parser("list", help="list the built kernels")
     listing.add_argument("--dispatch", action="store_true", help="also print the dispatch rules")
     listing.set_defaults(func=_cmd_list)
+    tuning = sub.add_parser("tune", help="measure every candidate kernel over weight shapes x an M "
+                                         "grid on the GPU and write the tuned dispatch table")
+    tuning.add_argument("--shapes", nargs="+", required=True,
+                        help="shape files (paths, or names in gemmgen/manifests/shapes/, e.g. llama3_8b)")
+    tuning.add_argument("--m", help="comma-separated M grid (default: 1..16384, powers of two and between)")
+    tuning.add_argument("--library", help="library to tune (default: the one this GPU dispatches to)")
+    tuning.add_argument("--dtypes", nargs="+", choices=["int8", "e4m3"], help="input dtypes (default: all built)")
+    tuning.add_argument("--out-dtype", default="bf16", choices=["bf16", "fp16"],
+                        help="output dtype measured (the table serves the other through the same configs)")
+    tuning.add_argument("--epilogue", default="ScaledEpilogueBias",
+                        help="epilogue measured (others use the same configs' kernels)")
+    tuning.add_argument("--knob-top", type=int, default=3,
+                        help="try every run-time knob on this many fastest kernels per point")
+    tuning.add_argument("--tolerance", type=float, default=0.02,
+                        help="times within this fraction of the best are ties (stable tie-break)")
+    tuning.add_argument("--out", help="table path (default: <manifest>.tuned.yaml next to the manifest)")
+    tuning.add_argument("--select", action="store_true",
+                        help="also prune the manifest to the smallest config set within 97%% of the "
+                             "oracle everywhere (99%% geomean) and write it with its table")
+    tuning.add_argument("--select-dir", help="where --select writes (default: <build dir>/tune/pruned)")
+    tuning.add_argument("--gpus", type=int, help="GPUs to use (default: all visible; shapes are split)")
+    tuning.add_argument("--fresh", action="store_true", help="discard stored measurements (no resume)")
+    tuning.set_defaults(func=_cmd_tune)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.func(args)
     except GemmgenError as exc:

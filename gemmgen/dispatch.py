@@ -1,7 +1,9 @@
-"""Dispatch: which compiled kernel serves a problem, looked up from Python.
+"""Dispatch: which compiled kernel (and run-time knobs) serves a problem, looked up from Python.
 
-The rules are the manifest's ordered `dispatch` tables (first match wins), generated into the
-library's bindings and parsed once at load; lookups are memoized per problem key.
+The chain, first hit wins: the tuned table `gemmgen tune` measured (exact (N, K), then the
+nearest measured shape; only when its GPU and kernel set match) → the manifest's ordered
+`dispatch` rules → a guaranteed default. Each fallback is logged once at WARNING with its
+reason. Tables and rules are parsed once at library load; lookups are memoized per problem.
 
     gemmgen.dispatch.lookup("scaled_mm", a_dtype=torch.int8, out_dtype=torch.bfloat16,
                             epilogue="ScaledEpilogueBias", m=37, n=4096, k=4096)
@@ -12,10 +14,13 @@ library's bindings and parsed once at load; lookups are memoized per problem key
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 
-from .bindings.library import Kernel, all_kernels, libraries
-from .generator.kernel_config import AZP_EPILOGUES, EPILOGUES
+from .bindings.library import Kernel, Library, all_kernels, libraries
+from .generator.kernel_config import AZP_EPILOGUES, EPILOGUES, RuntimeKnobs
+
+log = logging.getLogger("gemmgen.dispatch")
 
 _DTYPE_NAMES = {"int8": "int8", "float8_e4m3fn": "e4m3", "e4m3": "e4m3", "bfloat16": "bf16",
                 "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
@@ -35,12 +40,16 @@ def dtype_name(dtype) -> str:
 
 @dataclass(frozen=True)
 class Choice:
-    """The kernel a rule picked, with the rule's text and manifest line."""
+    """A dispatch decision: the kernel and run-time knobs, which link of the chain chose them
+    (`source`: "table", "rule" or "default") and why, in words (`reason`)."""
 
     kernel: Kernel
-    rule: str
-    rule_index: int
-    line: int
+    knobs: RuntimeKnobs
+    source: str
+    reason: str
+    rule: str | None = None
+    rule_index: int | None = None
+    line: int | None = None
 
 
 def _epilogue_for(op: str, epilogue: str | None) -> str:
@@ -55,19 +64,124 @@ def _epilogue_for(op: str, epilogue: str | None) -> str:
     return epilogue
 
 
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("%s", message)
+
+
+@functools.lru_cache(maxsize=16)
+def gpu_identity(device: int | None) -> tuple[str, int] | None:
+    """(name, SM count) of a CUDA device (None: the current one), or None without CUDA."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return None
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(torch.cuda.current_device() if device is None else device)
+    return props.name, props.multi_processor_count
+
+
+def _usable_table(library: Library, gpu: tuple[str, int] | None):
+    """The library's tuned table if it may serve this GPU; else None (warned once, with why)."""
+    table = library.tuned
+    if table is None:
+        return None
+    why = table.mismatch(gpu=gpu, kernel_set=library.kernel_set)
+    if why is not None:
+        _warn_once(f"gemmgen: the tuned table of library {library.name!r} ({table.path}) is not "
+                   f"used: {why}. Dispatch falls back to the manifest's rules; re-run `gemmgen tune`.")
+        return None
+    return table
+
+
+def _sibling(library: Library, measured: Kernel, a: str, d: str, epilogue: str) -> Kernel | None:
+    """The kernel of the same manifest config as `measured`, for another dtype or epilogue."""
+    origin = measured.spec.origin
+    for kernel in library.kernels.values():
+        spec = kernel.spec
+        if ((spec.origin.family, spec.origin.config) == (origin.family, origin.config)
+                and (spec.a, spec.d, spec.epilogue) == (a, d, epilogue)):
+            return kernel
+    return None
+
+
+def _from_table(library: Library, table, key, m: int, n: int, k: int) -> Choice | None:
+    _, a, d, epilogue = key
+    exact_class = table.classes.get(key)
+    ctable = exact_class or next((t for c, t in sorted(table.classes.items()) if c[1] == a), None)
+    if ctable is None:
+        _warn_once(f"gemmgen: the tuned table of library {library.name!r} has no {a} entries; "
+                   f"{' '.join(key)} uses the manifest's rules")
+        return None
+    hit = ctable.lookup(m, n, k)
+    measured = library.kernels[hit.bucket.kernel]
+    kernel = measured if exact_class else _sibling(library, measured, a, d, epilogue)
+    if kernel is None:
+        _warn_once(f"gemmgen: tuned kernel {measured.name} has no {d} {epilogue} sibling in library "
+                   f"{library.name!r}; {' '.join(key)} uses the manifest's rules")
+        return None
+    where = f"{table.path}:{hit.bucket.line}"
+    if hit.exact_shape:
+        shape = f"measured shape (n={n}, k={k})"
+    else:
+        shape = f"nearest measured shape (n={hit.shape.n}, k={hit.shape.k})"
+        _warn_once(f"gemmgen: (n={n}, k={k}) was not tuned for {' '.join(ctable.key)}; dispatch "
+                   f"uses the nearest measured shape (n={hit.shape.n}, k={hit.shape.k})")
+    proxy = "" if exact_class else (f", measured as {' '.join(ctable.key[1:])} and applied to the "
+                                    f"same config's {d} {epilogue} kernel")
+    knobs = hit.bucket.knobs
+    reason = (f"tuned table ({where}): {shape}, bucket m <= {hit.bucket.m_max}{proxy}; raster "
+              f"{knobs.raster}, swizzle {knobs.swizzle}"
+              + (f", split_k {knobs.split_k_slices}" if knobs.split_k_slices != 1 else ""))
+    return Choice(kernel, knobs, "table", reason)
+
+
 @functools.lru_cache(maxsize=8192)
-def _choose(arches: tuple[str, ...], a: str, d: str, epilogue: str, m: int, n: int, k: int) -> Choice:
+def _choose(arches: tuple[str, ...], a: str, d: str, epilogue: str, m: int, n: int, k: int,
+            gpu: tuple[str, int] | None, tuned: bool) -> Choice:
+    """The lookup chain, first hit wins: tuned table (exact shape, then nearest shape) → the
+    manifest's rules → a guaranteed default (the first config of the family that builds it)."""
     key = ("scaled_mm", a, d, epilogue)
     for arch in arches:
-        for library in libraries():
-            rules = library.dispatch.get(key) if library.arch == arch else None
-            if rules is None:
-                continue
+        serving = [lib for lib in libraries() if lib.arch == arch and any(
+            (kern.spec.a, kern.spec.d, kern.spec.epilogue) == (a, d, epilogue)
+            for kern in lib.kernels.values())]
+        if not serving:
+            continue
+        owner = next((lib for lib in serving if key in lib.dispatch), serving[0])
+        table = _usable_table(owner, gpu) if tuned else None
+        if tuned and owner.tuned is None:
+            _warn_once(f"gemmgen: library {owner.name!r} has no tuned table; dispatch uses the "
+                       "manifest's rules (measure one with `gemmgen tune` on this GPU)")
+        if table is not None:
+            choice = _from_table(owner, table, key, m, n, k)
+            if choice is not None:
+                return choice
+        rules = owner.dispatch.get(key)
+        if rules is not None:
             for index, (condition, name, line) in enumerate(rules):
                 if condition.matches(m, n, k):
-                    return Choice(library.kernels[name], condition.source, index, line)
+                    kernel = owner.kernels[name]
+                    why = ("" if tuned and owner.tuned is not None else
+                           " (no tuned table)" if tuned else " (tuned table not consulted)")
+                    reason = (f"rule {index} ({condition.source!r}, {kernel.spec.origin.file}:{line}) "
+                              f"is the first that matches{why}")
+                    return Choice(kernel, kernel.spec.knobs, "rule", reason, condition.source, index, line)
             # check_rule_table proved the table has no gap at build time
             raise AssertionError(f"dispatch table for {key} has a gap at m={m}, n={n}, k={k}")
+        kernel = min((kern for kern in owner.kernels.values()
+                      if (kern.spec.a, kern.spec.d, kern.spec.epilogue) == (a, d, epilogue)),
+                     key=lambda kern: (kern.spec.origin.line, kern.name))
+        _warn_once(f"gemmgen: library {owner.name!r} has no dispatch rules for {' '.join(key)}; "
+                   f"using its first config's kernel {kernel.name} for every shape")
+        return Choice(kernel, kernel.spec.knobs, "default",
+                      f"default: no table entry or rule serves {' '.join(key)}, so the first "
+                      f"config of the family ({kernel.spec.origin.file}:{kernel.spec.origin.line}) serves it")
     built = sorted({(k.spec.arch, k.spec.a, k.spec.d, k.spec.epilogue)
                     for k in all_kernels().values()})
     raise ValueError(f"no built kernel for {'/'.join(arches)} computes {a} x {a} -> {d} with "
@@ -86,33 +200,36 @@ def _arches(arch) -> tuple[str, ...]:
 
 
 def choose(op: str = "scaled_mm", *, a_dtype, out_dtype, epilogue: str | None = None,
-           m: int, n: int, k: int, arch=None) -> Choice:
-    """The dispatch decision for a problem (kernel, rule and its manifest line).
+           m: int, n: int, k: int, arch=None, tuned: bool = True, device: int | None = None) -> Choice:
+    """The dispatch decision for a problem: kernel, knobs, and which link of the chain chose it.
 
     `arch` ("sm90a", "sm80" or a preference list) picks the kernel family; by default the first of
-    ARCH_PREFERENCE whose libraries serve the problem.
+    ARCH_PREFERENCE whose libraries serve the problem. `tuned=False` skips the tuned table (the
+    manifest's rules only). `device` is the CUDA device whose identity a tuned table must match
+    (default: the current one; without CUDA the table is used unchecked).
     """
     for label, value in (("m", m), ("n", n), ("k", k)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive int, got {value!r}")
     return _choose(_arches(arch), dtype_name(a_dtype), dtype_name(out_dtype),
-                   _epilogue_for(op, epilogue), m, n, k)
+                   _epilogue_for(op, epilogue), m, n, k, gpu_identity(device) if tuned else None, tuned)
 
 
 def lookup(op: str = "scaled_mm", *, a_dtype, out_dtype, epilogue: str | None = None,
-           m: int, n: int, k: int, arch=None) -> Kernel:
-    """The kernel the dispatch table picks: `.name`, `.config`, and callable like the op."""
+           m: int, n: int, k: int, arch=None, tuned: bool = True) -> Kernel:
+    """The kernel dispatch picks: `.name`, `.config`, and callable like the op."""
     return choose(op, a_dtype=a_dtype, out_dtype=out_dtype, epilogue=epilogue, m=m, n=n, k=k,
-                  arch=arch).kernel
+                  arch=arch, tuned=tuned).kernel
 
 
 def explain(op: str = "scaled_mm", *, a_dtype, out_dtype, epilogue: str | None = None,
-            m: int, n: int, k: int, arch=None) -> str:
-    """One paragraph: which rule chose which kernel for this problem, and where the rule lives."""
-    c = choose(op, a_dtype=a_dtype, out_dtype=out_dtype, epilogue=epilogue, m=m, n=n, k=k, arch=arch)
-    return (f"m={m}, n={n}, k={k}: rule {c.rule_index} ({c.rule!r}, {c.kernel.spec.origin.file}:"
-            f"{c.line}) is the first that matches; it picks {c.kernel.name} "
-            f"(config {c.kernel.spec.origin.config!r}).")
+            m: int, n: int, k: int, arch=None, tuned: bool = True) -> str:
+    """One paragraph: which link of the chain (tuned table, rule, default) chose which kernel
+    and knobs for this problem, and why."""
+    c = choose(op, a_dtype=a_dtype, out_dtype=out_dtype, epilogue=epilogue, m=m, n=n, k=k,
+               arch=arch, tuned=tuned)
+    return (f"m={m}, n={n}, k={k}: {c.reason}; it picks {c.kernel.name} (config "
+            f"{c.kernel.spec.origin.config!r}, raster {c.knobs.raster}, swizzle {c.knobs.swizzle}).")
 
 
 def kernels(op: str | None = None) -> list[Kernel]:
@@ -126,3 +243,5 @@ def kernels(op: str | None = None) -> list[Kernel]:
 
 def cache_clear() -> None:
     _choose.cache_clear()
+    gpu_identity.cache_clear()
+    _warned.clear()

@@ -23,5 +23,5 @@ def build_dir(override: str | os.PathLike | None = None) -> Path:
 
 
 def default_manifests() -> list[Path]:
-    """The manifests `gemmgen build` builds when given none."""
-    return sorted(DEFAULT_MANIFEST_DIR.glob("*.yaml"))
+    """The manifests `gemmgen build` builds when given none (tuned tables beside them are not)."""
+    return sorted(p for p in DEFAULT_MANIFEST_DIR.glob("*.yaml") if not p.name.endswith(".tuned.yaml"))

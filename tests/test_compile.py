@@ -18,6 +18,9 @@ import pytest
 from gemmgen.bindings.library import ScaledMmArgs, load_library
 from gemmgen.build import builder, toolchain
 from gemmgen.errors import BuildError
+from gemmgen.generator.kernel_config import RuntimeKnobs
+from gemmgen.tuning.table import (Bucket, ClassTable, ShapeEntry, kernel_set_hash, render_table,
+                                  table_path_for)
 
 pytestmark = pytest.mark.compile
 
@@ -159,6 +162,28 @@ def test_failed_build_keeps_the_published_library(built, tmp_path):
     library = load_library(built.current)
     assert set(library.kernels) == {KERNEL}
     assert _run_zeroed(library.kernels[KERNEL]) == GEMMGEN_WRONG_ARCH
+
+
+def test_tuned_table_is_published_with_the_library(built):
+    """`<manifest>.tuned.yaml` beside the manifest ships in the published folder (no compile);
+    a table tuned for another kernel set is warned about and left out."""
+    path = table_path_for(built.manifest)
+    shape = ShapeEntry(4096, 4096, (Bucket(4096, KERNEL, RuntimeKnobs("along_n", 2)),))
+    meta = {"library": "one", "arch": "sm90a", "kernel_set": kernel_set_hash([KERNEL]),
+            "gpu": "NVIDIA H200", "sm_count": 132}
+    path.write_text(render_table(meta, [ClassTable(KEY, (shape,))]))
+    try:
+        report, _ = built.again()
+        assert UNIT not in report.compile_seconds  # (library.cu may: the failed build above dirtied it)
+        library = load_library(built.current)
+        assert library.tuned is not None and library.tuned.kernel_names() == {KERNEL}
+        assert library.tuned.mismatch(gpu=("NVIDIA H200", 132), kernel_set=library.kernel_set) is None
+        path.write_text(render_table({**meta, "kernel_set": "0" * 16}, [ClassTable(KEY, (shape,))]))
+        report, log = built.again()
+        assert any("tuned for another kernel set" in line for line in log)
+        assert load_library(built.current).tuned is None
+    finally:
+        path.unlink()
 
 
 SM80_MANIFEST = """\

@@ -19,6 +19,7 @@ from .. import settings
 from ..errors import GemmgenError, LibraryNotBuiltError
 from ..generator.dispatch_rules import Condition, parse_condition
 from ..generator.kernel_config import KernelSpec
+from ..tuning.table import TUNED_TABLE_FILE, TunedTable, kernel_set_hash, load_table
 
 BINDINGS_FILE = "bindings.py"
 
@@ -84,6 +85,11 @@ class Library:
     # (op, a, d, epilogue) -> ((condition, kernel name, manifest line), ...)
     dispatch: dict[tuple[str, str, str, str], tuple[tuple[Condition, str, int], ...]]
     bindings: ModuleType
+    tuned: TunedTable | None = None  # the measured table `gemmgen tune` wrote, if published
+
+    @property
+    def kernel_set(self) -> str:
+        return kernel_set_hash(self.kernels)
 
     def last_error(self) -> str:
         return self.cdll.gemmgen_last_error().decode(errors="replace")
@@ -117,7 +123,9 @@ def load_library(directory: Path) -> Library:
         raise LibraryNotBuiltError(f"{so_path} was built from another gemmgen version (argument "
                                    "struct size differs); rebuild with `gemmgen build`")
     kernels: dict[str, Kernel] = {}
-    library = Library(module.LIBRARY, module.ARCH, directory, built, cdll, kernels, {}, module)
+    table_path = directory / TUNED_TABLE_FILE
+    tuned = load_table(table_path) if table_path.exists() else None
+    library = Library(module.LIBRARY, module.ARCH, directory, built, cdll, kernels, {}, module, tuned)
     for spec in module.KERNELS:
         run = _RUN_PROTOTYPE(("gemmgen_run_" + spec.name, cdll))
         workspace = _WORKSPACE_PROTOTYPE(("gemmgen_workspace_" + spec.name, cdll))

@@ -16,6 +16,7 @@ import torch
 
 from .. import dispatch
 from ..errors import KernelLaunchError
+from ..generator.kernel_config import RuntimeKnobs
 from .library import RASTER_CODES, Kernel, ScaledMmArgs, all_kernels
 
 # Byte layout of gemmgen_scaled_mm_args (c_api.h): 14 pointers / int64, then 6 int32.
@@ -121,7 +122,7 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a
     return _epilogue(bias, azp_adj, azp)
 
 
-_choices: dict[tuple, Kernel] = {}
+_choices: dict[tuple, tuple[Kernel, RuntimeKnobs]] = {}
 _MAX_CHOICES = 1 << 14
 
 
@@ -146,18 +147,21 @@ def _arches_for(device: int, arch: Optional[str]) -> tuple[str, ...]:
 
 
 def _kernel_for(kernel: Optional[str], a: torch.Tensor, out: torch.Tensor, epilogue: str,
-                m: int, n: int, k: int, arch: Optional[str] = None) -> Kernel:
-    """The forced kernel (checked against the call), or dispatch's choice (memoized per shape)."""
+                m: int, n: int, k: int, arch: Optional[str] = None) -> tuple[Kernel, RuntimeKnobs]:
+    """The forced kernel (checked against the call) with its manifest knobs, or dispatch's
+    choice of kernel and knobs (memoized per problem)."""
     if kernel is None:
-        arches = _arches_for(a.get_device(), arch)
-        key = (arches, a.dtype, out.dtype, epilogue, m, n, k)
+        device = a.get_device()
+        arches = _arches_for(device, arch)
+        key = (arches, device, a.dtype, out.dtype, epilogue, m, n, k)
         chosen = _choices.get(key)
         if chosen is None:
             if len(_choices) >= _MAX_CHOICES:
                 _choices.clear()
-            chosen = _choices[key] = dispatch.choose(
+            choice = dispatch.choose(
                 "scaled_mm_azp" if "Azp" in epilogue else "scaled_mm", a_dtype=a.dtype,
-                out_dtype=out.dtype, epilogue=epilogue, m=m, n=n, k=k, arch=arches).kernel
+                out_dtype=out.dtype, epilogue=epilogue, m=m, n=n, k=k, arch=arches, device=device)
+            chosen = _choices[key] = (choice.kernel, choice.knobs)
         return chosen
     chosen = all_kernels().get(kernel)
     if chosen is None:
@@ -169,13 +173,7 @@ def _kernel_for(kernel: Optional[str], a: torch.Tensor, out: torch.Tensor, epilo
     if (spec.a, spec.d, spec.epilogue) != want:
         raise _fail("kernel", f"a kernel for {want[0]} -> {want[1]} with {want[2]}",
                     f"{kernel} ({spec.a} -> {spec.d}, {spec.epilogue})")
-    return chosen
-
-
-def reset_caches() -> None:
-    _choices.clear()
-    _checked_devices.clear()
-    _device_arches.clear()
+    return chosen, spec.knobs
 
 
 _checked_devices: set[tuple[int, str]] = set()
@@ -231,7 +229,8 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
                         scale_b: torch.Tensor, bias: Optional[torch.Tensor],
                         azp_adj: Optional[torch.Tensor], azp: Optional[torch.Tensor],
                         kernel: Optional[str], arch: Optional[str] = None,
-                        split_k: Optional[int] = None) -> None:
+                        split_k: Optional[int] = None, knobs: Optional[RuntimeKnobs] = None) -> None:
+    """The eager implementation. `knobs` (the tuner's) overrides the kernel's run-time knobs."""
     epilogue = check_arguments(out, a, b, scale_a, scale_b, bias, azp_adj, azp)
     m, k = a.shape
     n = b.shape[1]
@@ -243,11 +242,11 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
     for name, address in (("a", a_ptr), ("b", b_ptr), ("out", d_ptr)):
         if address % _ALIGN_BYTES:
             raise _fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
-    chosen = _kernel_for(kernel, a, out, epilogue, m, n, k, arch)
+    chosen, chosen_knobs = _kernel_for(kernel, a, out, epilogue, m, n, k, arch)
+    knobs = knobs or chosen_knobs
     device = a.get_device()
     if (device, chosen.library.arch) not in _checked_devices:
         _check_device(device, chosen)
-    knobs = chosen.spec.knobs
     slices = knobs.split_k_slices if split_k is None else split_k
     if slices != 1 and getattr(chosen.config, "split_k", "none") == "none":
         raise _fail("split_k", f"None or 1: kernel {chosen.name} was built without split-K (an "

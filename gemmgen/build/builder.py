@@ -6,7 +6,8 @@ Layout under the build directory, per library:
     <build>/<library>/obj/*.o             object files (ninja, incremental, nvcc depfiles)
     <build>/<library>/build.ninja
     <build>/<library>/staging/lib….so     the last successful link
-    <build>/<library>/lib/<fingerprint>/  a published library + its generated bindings
+    <build>/<library>/lib/<fingerprint>/  a published library + its generated bindings (+ the
+                                          manifest's tuned table, tuned.yaml)
     <build>/<library>/current ->          symlink to the published one; swapped atomically
 
 NOTES: the shared object and its bindings are published together by one symlink swap, so a
@@ -33,6 +34,7 @@ from ..errors import BuildError
 from ..generator.expand import expand
 from ..generator.kernel_config import KernelSpec
 from ..generator.manifest import Manifest, load_manifest
+from ..tuning.table import TUNED_TABLE_FILE, kernel_set_hash, load_table, table_path_for
 from ..generator.render import (BINDINGS_FILE, INCLUDE_DIR, LIBRARY_SOURCE, TranslationUnit,
                                 render_bindings, render_kernel_sources, render_library_source,
                                 write_tree)
@@ -122,7 +124,24 @@ def _compile_times(library_dir: Path, log_offset: int) -> dict[str, float]:
     return times
 
 
-def _publish(library_dir: Path, shared_object: str, bindings: str, release: str) -> Path:
+def tuned_table_text(manifest_path: str | Path, kernels: list[KernelSpec], log: callable) -> str | None:
+    """The manifest's `<name>.tuned.yaml`, validated, if it matches this kernel set; None if
+    there is none or it is stale (the manifest changed since `gemmgen tune`: warned, not used)."""
+    path = table_path_for(manifest_path)
+    if not path.exists():
+        return None
+    names = {k.name for k in kernels}
+    table = load_table(path)
+    if table.metadata["kernel_set"] != kernel_set_hash(names):
+        log(f"gemmgen: warning: {path} was tuned for another kernel set; it is not published "
+            "and dispatch uses the manifest's rules. Re-run `gemmgen tune`.")
+        return None
+    load_table(path, known_kernels=names)  # every kernel it names must exist (file:line if not)
+    return path.read_text()
+
+
+def _publish(library_dir: Path, shared_object: str, bindings: str, release: str,
+             tuned_table: str | None = None) -> Path:
     published_root = library_dir / "lib"
     target = published_root / release
     if not target.exists():
@@ -131,6 +150,8 @@ def _publish(library_dir: Path, shared_object: str, bindings: str, release: str)
         staging.mkdir(parents=True)
         shutil.copy2(library_dir / "staging" / shared_object, staging / shared_object)
         (staging / BINDINGS_FILE).write_text(bindings)
+        if tuned_table is not None:
+            (staging / TUNED_TABLE_FILE).write_text(tuned_table)
         os.replace(staging, target)
     else:
         os.utime(target)  # republished: it is the newest again, so pruning keeps it
@@ -153,6 +174,7 @@ def build_manifest(manifest_path: str | Path, build_root: Path, *, jobs: int | N
     kernels: list[KernelSpec] = expand(manifest)
     toolchain = find_toolchain()
     flags = toolchain.compile_flags(manifest.arch)
+    tuned_table = tuned_table_text(manifest_path, kernels, log)
     units = render_kernel_sources(manifest, kernels)
     print_id = fingerprint(units, toolchain, flags, allow_wgmma_serialization)
     so_name = shared_object_name(manifest.library)
@@ -180,8 +202,8 @@ def build_manifest(manifest_path: str | Path, build_root: Path, *, jobs: int | N
         bindings = render_bindings(manifest, kernels, print_id, so_name)
         # The published folder is keyed by library and bindings together: a dispatch-only edit
         # compiles nothing but still publishes new bindings.
-        release = hashlib.sha256((print_id + bindings).encode()).hexdigest()[:16]
-        published = _publish(library_dir, so_name, bindings, release)
+        release = hashlib.sha256((print_id + bindings + (tuned_table or "")).encode()).hexdigest()[:16]
+        published = _publish(library_dir, so_name, bindings, release, tuned_table)
     report = BuildReport(manifest.library, len(kernels), published, times, bool(times))
     if times:
         log(f"gemmgen: compiled {len(times)} translation unit(s) in "

@@ -49,6 +49,14 @@ def gpu_skip_reason() -> str | None:
     return None
 
 
+@pytest.fixture(scope="session")
+def gpu_ready() -> None:
+    """For module- or session-scoped fixtures, which run before the per-test check below."""
+    reason = gpu_skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+
+
 @pytest.fixture(autouse=True)
 def _gpu_test_environment(request):
     reason = gpu_skip_reason()

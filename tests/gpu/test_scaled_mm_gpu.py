@@ -676,8 +676,9 @@ def test_dispatch_lookup_and_kernel_call(in_name, out_name, epilogue):
     op_kernels = {kern.name for kern in gemmgen.list_kernels(op)}
     swap_checked = True
     for m in (1, 7, 16, 17, 64, 65, 128, 200, 4000):
+        # the manifest's rules (a tuned table may pick differently, by measurement)
         kern = gemmgen.dispatch.lookup(op, a_dtype=in_dtype, out_dtype=out_dtype, epilogue=epilogue,
-                                       m=m, n=4096, k=4096)
+                                       m=m, n=4096, k=4096, tuned=False)
         assert (kern.spec.a, kern.spec.d, kern.spec.epilogue) == (in_name, out_name, epilogue), kern.name
         assert kern.name in op_kernels, f"{kern.name} is not listed by list_kernels({op!r})"
         if m <= 16:
@@ -686,7 +687,7 @@ def test_dispatch_lookup_and_kernel_call(in_name, out_name, epilogue):
             else:
                 swap_checked = False
         text = gemmgen.dispatch.explain(op, a_dtype=in_dtype, out_dtype=out_dtype, epilogue=epilogue,
-                                        m=m, n=4096, k=4096)
+                                        m=m, n=4096, k=4096, tuned=False)
         assert kern.name in text
     default = gemmgen.dispatch.lookup(op, a_dtype=in_dtype, out_dtype=out_dtype, m=5, n=512, k=256)
     assert default.spec.epilogue == ("ScaledEpilogue" if op == "scaled_mm" else "ScaledEpilogueAzp")

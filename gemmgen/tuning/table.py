@@ -1,0 +1,260 @@
+"""The tuned dispatch table: its YAML schema, reading (file:line errors), writing, and lookup.
+
+A table lives next to its manifest as `<manifest>.tuned.yaml`; `gemmgen build` publishes it with
+the library and dispatch consults it before the manifest's rules. It is keyed by kernel name and
+carries the metadata that says where it was measured:
+
+    format: 1
+    metadata: {library, arch, kernel_set, gpu, sm_count, cuda, cutlass, gemmgen, torch, ...}
+    tables:
+      - op: scaled_mm
+        a: int8
+        d: bf16
+        epilogue: ScaledEpilogueBias
+        shapes:
+          - n: 4096
+            k: 4096
+            buckets:                       # m <= m_max, first match; the last covers any m
+              - {m_max: 16, kernel: <name>, raster: heuristic, swizzle: 1}
+
+Nothing here imports torch: the table is read at library load and looked up from Python.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import yaml
+
+from ..errors import ManifestError
+from ..generator.kernel_config import RASTER_ORDERS, SWIZZLES, RuntimeKnobs
+from ..generator.yaml_lines import LocatedDict, LocatedList, load_yaml
+
+FORMAT = 1
+TABLE_SUFFIX = ".tuned.yaml"
+TUNED_TABLE_FILE = "tuned.yaml"  # its name inside a published library folder
+_METADATA_KEYS = ("library", "arch", "kernel_set", "gpu", "sm_count", "cuda", "cutlass", "gemmgen",
+                  "torch", "shapes", "m_grid", "tie_tolerance", "measured")
+_REQUIRED_METADATA = {"library", "arch", "kernel_set", "gpu", "sm_count"}
+_CLASS_KEYS = ("op", "a", "d", "epilogue")
+_BUCKET_KEYS = {"m_max", "kernel", "raster", "swizzle", "split_k"}
+
+ClassKey = tuple[str, str, str, str]  # (op, a, d, epilogue)
+
+
+def table_path_for(manifest_path: str | Path) -> Path:
+    """`foo.yaml` → `foo.tuned.yaml`, next to the manifest."""
+    path = Path(manifest_path)
+    return path.with_name(path.name.removesuffix(".yaml").removesuffix(".yml") + TABLE_SUFFIX)
+
+
+def kernel_set_hash(kernel_names: Iterable[str]) -> str:
+    """Identity of a library's kernel set: a table measured on another set is not used."""
+    return hashlib.sha256("\n".join(sorted(kernel_names)).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Bucket:
+    m_max: int
+    kernel: str
+    knobs: RuntimeKnobs
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class ShapeEntry:
+    n: int
+    k: int
+    buckets: tuple[Bucket, ...]
+    line: int = 0
+
+    def bucket_for(self, m: int) -> Bucket:
+        """The first bucket with m <= m_max; past the last measured M, the last bucket."""
+        index = bisect.bisect_left([b.m_max for b in self.buckets], m)
+        return self.buckets[min(index, len(self.buckets) - 1)]
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What the table says for one problem: the bucket, and which measured shape it came from."""
+
+    bucket: Bucket
+    shape: ShapeEntry
+    exact_shape: bool
+
+
+@dataclass(frozen=True)
+class ClassTable:
+    key: ClassKey
+    shapes: tuple[ShapeEntry, ...]
+    line: int = 0
+    _by_shape: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self):
+        self._by_shape.update({(s.n, s.k): s for s in self.shapes})
+
+    def lookup(self, m: int, n: int, k: int) -> Hit:
+        """Exact (N, K) if measured, else the nearest measured shape in log-space (ties: the
+        smaller (n, k)); then the M bucket containing m."""
+        exact = self._by_shape.get((n, k))
+        if exact is not None:
+            return Hit(exact.bucket_for(m), exact, True)
+        nearest = min(self.shapes, key=lambda s: (abs(math.log(s.n / n)) + abs(math.log(s.k / k)),
+                                                   s.n, s.k))
+        return Hit(nearest.bucket_for(m), nearest, False)
+
+
+@dataclass(frozen=True)
+class TunedTable:
+    path: str
+    metadata: dict
+    classes: dict[ClassKey, ClassTable]
+
+    def kernel_names(self) -> set[str]:
+        return {b.kernel for c in self.classes.values() for s in c.shapes for b in s.buckets}
+
+    def mismatch(self, *, gpu: tuple[str, int] | None, kernel_set: str) -> str | None:
+        """Why this table must not serve a library/GPU (None: it may). gpu: (name, SM count)."""
+        meta = self.metadata
+        if meta["kernel_set"] != kernel_set:
+            return (f"it was measured on another kernel set ({meta['kernel_set']}, the library has "
+                    f"{kernel_set}): the manifest changed since `gemmgen tune`")
+        if gpu is not None and (meta["gpu"], meta["sm_count"]) != tuple(gpu):
+            return (f"it was measured on {meta['gpu']} ({meta['sm_count']} SMs), this GPU is "
+                    f"{gpu[0]} ({gpu[1]} SMs)")
+        return None
+
+
+def _error(path: str, node, key: str, message: str, index: int | None = None) -> ManifestError:
+    line = None
+    if isinstance(node, LocatedDict):
+        line = node.line_of(key)
+    elif isinstance(node, LocatedList):
+        line = node.line_of(index) if index is not None else node.line
+    return ManifestError(path, line, key, message)
+
+
+def _mapping(path: str, node, where: str, allowed: Iterable[str], required: Iterable[str]) -> LocatedDict:
+    if not isinstance(node, LocatedDict):
+        raise ManifestError(path, getattr(node, "line", None), where,
+                            f"expected a mapping, got {type(node).__name__}")
+    allowed = set(allowed)
+    for key in node:
+        if key not in allowed:
+            raise _error(path, node, str(key), f"unknown key in {where}; allowed: {', '.join(sorted(allowed))}")
+    for key in sorted(set(required) - set(node)):
+        raise ManifestError(path, node.line, key, f"missing required key in {where}")
+    return node
+
+
+def _positive_int(path: str, node: LocatedDict, key: str) -> int:
+    value = node[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise _error(path, node, key, f"expected a positive integer, got {value!r}")
+    return value
+
+
+def _sequence(path: str, node: LocatedDict, key: str) -> LocatedList:
+    value = node[key]
+    if not isinstance(value, LocatedList) or not value:
+        raise _error(path, node, key, f"expected a non-empty list, got {value!r}")
+    return value
+
+
+def _read_bucket(path: str, node, previous: int) -> Bucket:
+    b = _mapping(path, node, "bucket", _BUCKET_KEYS, {"m_max", "kernel"})
+    m_max = _positive_int(path, b, "m_max")
+    if m_max <= previous:
+        raise _error(path, b, "m_max", f"buckets must grow: {m_max} after {previous}")
+    kernel = b["kernel"]
+    if not isinstance(kernel, str) or not kernel:
+        raise _error(path, b, "kernel", f"expected a kernel name, got {kernel!r}")
+    raster = b.get("raster", "heuristic")
+    if raster not in RASTER_ORDERS:
+        raise _error(path, b, "raster", f"expected one of {', '.join(RASTER_ORDERS)}, got {raster!r}")
+    swizzle = b.get("swizzle", 1)
+    if swizzle not in SWIZZLES or isinstance(swizzle, bool):
+        raise _error(path, b, "swizzle", f"expected one of {', '.join(map(str, SWIZZLES))}, got {swizzle!r}")
+    split_k = b.get("split_k", 1)
+    if not isinstance(split_k, int) or isinstance(split_k, bool) or not 1 <= split_k <= 64:
+        raise _error(path, b, "split_k", f"expected an integer in [1, 64], got {split_k!r}")
+    return Bucket(m_max, kernel, RuntimeKnobs(raster, swizzle, split_k), b.line)
+
+
+def load_table(path: str | Path, known_kernels: Iterable[str] | None = None) -> TunedTable:
+    """Read and validate a tuned table; with `known_kernels`, every kernel it names must be one."""
+    path = str(path)
+    try:
+        doc, _ = load_yaml(Path(path))
+    except OSError as exc:
+        raise ManifestError(path, None, "file", f"cannot read the tuned table: {exc}") from None
+    except Exception as exc:  # yaml.YAMLError carries its own mark
+        mark = getattr(exc, "problem_mark", None)
+        raise ManifestError(path, mark.line + 1 if mark else None, "yaml", str(exc)) from None
+    top = _mapping(path, doc, "the table", {"format", "metadata", "tables"}, {"format", "metadata", "tables"})
+    if top["format"] != FORMAT:
+        raise _error(path, top, "format", f"expected {FORMAT} (re-run `gemmgen tune`), got {top['format']!r}")
+    meta = _mapping(path, top["metadata"], "metadata", _METADATA_KEYS, _REQUIRED_METADATA)
+    _positive_int(path, meta, "sm_count")
+    known = set(known_kernels) if known_kernels is not None else None
+    classes: dict[ClassKey, ClassTable] = {}
+    tables = _sequence(path, top, "tables")
+    for ti, node in enumerate(tables):
+        c = _mapping(path, node, "tables entry", (*_CLASS_KEYS, "shapes"), (*_CLASS_KEYS, "shapes"))
+        key = tuple(str(c[k]) for k in _CLASS_KEYS)
+        if key in classes:
+            raise _error(path, tables, "tables", f"{' '.join(key)} appears twice", ti)
+        shapes: list[ShapeEntry] = []
+        seen: dict[tuple[int, int], int] = {}
+        for si, snode in enumerate(_sequence(path, c, "shapes")):
+            s = _mapping(path, snode, "shape", {"n", "k", "buckets"}, {"n", "k", "buckets"})
+            n, k = _positive_int(path, s, "n"), _positive_int(path, s, "k")
+            if (n, k) in seen:
+                raise _error(path, s, "n", f"shape ({n}, {k}) already listed at line {seen[(n, k)]}")
+            seen[(n, k)] = s.line
+            buckets: list[Bucket] = []
+            for bnode in _sequence(path, s, "buckets"):
+                bucket = _read_bucket(path, bnode, buckets[-1].m_max if buckets else 0)
+                if known is not None and bucket.kernel not in known:
+                    raise ManifestError(path, bucket.line, "kernel",
+                                        f"{bucket.kernel} is not a kernel of this library "
+                                        "(re-run `gemmgen tune` after changing the manifest)")
+                buckets.append(bucket)
+            shapes.append(ShapeEntry(n, k, tuple(buckets), s.line))
+        classes[key] = ClassTable(key, tuple(shapes), c.line)
+    return TunedTable(path, dict(meta), classes)
+
+
+def _scalar(value) -> str:
+    """A YAML scalar that reads back as the same value ('13.0' stays a string)."""
+    value = str(value) if isinstance(value, str) else value  # e.g. torch's TorchVersion
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 16).strip()
+    return text.removesuffix("...").strip()
+
+
+def render_table(metadata: dict, classes: Sequence[ClassTable], header: Sequence[str] = ()) -> str:
+    """Deterministic, human-diffable YAML text of a table (load_table reads it back)."""
+    lines = [f"# {h}" if h else "#" for h in header]
+    lines += [f"format: {FORMAT}", "metadata:"]
+    for key in _METADATA_KEYS:
+        if key in metadata:
+            value = metadata[key]
+            text = ("[" + ", ".join(_scalar(v) for v in value) + "]" if isinstance(value, (list, tuple))
+                    else _scalar(value))
+            lines.append(f"  {key}: {text}")
+    lines.append("tables:")
+    for table in sorted(classes, key=lambda t: t.key):
+        op, a, d, epilogue = table.key
+        lines += [f"  - op: {op}", f"    a: {a}", f"    d: {d}", f"    epilogue: {epilogue}", "    shapes:"]
+        for shape in sorted(table.shapes, key=lambda s: (s.n, s.k)):
+            lines += [f"      - n: {shape.n}", f"        k: {shape.k}", "        buckets:"]
+            for b in shape.buckets:
+                extra = f", split_k: {b.knobs.split_k_slices}" if b.knobs.split_k_slices != 1 else ""
+                lines.append(f"          - {{m_max: {b.m_max}, kernel: {b.kernel}, raster: "
+                             f"{b.knobs.raster}, swizzle: {b.knobs.swizzle}{extra}}}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,359 @@
+"""`gemmgen tune`: measure every candidate over shapes × an M grid, write the tuned table, and
+(`--select`) the pruned manifest with its table.
+
+Flow: pick the library the GPU runs → for each problem class (a dtype, out dtype, epilogue) and
+point (n, k, m): time every kernel with its manifest knobs, then every knob setting of the
+fastest few → store each time as it is taken (resumable) → winners per point (ties broken by a
+stable rule, see select.py) → M buckets per shape → `<manifest>.tuned.yaml`.
+With several GPUs, shapes are dealt round-robin to one worker process per GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import yaml
+
+from .. import __version__, settings
+from ..bindings.library import Kernel, Library, libraries
+from ..errors import GemmgenError
+from ..generator.expand import expand
+from ..generator.kernel_config import RASTER_ORDERS
+from ..generator.manifest import load_manifest
+from ..generator.yaml_lines import load_yaml
+from . import select as selection
+from .measure import Candidate, Record, Store, knob_variants, make_problem, output_tiles, time_candidate
+from .shapes import WeightShape
+from .table import Bucket, ClassTable, ShapeEntry, kernel_set_hash, render_table, table_path_for
+
+ClassKey = tuple[str, str, str]  # (a, d, epilogue) of op scaled_mm
+
+
+@dataclass
+class TuneOptions:
+    shapes: list[WeightShape]
+    m_grid: tuple[int, ...]
+    library: str | None = None
+    dtypes: tuple[str, ...] = ()  # a dtypes; empty: every one the library builds
+    out_dtype: str = "bf16"
+    epilogue: str = "ScaledEpilogueBias"
+    knob_top: int = 3
+    tolerance: float = selection.DEFAULT_TOLERANCE
+    fresh: bool = False
+    out: str | None = None  # table path (default: next to the manifest)
+    select: bool = False
+    select_dir: str | None = None
+    gpus: int | None = None
+    seed: int = 0
+    command: str = ""
+    shape_sources: list[str] = field(default_factory=list)
+
+
+def _say(message: str) -> None:
+    print(f"gemmgen tune: {message}", flush=True)
+
+
+def gpu_identity() -> tuple[str, int]:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return props.name, props.multi_processor_count
+
+
+def choose_library(name: str | None) -> Library:
+    """The library to tune: the named one, else the one whose arch this GPU runs best."""
+    loaded = libraries()
+    if name is not None:
+        found = [lib for lib in loaded if lib.name == name]
+        if not found:
+            raise GemmgenError(f"no built library {name!r}; built: {', '.join(l.name for l in loaded)}")
+        return found[0]
+    arch = "sm90a" if torch.cuda.get_device_capability() == (9, 0) else "sm80"
+    owners = [lib for lib in loaded if lib.arch == arch and lib.dispatch]
+    if len(owners) != 1:
+        raise GemmgenError(f"{len(owners)} built {arch} libraries with dispatch rules "
+                           f"({', '.join(l.name for l in owners) or 'none'}); pick one with --library")
+    return owners[0]
+
+
+def kernel_rank(library: Library) -> dict[str, tuple]:
+    """Stable preference among kernels: manifest order (config line), then name."""
+    return {k.name: (k.spec.origin.line, k.name) for k in library.kernels.values()}
+
+
+def candidate_rank(library: Library):
+    """Tie-break rule: manifest order of the kernel, its manifest knobs before any other."""
+    ranks = kernel_rank(library)
+
+    def rank(c: Candidate) -> tuple:
+        default = Candidate.of(library.kernels[c.kernel])
+        return (ranks[c.kernel], c != default, RASTER_ORDERS.index(c.raster), c.swizzle, c.split_k)
+    return rank
+
+
+def classes_of(library: Library, options: TuneOptions) -> list[ClassKey]:
+    built = {(k.spec.a, k.spec.d, k.spec.epilogue) for k in library.kernels.values()
+             if k.spec.op == "scaled_mm"}
+    dtypes = options.dtypes or sorted({a for a, _, _ in built})
+    classes = [(a, options.out_dtype, options.epilogue) for a in dtypes]
+    missing = [c for c in classes if c not in built]
+    if missing:
+        raise GemmgenError(f"library {library.name!r} builds no kernel for {missing}; it builds "
+                           f"{sorted(built)}")
+    return classes
+
+
+def kernels_of(library: Library, cls: ClassKey) -> list[Kernel]:
+    ranks = kernel_rank(library)
+    return sorted((k for k in library.kernels.values()
+                   if (k.spec.a, k.spec.d, k.spec.epilogue) == cls), key=lambda k: ranks[k.name])
+
+
+def store_path(library: Library, options: TuneOptions) -> Path:
+    gpu, sms = gpu_identity()
+    slug = "".join(ch if ch.isalnum() else "_" for ch in gpu).strip("_")
+    return settings.build_dir() / "tune" / f"{library.name}-{library.kernel_set}-{slug}-{sms}sm-seed{options.seed}.jsonl"
+
+
+def _progress(total: int, position: int = 0, desc: str = "tune"):
+    try:
+        from tqdm import tqdm
+        return tqdm(total=total, position=position, desc=desc, unit="point", dynamic_ncols=True)
+    except ImportError:  # plain progress lines
+        class Lines:
+            def __init__(self):
+                self.done, self.start = 0, time.monotonic()
+
+            def update(self, count=1):
+                self.done += count
+                if self.done % 10 == 0 or self.done == total:
+                    rate = self.done / max(1e-9, time.monotonic() - self.start)
+                    _say(f"{desc}: {self.done}/{total} points, ETA {(total - self.done) / rate:.0f} s")
+
+            def close(self):
+                pass
+        return Lines()
+
+
+def measure(library: Library, store: Store, options: TuneOptions, shapes: list[WeightShape],
+            position: int = 0) -> None:
+    """Time every candidate at every point not already in the store."""
+    classes = classes_of(library, options)
+    sm_count = gpu_identity()[1]
+    bar = _progress(len(classes) * len(shapes) * len(options.m_grid), position,
+                    f"tune {torch.cuda.current_device()}")
+    for a, d, epilogue in classes:
+        kernels = kernels_of(library, (a, d, epilogue))
+        for shape in shapes:
+            for m in options.m_grid:
+                problem = None
+
+                def timed(c: Candidate) -> float:
+                    nonlocal problem
+                    stored = store.get(a, d, epilogue, shape.n, shape.k, m, c)
+                    if stored is not None:
+                        return math.inf if stored.us is None else stored.us
+                    if problem is None:
+                        problem = make_problem(a, d, epilogue, m, shape.n, shape.k, seed=options.seed)
+                    try:
+                        us, error = time_candidate(c, problem), None
+                    except GemmgenError as exc:  # cannot implement this problem
+                        us, error = None, str(exc)
+                    store.put(Record(a, d, epilogue, shape.n, shape.k, m, c.kernel, c.raster,
+                                     c.swizzle, c.split_k, us, error))
+                    return math.inf if us is None else us
+
+                first = {k.name: timed(Candidate.of(k)) for k in kernels}
+                fastest = sorted((t, k.name) for k in kernels if math.isfinite(t := first[k.name]))
+                for _, name in fastest[:options.knob_top]:
+                    kernel = library.kernels[name]
+                    many_waves = output_tiles(kernel, m, shape.n) > sm_count
+                    if kernel.spec.arch == "sm90a" and not many_waves:
+                        continue  # raster order and swizzle only matter past one wave of tiles
+                    for c in knob_variants(kernel)[1:]:
+                        timed(c)
+                del problem
+                bar.update(1)
+    bar.close()
+
+
+def build_tables(library: Library, store: Store, options: TuneOptions,
+                 allowed: set[str] | None = None) -> list[ClassTable]:
+    """Winners per point → M buckets per shape, for every tuned class (only `allowed` kernels)."""
+    rank = candidate_rank(library)
+    wanted = {(s.n, s.k) for s in options.shapes}
+    grid = set(options.m_grid)
+    tables = []
+    for a, d, epilogue in classes_of(library, options):
+        times = store.times(a, d, epilogue, wanted)
+        entries = []
+        for n, k in sorted(wanted):
+            winners = {}
+            for m in grid:
+                row = {c: t for c, t in times.get((n, k, m), {}).items()
+                       if allowed is None or c.kernel in allowed}
+                if row and any(math.isfinite(t) for t in row.values()):
+                    winners[m] = selection.pick(row, rank, options.tolerance)
+            if not winners:
+                raise GemmgenError(f"no measurement for {a}->{d} (n={n}, k={k}); run the tune first")
+            buckets = tuple(Bucket(m_max, c.kernel, c.knobs) for m_max, c in selection.buckets(winners))
+            entries.append(ShapeEntry(n, k, buckets))
+        tables.append(ClassTable(("scaled_mm", a, d, epilogue), tuple(entries)))
+    return tables
+
+
+def metadata(library: Library, options: TuneOptions, kernel_set: str) -> dict:
+    gpu, sms = gpu_identity()
+    try:
+        from importlib.metadata import version
+        cutlass = version("nvidia-cutlass")
+    except Exception:
+        cutlass = "unknown"
+    return {"library": library.name, "arch": library.arch, "kernel_set": kernel_set, "gpu": gpu,
+            "sm_count": sms, "cuda": str(torch.version.cuda or "unknown"), "cutlass": cutlass,
+            "gemmgen": __version__, "torch": str(torch.__version__),
+            "shapes": options.shape_sources or sorted({s.model for s in options.shapes}),
+            "m_grid": list(options.m_grid), "tie_tolerance": options.tolerance}
+
+
+def manifest_of(library: Library) -> Path:
+    return Path(next(iter(library.kernels.values())).spec.origin.file).resolve()
+
+
+def _header(library: Library, options: TuneOptions, what: str) -> list[str]:
+    return [f"{what} for library {library.name} ({library.arch}), written by `gemmgen tune`.",
+            f"Command: {options.command}" if options.command else "",
+            "Do not edit: re-run `gemmgen tune` on the target GPU; `gemmgen build` publishes it."]
+
+
+def write_table(library: Library, store: Store, options: TuneOptions) -> Path:
+    path = Path(options.out) if options.out else table_path_for(manifest_of(library))
+    text = render_table(metadata(library, options, library.kernel_set),
+                        build_tables(library, store, options),
+                        [h for h in _header(library, options, "Tuned dispatch table") if h])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _plain(node):
+    if isinstance(node, dict):
+        return {k: _plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    return node
+
+
+def select_and_write(library: Library, store: Store, options: TuneOptions) -> str:
+    """Prune each tuned family to the smallest config set within the thresholds; write the
+    pruned manifest and its table to `select_dir`; return a report."""
+    manifest_path = manifest_of(library)
+    doc, _ = load_yaml(manifest_path)
+    rank = candidate_rank(library)
+    wanted = {(s.n, s.k) for s in options.shapes}
+    kernel_of = library.kernels
+    report = []
+    kept_kernels: set[str] = set()
+    tuned_families = {}
+    for a, d, epilogue in classes_of(library, options):
+        for (n, k, m), row in store.times(a, d, epilogue, wanted).items():
+            if m in options.m_grid:
+                family = kernel_of[next(iter(row)).kernel].spec.origin.family
+                tuned_families.setdefault(family, {})[(a, n, k, m)] = row
+    for family, times in sorted(tuned_families.items()):
+        def group_of(c: Candidate) -> str:
+            return kernel_of[c.kernel].spec.origin.config
+
+        lines = {kern.spec.origin.config: kern.spec.origin.line for kern in kernel_of.values()
+                 if kern.spec.origin.family == family}
+        chosen = selection.select_groups(times, group_of, lambda g: (lines[g], g))
+        rules = selection.m_rules(times, group_of, lambda g: (lines[g], g), chosen.kept,
+                                  options.tolerance)
+        fam = next(f for f in doc["families"] if f["name"] == family)
+        entries = fam["configs"]
+        keep_lines = {lines[g] for g in chosen.kept}
+        fam["configs"] = [_plain(c) for i, c in enumerate(entries) if entries.line_of(i) in keep_lines]
+        for c, line in zip(fam["configs"], sorted(keep_lines)):
+            c.setdefault("name", next(g for g in chosen.kept if lines[g] == line))
+        fam["dispatch"] = [{"when": f"m <= {m_max}" if i < len(rules) - 1 else "true", "use": g}
+                           for i, (m_max, g) in enumerate(rules)]
+        kept_kernels |= {kern.name for kern in kernel_of.values()
+                         if kern.spec.origin.family == family and kern.spec.origin.config in chosen.kept}
+        where = "" if chosen.worst_point is None else f" at (a, n, k, m) = {chosen.worst_point}"
+        report.append(f"family {family!r}: kept {len(chosen.kept)} of {len(lines)} configs "
+                      f"({', '.join(chosen.kept)}); worst {chosen.worst:.3f} of the oracle{where}, "
+                      f"geomean {chosen.geomean:.4f}")
+    kept_kernels |= {kern.name for kern in kernel_of.values()
+                     if kern.spec.origin.family not in tuned_families}
+    out_dir = Path(options.select_dir) if options.select_dir else settings.build_dir() / "tune" / "pruned"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pruned_path = out_dir / manifest_path.name
+    header = (f"# Pruned by `gemmgen tune --select` from {manifest_path.name}: the smallest config set\n"
+              f"# whose best is >= {selection.MIN_RATIO:.0%} of the oracle at every tuned point and\n"
+              f"# >= {selection.MIN_GEOMEAN:.0%} in geomean; dispatch rules are M buckets derived from\n"
+              f"# the same measurements. {' '.join(report)}\n")
+    pruned_path.write_text(header + yaml.safe_dump(_plain(doc), sort_keys=False,
+                                                   default_flow_style=None, width=110))
+    pruned_names = {spec.name for spec in expand(load_manifest(pruned_path))}
+    table_text = render_table(metadata(library, options, kernel_set_hash(pruned_names)),
+                              build_tables(library, store, options, allowed=kept_kernels),
+                              [h for h in _header(library, options, "Tuned table of the pruned manifest") if h])
+    table_path_for(pruned_path).write_text(table_text)
+    report.append(f"kernels: {len(library.kernels)} -> {len(pruned_names)}; wrote {pruned_path} "
+                  f"and {table_path_for(pruned_path)}")
+    return "\n".join(report)
+
+
+def _worker(payload: str) -> None:
+    """One GPU's share (python -m gemmgen.tuning.tune --worker JSON)."""
+    spec = json.loads(payload)
+    options = TuneOptions(**{**spec["options"], "shapes": [WeightShape(**s) for s in spec["options"]["shapes"]]})
+    library = choose_library(options.library)
+    store = Store(Path(spec["store"]), part=f"gpu{spec['index']}")
+    measure(library, store, options, options.shapes[spec["index"]::spec["count"]], spec["index"])
+
+
+def tune(options: TuneOptions) -> Path:
+    """Measure (resuming), then write the table (and with --select the pruned manifest)."""
+    if not torch.cuda.is_available():
+        raise GemmgenError("gemmgen tune measures kernels on a GPU; no CUDA device is visible")
+    library = choose_library(options.library)
+    options.library = library.name
+    path = store_path(library, options)
+    if options.fresh:
+        for old in Store(path).siblings():
+            old.unlink(missing_ok=True)
+    gpus = min(options.gpus or torch.cuda.device_count(), len(options.shapes))
+    _say(f"library {library.name} ({library.arch}), {len(options.shapes)} shapes x "
+         f"{len(options.m_grid)} M values on {gpus} GPU(s); measurements in {path}")
+    if gpus > 1:
+        payload = {"options": {**asdict(options), "shapes": [asdict(s) for s in options.shapes]},
+                   "store": str(path), "count": gpus}
+        procs = [subprocess.Popen([sys.executable, "-m", "gemmgen.tuning.tune", "--worker",
+                                   json.dumps({**payload, "index": i})],
+                                  env={**os.environ, "CUDA_VISIBLE_DEVICES": str(i)})
+                 for i in range(gpus)]
+        failed = [i for i, p in enumerate(procs) if p.wait() != 0]
+        if failed:
+            raise GemmgenError(f"tuning workers on GPU(s) {failed} failed; re-run to resume")
+    else:
+        measure(library, Store(path), options, options.shapes)
+    store = Store(path)
+    table = write_table(library, store, options)
+    _say(f"wrote {table}")
+    if options.select:
+        _say(select_and_write(library, store, options))
+    return table
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        _worker(sys.argv[2])
+    else:
+        sys.exit("internal entry point: use `gemmgen tune`")

@@ -1,0 +1,121 @@
+"""`gemmgen tune` end to end on synthetic timings (no GPU): measure → store → table → select.
+
+The GPU timing is replaced by a deterministic model of each kernel's time (plus noise below the
+tie tolerance), so what is checked is the orchestration: candidates and knobs, resume, table
+contents and determinism, and the pruned manifest + table that `--select` writes.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from gemmgen.bindings.library import Kernel, Library
+from gemmgen.generator.expand import expand
+from gemmgen.generator.manifest import load_manifest
+from gemmgen.tuning import tune as tuning
+from gemmgen.tuning.measure import Store
+from gemmgen.tuning.shapes import WeightShape
+from gemmgen.tuning.table import kernel_set_hash, load_table, table_path_for
+
+GPU = ("NVIDIA H200", 132)
+SHAPES = [WeightShape("o", 4096, 4096, "test", "x:1"), WeightShape("up", 28672, 4096, "test", "x:2")]
+GRID = (1, 16, 64, 256, 4096)
+THIRD_CONFIG = """      - name: mid
+        tile: [64, 128, 128]
+        cluster: [1, 1, 1]
+        schedule: pingpong
+"""
+
+
+def _model_us(kernel: Kernel, knobs, m: int, n: int, k: int) -> float:
+    """small wins at m <= 64, mid never (pruned), large beyond; along_n + swizzle 4 helps large."""
+    base = 5.0 + 2 * m * n * k / 1.4e9
+    factor = {"small": 0.8 if m <= 64 else 1.6, "mid": 1.25, "large": 1.3 if m <= 64 else 1.0}
+    speedup = 0.9 if (knobs.raster, knobs.swizzle) == ("along_n", 4) else 1.0
+    return base * factor[kernel.spec.origin.config] * speedup
+
+
+@pytest.fixture
+def library(case, monkeypatch):
+    case.replace("    dispatch:\n", THIRD_CONFIG + "    dispatch:\n")
+    specs = case.expand()
+    lib = Library("demo", "sm90a", Path("."), "f" * 16, None, {}, {}, None)
+    lib.kernels.update({s.name: Kernel(s, lib, None, None) for s in specs})
+    calls = []
+
+    def fake_time(candidate, problem):
+        calls.append(candidate)
+        m, n, k, noise = problem
+        return _model_us(lib.kernels[candidate.kernel], candidate.knobs, m, n, k) * (1 + noise.uniform(-0.004, 0.004))
+
+    noise = random.Random(0)
+    monkeypatch.setattr(tuning, "libraries", lambda: (lib,))
+    monkeypatch.setattr(tuning, "gpu_identity", lambda: GPU)
+    monkeypatch.setattr(tuning.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(tuning.torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(tuning, "make_problem", lambda a, d, e, m, n, k, seed=0: (m, n, k, noise))
+    monkeypatch.setattr(tuning, "time_candidate", fake_time)
+    return lib, calls
+
+
+def _options(tmp_path, **kw) -> tuning.TuneOptions:
+    return tuning.TuneOptions(shapes=SHAPES, m_grid=GRID, dtypes=("int8",), knob_top=2,
+                              out=str(tmp_path / "out.tuned.yaml"), select_dir=str(tmp_path / "pruned"), **kw)
+
+
+def test_measure_store_resume_and_table(library, tmp_path):
+    library, calls = library
+    options = _options(tmp_path)
+    store = Store(tmp_path / "m.jsonl")
+    tuning.measure(library, store, options, SHAPES)
+    first_calls = len(calls)
+    # 3 kernels at every point; knobs (12 settings) only for the 2 fastest past one wave of tiles
+    assert first_calls > 3 * len(SHAPES) * len(GRID)
+    tuning.measure(library, Store(tmp_path / "m.jsonl"), options, SHAPES)  # resume: nothing new
+    assert len(calls) == first_calls
+    path = tuning.write_table(library, Store(tmp_path / "m.jsonl"), options)
+    table = load_table(path, known_kernels=library.kernels)
+    assert table.mismatch(gpu=GPU, kernel_set=kernel_set_hash(library.kernels)) is None
+    ctable = table.classes[("scaled_mm", "int8", "bf16", "ScaledEpilogueBias")]
+    by_config = {}
+    for shape in ctable.shapes:
+        for m in GRID:
+            bucket = shape.bucket_for(m)
+            by_config[(shape.n, m)] = (library.kernels[bucket.kernel].spec.origin.config, bucket.knobs)
+    assert by_config[(4096, 16)][0] == "small" and by_config[(28672, 64)][0] == "small"
+    config, knobs = by_config[(28672, 4096)]
+    assert config == "large" and (knobs.raster, knobs.swizzle) == ("along_n", 4)
+
+
+def test_two_tunes_write_the_same_table(library, tmp_path):
+    library, _ = library
+    texts = []
+    for run in range(2):
+        options = _options(tmp_path / str(run))
+        store = Store(tmp_path / f"run{run}.jsonl")
+        tuning.measure(library, store, options, SHAPES)
+        options.out = str(tmp_path / "table.tuned.yaml")
+        texts.append(Path(tuning.write_table(library, store, options)).read_text())
+    assert texts[0] == texts[1]
+
+
+def test_select_writes_a_pruned_manifest_and_its_table(library, tmp_path, case):
+    library, _ = library
+    options = _options(tmp_path, select=True)
+    store = Store(tmp_path / "m.jsonl")
+    tuning.measure(library, store, options, SHAPES)
+    report = tuning.select_and_write(library, store, options)
+    assert "kept 2 of 3 configs (small, large)" in report
+    pruned = tmp_path / "pruned" / case.write().name
+    manifest = load_manifest(pruned)
+    (family,) = manifest.families
+    assert [c.name for c in family.configs] == ["small", "large"]
+    names = {s.name for s in expand(manifest)}
+    assert len(names) == 2 * len(library.kernels) // 3
+    table = load_table(table_path_for(pruned), known_kernels=names)
+    assert table.metadata["kernel_set"] == kernel_set_hash(names)
+    rules = [(r.condition.source, family.configs[r.config_index].name) for r in family.dispatch]
+    assert rules == [("m <= 64", "small"), ("true", "large")]

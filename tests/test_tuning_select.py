@@ -1,0 +1,108 @@
+"""Choosing from measured times, on synthetic timings: ties, buckets, determinism, pruning."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from gemmgen.tuning import select
+
+
+def test_pick_breaks_ties_within_tolerance_by_rank():
+    rank = {"a": 0, "b": 1, "c": 2}.get
+    assert select.pick({"a": 10.15, "b": 10.0, "c": 12.0}, rank, 0.02) == "a"  # a within 2% of b
+    assert select.pick({"a": 10.3, "b": 10.0, "c": 12.0}, rank, 0.02) == "b"   # a 3% slower
+    assert select.pick({"a": math.inf, "b": 11.0, "c": 10.0}, rank, 0.02) == "c"
+    with pytest.raises(ValueError, match="no candidate"):
+        select.pick({"a": math.inf}, rank)
+
+
+def test_buckets_merge_runs_of_one_winner():
+    assert select.buckets({1: "s", 8: "s", 16: "m", 64: "m", 128: "s", 4096: "l"}) == [
+        (8, "s"), (64, "m"), (128, "s"), (4096, "l")]
+    assert select.buckets({5: "x"}) == [(5, "x")]
+
+
+def _synthetic_times(rng: random.Random, noise: float) -> dict:
+    """Three shapes x an M grid x 4 candidates whose true times differ by ≥ 6% or ≤ 0.5%."""
+    truth = {}
+    for n, k in ((4096, 4096), (6144, 4096), (28672, 4096)):
+        for m in (1, 16, 64, 256, 1024, 4096):
+            base = 10.0 + m * n * k / 1e9
+            # "b" ties with "a" (0.4%) at small M; "c" wins clearly at large M
+            truth[(n, k, m)] = {"a": base, "b": base * 1.004,
+                                "c": base * (1.10 if m < 1024 else 0.85), "d": base * 1.3}
+    return {p: {c: t * (1 + rng.uniform(-noise, noise)) for c, t in row.items()}
+            for p, row in truth.items()}
+
+
+def test_winners_are_deterministic_under_noise_below_the_tolerance():
+    rank = {"a": 0, "b": 1, "c": 2, "d": 3}.get
+    tables = set()
+    for seed in range(25):
+        times = _synthetic_times(random.Random(seed), noise=0.004)
+        winners = tuple(sorted((p, select.pick(row, rank, 0.02)) for p, row in times.items()))
+        tables.add(winners)
+    assert len(tables) == 1
+    (winners,) = tables
+    assert {w for p, w in winners if p[2] < 1024} == {"a"}   # the tie goes to the lower rank
+    assert {w for p, w in winners if p[2] >= 1024} == {"c"}
+
+
+def _brute_force_minimum(times, groups, min_ratio, min_geomean):
+    for size in range(1, len(groups) + 1):
+        for combo in itertools.combinations(groups, size):
+            ratios = [min(row.values()) / min(row[g] for g in combo) for row in times.values()]
+            geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            if min(ratios) >= min_ratio and geo >= min_geomean:
+                return size
+    raise AssertionError("the full set always qualifies")
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_pruning_never_drops_below_the_thresholds_and_is_minimal(seed):
+    rng = random.Random(seed)
+    groups = [f"g{i}" for i in range(rng.randint(2, 7))]
+    times = {}
+    for point in range(rng.randint(3, 25)):
+        times[(4096, 4096, point + 1)] = {g: rng.uniform(1.0, 1.6) for g in groups}
+    chosen = select.select_groups(times, lambda c: c, lambda g: int(g[1:]))
+    ratios = [min(row.values()) / min(row[g] for g in chosen.kept) for row in times.values()]
+    assert min(ratios) >= select.MIN_RATIO
+    assert math.exp(sum(map(math.log, ratios)) / len(ratios)) >= select.MIN_GEOMEAN
+    assert math.isclose(chosen.worst, min(ratios)) and chosen.geomean >= select.MIN_GEOMEAN
+    assert len(chosen.kept) == _brute_force_minimum(times, groups, select.MIN_RATIO, select.MIN_GEOMEAN)
+    again = select.select_groups(dict(reversed(list(times.items()))), lambda c: c, lambda g: int(g[1:]))
+    assert again.kept == chosen.kept  # order of the measurements does not matter
+
+
+def test_pruning_counts_every_knob_of_a_group_and_skips_unrunnable_candidates():
+    # candidates (group, knob); g2 cannot run point 2 but g1's knob variant covers it
+    times = {(1, 1, 1): {("g1", 0): 10.0, ("g1", 1): 9.0, ("g2", 0): 9.1},
+             (1, 1, 2): {("g1", 0): 10.0, ("g1", 1): 20.0, ("g2", 0): math.inf},
+             (1, 1, 3): {("g1", 0): 10.0, ("g3", 0): 30.0}}
+    chosen = select.select_groups(times, lambda c: c[0], lambda g: g)
+    assert chosen.kept == ("g1",) and chosen.worst == 1.0
+
+
+def test_greedy_selection_above_the_exhaustive_limit_still_meets_the_thresholds(monkeypatch):
+    monkeypatch.setattr(select, "EXHAUSTIVE_LIMIT", 2)
+    rng = random.Random(7)
+    groups = [f"g{i}" for i in range(8)]
+    times = {(1, 1, p): {g: rng.uniform(1.0, 2.0) for g in groups} for p in range(30)}
+    chosen = select.select_groups(times, lambda c: c, lambda g: int(g[1:]))
+    ratios = [min(row.values()) / min(row[g] for g in chosen.kept) for row in times.values()]
+    assert min(ratios) >= select.MIN_RATIO and chosen.geomean >= select.MIN_GEOMEAN
+
+
+def test_m_rules_pick_the_best_geomean_group_per_m():
+    times = {}
+    for n in (4096, 8192):
+        times[(n, 4096, 16)] = {"small": 5.0, "large": 9.0}
+        times[(n, 4096, 64)] = {"small": 6.0, "large": 6.05}   # tie: lower rank ("small")
+        times[(n, 4096, 4096)] = {"small": 900.0, "large": 500.0}
+    rules = select.m_rules(times, lambda c: c, {"small": 0, "large": 1}.get, ["small", "large"])
+    assert rules == [(64, "small"), (4096, "large")]

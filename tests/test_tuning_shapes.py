@@ -1,0 +1,166 @@
+"""The shipped weight-shape files, their loader's file:line:key errors, and the M grid parser."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from gemmgen.errors import ManifestError
+from gemmgen.tuning.shapes import (DEFAULT_M_GRID, SHAPES_DIR, WeightShape, load_many, load_shapes,
+                                   parse_m_grid, resolve_shapes_arg)
+
+# stem -> (model, {name: (n, k)}), from the published configs (see each file's header).
+EXPECTED = {
+    "llama3_8b": ("Llama-3-8B", {"qkv_proj": (6144, 4096), "o_proj": (4096, 4096),
+                                 "gate_up_proj": (28672, 4096), "down_proj": (4096, 14336)}),
+    "llama3_70b": ("Llama-3-70B", {"qkv_proj": (10240, 8192), "o_proj": (8192, 8192),
+                                   "gate_up_proj": (57344, 8192), "down_proj": (8192, 28672)}),
+    "llama2_70b": ("Llama-2-70B", {"qkv_proj": (10240, 8192), "o_proj": (8192, 8192),
+                                   "gate_up_proj": (57344, 8192), "down_proj": (8192, 28672)}),
+    "qwen2_5_7b": ("Qwen2.5-7B", {"qkv_proj": (4608, 3584), "o_proj": (3584, 3584),
+                                  "gate_up_proj": (37888, 3584), "down_proj": (3584, 18944)}),
+    "qwen2_5_72b": ("Qwen2.5-72B", {"qkv_proj": (10240, 8192), "o_proj": (8192, 8192),
+                                    "gate_up_proj": (59136, 8192), "down_proj": (8192, 29568)}),
+    "mixtral_8x7b": ("Mixtral-8x7B", {"qkv_proj": (6144, 4096), "o_proj": (4096, 4096),
+                                      "w13": (28672, 4096), "w2": (4096, 14336)}),
+}
+
+GOOD = """\
+model: Demo
+shapes:
+  - {name: qkv, n: 6144, k: 4096}
+  - name: down
+    n: 4096
+    k: 14336
+"""
+
+
+def test_shipped_files_are_exactly_the_expected_models():
+    assert sorted(p.stem for p in SHAPES_DIR.glob("*.yaml")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("stem", sorted(EXPECTED))
+def test_shipped_file_loads_with_expected_shapes(stem):
+    model, layers = EXPECTED[stem]
+    shapes = load_shapes(SHAPES_DIR / f"{stem}.yaml")
+    assert {s.name: (s.n, s.k) for s in shapes} == layers
+    assert len(shapes) == len(layers) == 4
+    assert all(s.model == model for s in shapes)
+    assert all(s.n % 16 == 0 and s.k % 16 == 0 for s in shapes)
+    assert all(s.origin.startswith(f"{SHAPES_DIR / stem}.yaml:") for s in shapes)
+
+
+def test_spot_checks_against_published_configs():
+    def get(stem, name):
+        return next((s.n, s.k) for s in load_shapes(SHAPES_DIR / f"{stem}.yaml") if s.name == name)
+    assert get("llama3_8b", "qkv_proj") == ((32 + 2 * 8) * 128, 4096) == (6144, 4096)
+    assert get("qwen2_5_7b", "gate_up_proj") == (2 * 18944, 3584) == (37888, 3584)
+    assert get("qwen2_5_72b", "down_proj") == (8192, 29568)
+
+
+def test_good_file_records_model_and_origin_lines(tmp_path):
+    path = tmp_path / "demo.yaml"
+    path.write_text(GOOD)
+    assert load_shapes(path) == [WeightShape("qkv", 6144, 4096, "Demo", f"{path}:3"),
+                                 WeightShape("down", 4096, 14336, "Demo", f"{path}:4")]
+
+
+# (replace this, with that) in GOOD -> (line, key, words in the message)
+ERRORS = {
+    "unknown top key": (("model: Demo\n", "model: Demo\narch: sm90a\n"), 2, "arch",
+                        "model, shapes"),
+    "unknown shape key": (("    k: 14336\n", "    k: 14336\n    m: 16\n"), 7, "m", "name, n, k"),
+    "missing model": (("model: Demo\n", ""), 1, "model", "expected key 'model'"),
+    "missing shape key": (("  - {name: qkv, n: 6144, k: 4096}", "  - {name: qkv, n: 6144}"),
+                          3, "k", "expected key 'k'"),
+    "n not int": (("n: 6144", "n: '6144'"), 3, "n", "positive integer, got '6144'"),
+    "k bool": (("    k: 14336", "    k: true"), 6, "k", "positive integer, got True"),
+    "n negative": (("    n: 4096", "    n: -4096"), 5, "n", "positive integer, got -4096"),
+    "k float": (("k: 4096}", "k: 4096.0}"), 3, "k", "positive integer, got 4096.0"),
+    "n unaligned": (("    n: 4096", "    n: 4104"), 5, "n", "multiple of 16"),
+    "k unaligned": (("k: 4096}", "k: 4088}"), 3, "k", "multiple of 16"),
+    "duplicate n, k": (("    n: 4096\n    k: 14336", "    n: 6144\n    k: 4096"), 4, "shapes",
+                       "got 6144x4096 (down) again after line 3 (qkv)"),
+}
+
+
+@pytest.mark.parametrize("case", ERRORS)
+def test_error_names_file_line_and_key(tmp_path, case):
+    (old, new), line, key, words = ERRORS[case]
+    assert GOOD.count(old) == 1
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD.replace(old, new))
+    with pytest.raises(ManifestError) as err:
+        load_shapes(path)
+    assert str(err.value).startswith(f"{path}:{line}: {key}: expected"), str(err.value)
+    assert words in str(err.value)
+    assert (err.value.line, err.value.key) == (line, key)
+
+
+@pytest.mark.parametrize("shapes_text, words", [("shapes: []", "non-empty list"),
+                                                ("shapes:", "non-empty list"),
+                                                ("shapes: [4096]", "expected a mapping")])
+def test_empty_or_malformed_shape_list(tmp_path, shapes_text, words):
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"model: Demo\n{shapes_text}\n")
+    with pytest.raises(ManifestError, match=rf"^{re.escape(str(path))}:2: shapes: expected") as err:
+        load_shapes(path)
+    assert words in str(err.value)
+
+
+def test_invalid_yaml_and_missing_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("model: Demo\nshapes: [\n")
+    where = re.escape(str(path))
+    with pytest.raises(ManifestError, match=rf"^{where}:\d+: yaml: expected valid YAML"):
+        load_shapes(path)
+    with pytest.raises(ManifestError, match="file: expected a readable file"):
+        load_shapes(tmp_path / "absent.yaml")
+
+
+def test_resolve_by_stem_and_by_path(tmp_path, monkeypatch):
+    assert resolve_shapes_arg("llama3_8b") == SHAPES_DIR / "llama3_8b.yaml"
+    path = tmp_path / "mine.yaml"
+    path.write_text(GOOD)
+    assert resolve_shapes_arg(str(path)) == path
+    monkeypatch.chdir(tmp_path)
+    assert resolve_shapes_arg("mine.yaml") == Path("mine.yaml")
+
+
+def test_resolve_unknown_lists_available_stems():
+    with pytest.raises(ManifestError) as err:
+        resolve_shapes_arg("llama9_1t")
+    assert "'llama9_1t'" in str(err.value)
+    assert all(stem in str(err.value) for stem in EXPECTED)
+
+
+def test_load_many_dedups_across_files_keeping_first(tmp_path):
+    path = tmp_path / "extra.yaml"
+    path.write_text("model: Extra\nshapes:\n  - {name: o_proj, n: 4096, k: 4096}\n"
+                    "  - {name: new, n: 512, k: 4096}\n")
+    shapes = load_many(["llama3_8b", "mixtral_8x7b", str(path)])
+    assert [(s.model, s.name) for s in shapes] == [
+        ("Llama-3-8B", "qkv_proj"), ("Llama-3-8B", "o_proj"), ("Llama-3-8B", "gate_up_proj"),
+        ("Llama-3-8B", "down_proj"), ("Extra", "new")]
+    assert len(load_many(sorted(EXPECTED))) == 14
+
+
+def test_default_m_grid_is_sorted_and_covers_powers_of_two():
+    assert list(DEFAULT_M_GRID) == sorted(set(DEFAULT_M_GRID))
+    assert {2 ** i for i in range(15)} <= set(DEFAULT_M_GRID)
+    assert (DEFAULT_M_GRID[0], DEFAULT_M_GRID[-1]) == (1, 16384)
+
+
+def test_parse_m_grid_sorts_and_dedups():
+    assert parse_m_grid("64, 1,16,64 ,8") == (1, 8, 16, 64)
+    assert parse_m_grid(",".join(map(str, DEFAULT_M_GRID))) == DEFAULT_M_GRID
+
+
+@pytest.mark.parametrize("text, token", [("1,0,4", "'0'"), ("1,-2", "'-2'"), ("1,x", "'x'"),
+                                         ("1,,2", "''"), ("1.5", "'1.5'"), ("", "''"),
+                                         ("1-16384:pow2", "'1-16384:pow2'")])
+def test_parse_m_grid_names_bad_token(text, token):
+    with pytest.raises(ValueError, match=f"got {token}$"):
+        parse_m_grid(text)

@@ -1,0 +1,118 @@
+"""The tuned table: schema (file:line errors), round trip, lookup, and metadata checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from gemmgen.errors import ManifestError
+from gemmgen.generator.kernel_config import RuntimeKnobs
+from gemmgen.tuning.table import (Bucket, ClassTable, ShapeEntry, kernel_set_hash, load_table,
+                                  render_table, table_path_for)
+
+META = {"library": "w8a8", "arch": "sm90a", "kernel_set": "abc123", "gpu": "NVIDIA H200",
+        "sm_count": 132, "cuda": "13.0", "cutlass": "4.2.0.0", "gemmgen": "0.1.0",
+        "torch": "2.11.0+cu130", "shapes": ["llama3_8b.yaml"], "m_grid": [1, 16, 64, 4096],
+        "tie_tolerance": 0.02}
+KEY = ("scaled_mm", "int8", "bf16", "ScaledEpilogueBias")
+
+
+def _table() -> list[ClassTable]:
+    small = ShapeEntry(4096, 4096, (Bucket(16, "k_small", RuntimeKnobs()),
+                                    Bucket(64, "k_mid", RuntimeKnobs("along_n", 4)),
+                                    Bucket(4096, "k_large", RuntimeKnobs("along_m", 8, 1))))
+    wide = ShapeEntry(28672, 4096, (Bucket(4096, "k_wide", RuntimeKnobs("heuristic", 2)),))
+    split = ShapeEntry(4096, 14336, (Bucket(8, "k_split", RuntimeKnobs(split_k_slices=4)),
+                                     Bucket(4096, "k_large", RuntimeKnobs())))
+    return [ClassTable(KEY, (small, wide, split))]
+
+
+@pytest.fixture
+def table_file(tmp_path):
+    path = tmp_path / "w8a8.tuned.yaml"
+    path.write_text(render_table(META, _table(), ["a header line"]))
+    return path
+
+
+def test_round_trip_keeps_every_field(table_file):
+    table = load_table(table_file)
+    assert table.metadata == META
+    (ctable,) = table.classes.values()
+    assert ctable.key == KEY
+    by_shape = {(s.n, s.k): s for s in ctable.shapes}
+    assert [(b.m_max, b.kernel, b.knobs) for b in by_shape[(4096, 4096)].buckets] == [
+        (16, "k_small", RuntimeKnobs()), (64, "k_mid", RuntimeKnobs("along_n", 4)),
+        (4096, "k_large", RuntimeKnobs("along_m", 8))]
+    assert by_shape[(4096, 14336)].buckets[0].knobs.split_k_slices == 4
+    assert all(b.line > 0 for s in ctable.shapes for b in s.buckets)
+    assert table.kernel_names() == {"k_small", "k_mid", "k_large", "k_wide", "k_split"}
+    # rendering is deterministic and stable under a round trip
+    again = render_table(table.metadata, list(table.classes.values()), ["a header line"])
+    assert again == table_file.read_text()
+
+
+def test_lookup_exact_shape_picks_the_bucket_containing_m(table_file):
+    ctable = load_table(table_file).classes[KEY]
+    expected = {1: "k_small", 16: "k_small", 17: "k_mid", 64: "k_mid", 65: "k_large",
+                4096: "k_large", 100000: "k_large"}
+    for m, kernel in expected.items():
+        hit = ctable.lookup(m, 4096, 4096)
+        assert hit.exact_shape and hit.bucket.kernel == kernel, m
+
+
+def test_lookup_falls_back_to_the_nearest_shape_in_log_space(table_file):
+    ctable = load_table(table_file).classes[KEY]
+    hit = ctable.lookup(8, 24576, 4096)  # nearest: (28672, 4096)
+    assert not hit.exact_shape and (hit.shape.n, hit.shape.k) == (28672, 4096)
+    assert hit.bucket.kernel == "k_wide"
+    hit = ctable.lookup(8, 4096, 12288)  # nearest: (4096, 14336)
+    assert (hit.shape.n, hit.shape.k) == (4096, 14336) and hit.bucket.kernel == "k_split"
+
+
+def test_metadata_mismatch_names_the_reason(table_file):
+    table = load_table(table_file)
+    assert table.mismatch(gpu=("NVIDIA H200", 132), kernel_set="abc123") is None
+    assert table.mismatch(gpu=None, kernel_set="abc123") is None  # no GPU to check against
+    assert "NVIDIA H100" in table.mismatch(gpu=("NVIDIA H100 80GB HBM3", 132), kernel_set="abc123")
+    assert "114 SMs" in table.mismatch(gpu=("NVIDIA H200", 114), kernel_set="abc123")
+    assert "kernel set" in table.mismatch(gpu=("NVIDIA H200", 132), kernel_set="zzz")
+
+
+def test_kernel_set_hash_ignores_order_and_sees_changes():
+    assert kernel_set_hash(["a", "b"]) == kernel_set_hash(["b", "a"])
+    assert kernel_set_hash(["a", "b"]) != kernel_set_hash(["a", "c"])
+
+
+def test_table_path_sits_next_to_the_manifest(tmp_path):
+    assert table_path_for(tmp_path / "w8a8_sm90.yaml") == tmp_path / "w8a8_sm90.tuned.yaml"
+
+
+@pytest.mark.parametrize("old, new, key", [
+    ("raster: along_n", "raster: diagonal", "raster"),
+    ("swizzle: 4", "swizzle: 3", "swizzle"),
+    ("{m_max: 64,", "{m_max: 8,", "m_max"),             # buckets must grow
+    ("sm_count: 132", "sm_count: many", "sm_count"),
+    ("format: 1", "format: 7", "format"),
+    ("  gpu: NVIDIA H200\n", "", "gpu"),                   # required metadata
+    ("split_k: 4", "split_k: 0", "split_k"),
+    ("{m_max: 16, kernel: k_small,", "{m_max: 16, kernel: k_small, tile: 3,", "tile"),
+])
+def test_schema_errors_name_file_line_and_key(table_file, old, new, key):
+    text = table_file.read_text()
+    assert old in text
+    table_file.write_text(text.replace(old, new, 1))
+    with pytest.raises(ManifestError) as info:
+        load_table(table_file)
+    assert info.value.key == key and str(table_file) in str(info.value)
+    if key != "gpu":
+        changed_line = table_file.read_text().splitlines().index(
+            next(line for line in table_file.read_text().splitlines() if new.strip() in line)) + 1
+        assert info.value.line == changed_line
+
+
+def test_duplicate_shape_and_unknown_kernel_are_errors(table_file):
+    text = table_file.read_text()
+    with pytest.raises(ManifestError, match="k_small is not a kernel of this library"):
+        load_table(table_file, known_kernels={"k_mid", "k_large", "k_wide", "k_split"})
+    table_file.write_text(text.replace("n: 28672", "n: 4096", 1))
+    with pytest.raises(ManifestError, match=r"shape \(4096, 4096\) already listed at line \d+"):
+        load_table(table_file)
