@@ -3,6 +3,8 @@
 
 For every M in --m and every weight shape (N, K) of the --models it times, on the same data:
   gemmgen_int8  gemmgen.scaled_mm(int8 a, int8 b, scale_a [M,1] f32, scale_b [1,N] f32, bf16, bias=[N] bf16)
+                (dispatch as shipped: the tuned table where one is published, else the manifest's rules)
+  gemmgen_int8_heur, gemmgen_fp8_heur  the same op forced to the manifest rules' kernel (no table)
   int_mm        torch._int_mm(int8 a, int8 b) -> int32 (no scales, no bias; torch refuses M <= 16: n/a)
   gemmgen_fp8   gemmgen.scaled_mm with float8_e4m3fn inputs (same scales, bias, bf16 output)
   scaled_mm_rw  torch._scaled_mm(fp8 a, fp8 b, row-wise scales, bias, out_dtype=bf16)
@@ -50,13 +52,16 @@ MODELS = {"llama3-8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)
           "llama2-70b": [(10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)]}
 DEFAULT_M = [1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 QUICK_M = [1, 16, 128, 1024, 4096]
-IMPLS = ("gemmgen_int8", "int_mm", "gemmgen_fp8", "scaled_mm_rw", "scaled_mm_rw_default", "bf16_mm",
-         "gemmgen_int8_sm80")
+IMPLS = ("gemmgen_int8", "gemmgen_int8_heur", "int_mm", "gemmgen_fp8", "gemmgen_fp8_heur", "scaled_mm_rw",
+         "scaled_mm_rw_default", "bf16_mm", "gemmgen_int8_sm80")
 LABELS = {"gemmgen_int8": "gemmgen i8", "int_mm": "_int_mm", "gemmgen_fp8": "gemmgen fp8",
+          "gemmgen_int8_heur": "i8 rules only", "gemmgen_fp8_heur": "fp8 rules only",
+          "gemmgen_int8_wr": "i8 x weight-read", "gemmgen_fp8_wr": "fp8 x weight-read",
           "scaled_mm_rw": "_scaled_mm rw", "bf16_mm": "bf16 mm",
           "scaled_mm_rw_default": "_scaled_mm rw (default)", "gemmgen_fp8_xd": "x (default)",
           "gemmgen_int8_sm80": "gemmgen i8 sm80"}
 DTYPE = {"gemmgen_int8": "int8", "int_mm": "int8", "gemmgen_fp8": "fp8", "scaled_mm_rw": "fp8",
+         "gemmgen_int8_heur": "int8", "gemmgen_fp8_heur": "fp8",
          "gemmgen_int8_sm80": "int8",
          "scaled_mm_rw_default": "fp8", "bf16_mm": "bf16"}
 BASELINE = {"gemmgen_int8": "int_mm", "gemmgen_fp8": "scaled_mm_rw"}
@@ -94,6 +99,22 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # ---------------------------------------------------------------- data
+def copy_bandwidth(dev) -> float:
+    """Bytes/s of a device-to-device copy of 2 GiB (read + write counted), median of 10."""
+    x = torch.empty(2 * 2**30, dtype=torch.uint8, device=dev)
+    y = torch.empty_like(x)
+    times = []
+    for _ in range(12):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        y.copy_(x)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    del x, y
+    return 2 * 2 * 2**30 / statistics.median(times[2:])
+
+
 def l2_bytes() -> int:
     size = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0)
     return size if size > 0 else 50 * 2**20
@@ -128,14 +149,15 @@ def make_acts(m: int, k: int, count: int, dev) -> list[dict]:
             for _ in range(count)]
 
 
-def impl_fn(impl: str, fast_accum: bool):
-    """f(act_set, weight_set) -> output, for one impl."""
+def impl_fn(impl: str, fast_accum: bool, kernel: str | None = None):
+    """f(act_set, weight_set) -> output, for one impl (`kernel`: a gemmgen kernel forced by name)."""
     if impl == "gemmgen_int8_sm80":  # the CUTLASS 2.x family (JIT from compute_80 PTX on Hopper)
         return lambda a, w: scaled_mm(a["int8"], w["int8"], a["sa_int8"], w["sb_int8"], torch.bfloat16,
                                       bias=w["bias"], arch="sm80")
     if impl.startswith("gemmgen_"):
         d = DTYPE[impl]
-        return lambda a, w: scaled_mm(a[d], w[d], a["sa_" + d], w["sb_" + d], torch.bfloat16, bias=w["bias"])
+        return lambda a, w: scaled_mm(a[d], w[d], a["sa_" + d], w["sb_" + d], torch.bfloat16, bias=w["bias"],
+                                      kernel=kernel)
     if impl == "int_mm":
         return lambda a, w: torch._int_mm(a["int8"], w["int8"])
     if impl == "scaled_mm_rw_default":  # torch's default call: use_fast_accum=False
@@ -171,10 +193,10 @@ def time_calls(fn, pairs: list, args) -> tuple[list[float], bool]:
     return [events[i].elapsed_time(events[i + 1]) * 1e3 for i in range(args.repeats)], host_bound
 
 
-def check(impl: str, a: dict, w: dict, fast_accum: bool) -> float:
+def check(impl: str, a: dict, w: dict, fast_accum: bool, kernel: str | None = None) -> float:
     """Relative (Frobenius) error of one gemmgen call against a float32 reference on dequantized data."""
     d = DTYPE[impl]
-    out = impl_fn(impl, fast_accum)(a, w).float()
+    out = impl_fn(impl, fast_accum, kernel)(a, w).float()
     ref = (a[d].float() @ w[d].float()) * a["sa_" + d] * w["sb_" + d] + w["bias"].float()
     if not torch.isfinite(out).all():
         return math.inf
@@ -182,16 +204,22 @@ def check(impl: str, a: dict, w: dict, fast_accum: bool) -> float:
 
 
 def measure(impl: str, model: str, n: int, k: int, m: int, pairs: list, args, state: dict) -> dict:
-    row = {"model": model, "n": n, "k": k, "m": m, "impl": impl, "dtype": DTYPE[impl], "kernel": "",
+    row = {"model": model, "n": n, "k": k, "m": m, "impl": impl, "dtype": DTYPE[impl], "kernel": "", "dispatch": "",
            "sets": len(pairs), "status": "ok", "median_us": None, "min_us": None, "mean_us": None,
            "tflops": None, "vs_baseline": None, "host_bound": 0, "check_rel_err": None, "samples_us": ""}
+    forced = None
     try:
         if impl.startswith("gemmgen_"):
-            row["kernel"] = gemmgen.dispatch.lookup("scaled_mm", a_dtype=TORCH_DTYPE[DTYPE[impl]], m=m, n=n, k=k,
-                                                    out_dtype=torch.bfloat16, epilogue=EPILOGUE).name
+            choice = gemmgen.dispatch.choose("scaled_mm", a_dtype=TORCH_DTYPE[DTYPE[impl]], m=m, n=n, k=k,
+                                             out_dtype=torch.bfloat16, epilogue=EPILOGUE,
+                                             tuned=not impl.endswith("_heur"),
+                                             arch="sm80" if impl.endswith("_sm80") else None)
+            row["kernel"] = choice.kernel.name
+            row["dispatch"] = choice.source
+            forced = row["kernel"] if impl.endswith("_heur") else None
             key = (DTYPE[impl], m, row["kernel"])
             if args.check and key not in state["checked"]:
-                err = check(impl, *pairs[0], args.fast_accum)
+                err = check(impl, *pairs[0], args.fast_accum, forced)
                 state["checked"][key] = (err, model, n, k)
                 if not err < CHECK_TOL:
                     print(f"\n!!! CHECK FAILED: {impl} {row['kernel']} M={m} N={n} K={k}: relative error "
@@ -201,7 +229,7 @@ def measure(impl: str, model: str, n: int, k: int, m: int, pairs: list, args, st
                 if not row["check_rel_err"] < CHECK_TOL:
                     row["status"] = "check_failed"
                     return row
-        samples, host_bound = time_calls(impl_fn(impl, args.fast_accum), pairs, args)
+        samples, host_bound = time_calls(impl_fn(impl, args.fast_accum, forced), pairs, args)
     except Exception as exc:  # baselines: e.g. torch._int_mm refuses M <= 16; gemmgen: a bug, said loudly
         message = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         row["status"] = ("error: " if impl.startswith("gemmgen_") else "n/a: ") + message
@@ -254,6 +282,7 @@ def geomean(values) -> float | None:
 def summarize(rows: list[dict], args) -> dict[str, list[tuple[int, dict]]]:
     """{group: [(M, {impl: geomean TFLOP/s, impl_x: geomean ratio})]} per model (and 'all')."""
     tf = {(r["model"], r["n"], r["k"], r["m"], r["impl"]): r["tflops"] for r in rows}
+    us = {(r["model"], r["n"], r["k"], r["m"], r["impl"]): r["median_us"] for r in rows}
     for r in rows:  # per-shape ratios into the CSV rows
         base = tf.get((r["model"], r["n"], r["k"], r["m"], BASELINE.get(r["impl"])))
         r["vs_baseline"] = r["tflops"] / base if r["tflops"] and base else None
@@ -269,20 +298,32 @@ def summarize(rows: list[dict], args) -> dict[str, list[tuple[int, dict]]]:
                 vals[ours + "_x"] = geomean(o / b for o, b in pairs if o and b)
             pairs = [(tf.get((*s, m, "gemmgen_fp8")), tf.get((*s, m, "scaled_mm_rw_default"))) for s in shapes]
             vals["gemmgen_fp8_xd"] = geomean(o / b for o, b in pairs if o and b)
+            for ours in ("gemmgen_int8", "gemmgen_fp8"):  # time / (weight bytes / copy bandwidth)
+                vals[ours + "_wr"] = geomean(us.get((*s, m, ours)) / (s[1] * s[2] / args.bandwidth * 1e6)
+                                             for s in shapes if us.get((*s, m, ours))) if m <= 16 else None
             table[g].append((m, vals))
     return table
 
 
 def markdown_table(lines: list[tuple[int, dict]]) -> str:
-    cols = ["gemmgen_int8", "int_mm", "gemmgen_int8_x", "gemmgen_fp8", "scaled_mm_rw", "gemmgen_fp8_x",
-            "scaled_mm_rw_default", "gemmgen_fp8_xd", "bf16_mm", "gemmgen_int8_sm80"]
+    cols = ["gemmgen_int8", "gemmgen_int8_heur", "int_mm", "gemmgen_int8_x", "gemmgen_int8_wr", "gemmgen_fp8",
+            "gemmgen_fp8_heur", "scaled_mm_rw", "gemmgen_fp8_x", "scaled_mm_rw_default", "gemmgen_fp8_xd",
+            "gemmgen_fp8_wr", "bf16_mm", "gemmgen_int8_sm80"]
     head = ["M"] + [LABELS.get(c, "x") for c in cols]
     out = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for m, vals in lines:
-        cells = [str(m)] + ["n/a" if vals[c] is None else f"{vals[c]:.2f}x" if c.endswith(("_x", "_xd")) else f"{vals[c]:.1f}"
+        cells = [str(m)] + ["n/a" if vals[c] is None else f"{vals[c]:.2f}x" if c.endswith(("_x", "_xd", "_wr")) else f"{vals[c]:.1f}"
                             for c in cols]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
+
+
+def dispatch_sources(rows: list[dict]) -> str:
+    counts: dict[tuple[str, str], int] = {}
+    for r in rows:
+        if r["dispatch"]:
+            counts[(r["impl"], r["dispatch"])] = counts.get((r["impl"], r["dispatch"]), 0) + 1
+    return ", ".join(f"{impl}: {n} by {source}" for (impl, source), n in sorted(counts.items()))
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
@@ -330,7 +371,10 @@ def write_markdown(table, host, rows, state, args, device: str, path: Path) -> s
             f"- median of {args.repeats} per-call CUDA-event times after {args.warmup} warm-up calls, inputs "
             f"rotated over > 2x L2; TFLOP/s = 2MNK/t (TOP/s for int8), geomean over shapes; x = geomean of "
             f"per-shape ratios; gemmgen: bf16 out, per-token/per-channel scales and bias; _int_mm: int32 out, "
-            f"no epilogue; _scaled_mm use_fast_accum={args.fast_accum}", f"- correctness: {checked}", ""]
+            f"no epilogue; _scaled_mm use_fast_accum={args.fast_accum}; 'rules only' = the manifest's "
+            f"dispatch rules without the tuned table; 'x weight-read' (M <= 16) = time / (N*K bytes at the "
+            f"measured copy bandwidth, {args.bandwidth / 1e12:.2f} TB/s)",
+            f"- dispatch of the gemmgen columns: {dispatch_sources(rows)}", f"- correctness: {checked}", ""]
     for group, lines in table.items():
         shapes = ", ".join(f"{n}x{k}" for mdl in (args.models if group == "all" else [group]) for n, k in MODELS[mdl])
         text += [f"### {group} (N x K: {shapes})", "", markdown_table(lines), ""]
@@ -352,6 +396,7 @@ def main(argv=None) -> int:
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 reference of --check
     dev, l2, device = torch.device("cuda", 0), l2_bytes(), torch.cuda.get_device_name(0)
+    args.bandwidth = copy_bandwidth(dev)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     print(f"{device}, torch {torch.__version__}, L2 {l2 / 2**20:.0f} MiB, M={args.m}, repeats={args.repeats}")
     rows, state, start = [], {"checked": {}}, time.perf_counter()
