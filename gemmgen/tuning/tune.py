@@ -294,10 +294,11 @@ def select_and_write(library: Library, store: Store, options: TuneOptions) -> st
     out_dir = Path(options.select_dir) if options.select_dir else settings.build_dir() / "tune" / "pruned"
     out_dir.mkdir(parents=True, exist_ok=True)
     pruned_path = out_dir / manifest_path.name
-    header = (f"# Pruned by `gemmgen tune --select` from {manifest_path.name}: the smallest config set\n"
-              f"# whose best is >= {selection.MIN_RATIO:.0%} of the oracle at every tuned point and\n"
-              f"# >= {selection.MIN_GEOMEAN:.0%} in geomean; dispatch rules are M buckets derived from\n"
-              f"# the same measurements. {' '.join(report)}\n")
+    header = "".join(f"# {line}\n" for line in [
+        f"Pruned by `gemmgen tune --select` from {manifest_path.name}: the smallest config set whose",
+        f"best is >= {selection.MIN_RATIO:.0%} of the oracle at every tuned point and >= "
+        f"{selection.MIN_GEOMEAN:.0%} in geomean;",
+        "dispatch rules are M buckets derived from the same measurements.", *report])
     pruned_path.write_text(header + yaml.safe_dump(_plain(doc), sort_keys=False,
                                                    default_flow_style=None, width=110))
     pruned_names = {spec.name for spec in expand(load_manifest(pruned_path))}
