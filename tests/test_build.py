@@ -17,7 +17,7 @@ from gemmgen.bindings import library as binding_library
 from gemmgen.build import builder, nvcc_guard, toolchain
 from gemmgen.build.ninja_file import NVCC_GUARD, ninja_file
 from gemmgen.cli import main as cli_main
-from gemmgen.errors import LibraryNotBuiltError
+from gemmgen.errors import BuildError, LibraryNotBuiltError
 from gemmgen.generator.expand import expand
 from gemmgen.generator.manifest import load_manifest
 from gemmgen.generator.render import INCLUDE_DIR, TranslationUnit, render_bindings, render_kernel_sources
@@ -220,6 +220,17 @@ def test_publish_swaps_current_atomically(tmp_path):
     # No temporaries are left behind.
     assert not [p for p in lib.iterdir() if p.name.startswith(".current")]
     assert not [p for p in (lib / "lib").iterdir() if p.name.startswith(".")]
+
+
+def test_build_refuses_a_current_that_is_not_a_symlink(tmp_path, case, monkeypatch):
+    """A copied build dir (links followed) has a real `current` folder: a clear error, before
+    anything is generated or compiled, instead of a failed swap after a long compile."""
+    monkeypatch.setattr(builder, "find_toolchain",
+                        lambda: toolchain.Toolchain("nvcc", "13.0", Path("/cutlass"), "4.2.0.0"))
+    (tmp_path / "build" / "demo" / "current").mkdir(parents=True)
+    with pytest.raises(BuildError, match="is not the symlink gemmgen publishes through"):
+        builder.build_manifest(case.write(), tmp_path / "build", jobs=1, log=lambda line: None)
+    assert not (tmp_path / "build" / "demo" / "src").exists()
 
 
 def test_publish_existing_release_keeps_its_files(tmp_path):

@@ -180,6 +180,10 @@ def build_manifest(manifest_path: str | Path, build_root: Path, *, jobs: int | N
     so_name = shared_object_name(manifest.library)
     library_dir = build_root / manifest.library
     with _locked(library_dir):
+        current = library_dir / "current"
+        if current.exists() and not current.is_symlink():  # checked before anything compiles
+            raise BuildError(f"{current} is not the symlink gemmgen publishes through (was the build "
+                             "directory copied with links followed?); remove it and rebuild")
         sources = {u.name: u.source for u in units}
         sources[LIBRARY_SOURCE] = render_library_source(manifest, len(kernels), print_id)
         written, removed = write_tree(library_dir / "src", sources, (".cu",))

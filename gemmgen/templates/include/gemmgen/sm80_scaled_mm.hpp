@@ -75,6 +75,9 @@ struct SplitKPath {
       cutlass::Kernel2<Kernel><<<grid, block, Base::kSharedStorageSize, stream>>>(this->params_);
       return cudaGetLastError();
     }
+    // K partitions CUTLASS actually made: it rounds each slice up to a 128-byte multiple of K,
+    // so a small K gets fewer partitions (and written partial buffers) than slices requested.
+    int k_partitions() const { return this->params_.grid_tiled_shape.k(); }
   };
 
   static size_t partial_bytes(gemmgen_scaled_mm_args const& p) {
@@ -128,7 +131,7 @@ struct SplitKPath {
                    " (shared memory " + std::to_string(Gemm::kSharedStorageSize) + " bytes, " +
                    std::to_string(Kernel::kThreadCount) + " threads)").c_str());
     }
-    int slices = kSerial ? 1 : p.split_k_slices;
+    int slices = kSerial ? 1 : gemm.k_partitions();
     cudaError_t error = launch_splitk_scaled_epilogue<typename Config::ElementD>(
         partials, slices, p.m * p.n, p, stream);
     return error == cudaSuccess ? GEMMGEN_OK
