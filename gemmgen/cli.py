@@ -56,6 +56,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
         for name in sorted(library.kernels):
             print(f"  {name}")
         if args.dispatch:
+            table = library.tuned
+            if table is not None:
+                shapes = sum(len(c.shapes) for c in table.classes.values())
+                print(f"  tuned table: {table.path} ({table.metadata['gpu']}, "
+                      f"{table.metadata['sm_count']} SMs; {shapes} (class, N, K) entries)")
             for key, rules in sorted(library.dispatch.items()):
                 print(f"  dispatch {' '.join(key)}:")
                 for condition, name, line in rules:

@@ -242,6 +242,6 @@ def kernels(op: str | None = None) -> list[Kernel]:
 
 
 def cache_clear() -> None:
+    """Forget memoized choices and which fallbacks were warned about (the GPU identity stays)."""
     _choose.cache_clear()
-    gpu_identity.cache_clear()
     _warned.clear()
