@@ -16,7 +16,8 @@ gemmgen_fp8/scaled_mm_rw, the host (CPU) overhead per call and the cost of a dis
 Run (an sm90 GPU and a built library, `gemmgen build`, are needed):
     python benchmarks/bench_scaled_mm.py [--quick] [--m 1 128 4096] [--models llama3-8b] [--out-dir DIR]
 Writes to --out-dir (default benchmarks/out/): bench_scaled_mm.csv (every measurement, per-call
-samples included), bench_scaled_mm.png (TFLOP/s vs M) and results.md (paste into benchmarks/RESULTS.md).
+samples included), bench_scaled_mm.png (TFLOP/s vs M) and results.md; --append-results also
+appends that summary (device name, date, command) to benchmarks/RESULTS.md.
 
 NOTES (timing method):
 - Device time per call: one CUDA event between consecutive calls (repeats + 1 events), median of
@@ -89,6 +90,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--host-iters", type=int, help="back-to-back calls of the host-overhead test (default 2000)")
     p.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "out")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument("--append-results", nargs="?", type=Path, const=Path(__file__).resolve().parent / "RESULTS.md",
+                   help="also append the markdown summary to this file (default: benchmarks/RESULTS.md)")
     args = p.parse_args(argv)
     args.m = sorted(set(args.m or (QUICK_M if args.quick else DEFAULT_M)))
     args.repeats = args.repeats or (30 if args.quick else 100)
@@ -418,7 +421,11 @@ def main(argv=None) -> int:
     table = summarize(rows, args)
     write_csv(rows, args.out_dir / "bench_scaled_mm.csv")
     plotted = not args.no_plot and plot(table, args, device, args.out_dir / "bench_scaled_mm.png")
-    print("\n" + write_markdown(table, host, rows, state, args, device, args.out_dir / "results.md"))
+    summary = write_markdown(table, host, rows, state, args, device, args.out_dir / "results.md")
+    print("\n" + summary)
+    if args.append_results:
+        with args.append_results.open("a") as handle:
+            handle.write("\n" + summary)
     print(f"wrote {args.out_dir}/bench_scaled_mm.csv{', bench_scaled_mm.png' if plotted else ''}, results.md "
           f"in {time.perf_counter() - start:.0f} s")
     if any(r["status"] == "check_failed" or r["status"].startswith("error") for r in rows):
