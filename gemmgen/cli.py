@@ -73,8 +73,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from .tuning.tune import TuneOptions, tune
 
     shapes = load_many(args.shapes)
+    try:
+        m_grid = parse_m_grid(args.m) if args.m else DEFAULT_M_GRID
+    except ValueError as exc:
+        raise GemmgenError(f"--m: {exc}") from None
     options = TuneOptions(
-        shapes=shapes, m_grid=parse_m_grid(args.m) if args.m else DEFAULT_M_GRID,
+        shapes=shapes, m_grid=m_grid,
         library=args.library, dtypes=tuple(args.dtypes or ()), out_dtype=args.out_dtype,
         epilogue=args.epilogue, knob_top=args.knob_top, tolerance=args.tolerance, fresh=args.fresh,
         out=args.out, select=args.select, select_dir=args.select_dir, gpus=args.gpus,
@@ -82,6 +86,16 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         shape_sources=[resolve_shapes_arg(s).name for s in args.shapes])
     tune(options)
     return 0
+
+
+def _non_negative(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"expected a non-negative {kind.__name__}, got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,9 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="output dtype measured (the table serves the other through the same configs)")
     tuning.add_argument("--epilogue", default="ScaledEpilogueBias",
                         help="epilogue measured (others use the same configs' kernels)")
-    tuning.add_argument("--knob-top", type=int, default=3,
+    tuning.add_argument("--knob-top", type=_non_negative(int), default=3,
                         help="try every run-time knob on this many fastest kernels per point")
-    tuning.add_argument("--tolerance", type=float, default=0.02,
+    tuning.add_argument("--tolerance", type=_non_negative(float), default=0.02,
                         help="times within this fraction of the best are ties (stable tie-break)")
     tuning.add_argument("--out", help="table path (default: <manifest>.tuned.yaml next to the manifest)")
     tuning.add_argument("--select", action="store_true",

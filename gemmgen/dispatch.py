@@ -65,6 +65,7 @@ def _epilogue_for(op: str, epilogue: str | None) -> str:
 
 
 _warned: set[str] = set()
+_untuned_noted: set[str] = set()
 
 
 def _warn_once(message: str) -> None:
@@ -73,8 +74,7 @@ def _warn_once(message: str) -> None:
         log.warning("%s", message)
 
 
-@functools.lru_cache(maxsize=16)
-def gpu_identity(device: int | None) -> tuple[str, int] | None:
+def gpu_identity(device: int | None = None) -> tuple[str, int] | None:
     """(name, SM count) of a CUDA device (None: the current one), or None without CUDA."""
     try:
         import torch
@@ -82,16 +82,23 @@ def gpu_identity(device: int | None) -> tuple[str, int] | None:
         return None
     if not torch.cuda.is_available():
         return None
-    props = torch.cuda.get_device_properties(torch.cuda.current_device() if device is None else device)
+    return _device_identity(torch.cuda.current_device() if device is None else device)
+
+
+@functools.lru_cache(maxsize=16)
+def _device_identity(index: int) -> tuple[str, int]:
+    import torch
+    props = torch.cuda.get_device_properties(index)
     return props.name, props.multi_processor_count
 
 
-def _usable_table(library: Library, gpu: tuple[str, int] | None):
-    """The library's tuned table if it may serve this GPU; else None (warned once, with why)."""
+def _usable_table(library: Library, device: int | None):
+    """The library's tuned table if it may serve this GPU; else None (warned once, with why).
+    The GPU is asked for its identity only here, when there is a table to check."""
     table = library.tuned
     if table is None:
         return None
-    why = table.mismatch(gpu=gpu, kernel_set=library.kernel_set)
+    why = table.mismatch(gpu=gpu_identity(device), kernel_set=library.kernel_set)
     if why is not None:
         _warn_once(f"gemmgen: the tuned table of library {library.name!r} ({table.path}) is not "
                    f"used: {why}. Dispatch falls back to the manifest's rules; re-run `gemmgen tune`.")
@@ -143,7 +150,7 @@ def _from_table(library: Library, table, key, m: int, n: int, k: int) -> Choice 
 
 @functools.lru_cache(maxsize=8192)
 def _choose(arches: tuple[str, ...], a: str, d: str, epilogue: str, m: int, n: int, k: int,
-            gpu: tuple[str, int] | None, tuned: bool) -> Choice:
+            device: int | None, tuned: bool) -> Choice:
     """The lookup chain, first hit wins: tuned table (exact shape, then nearest shape) → the
     manifest's rules → a guaranteed default (the first config of the family that builds it)."""
     key = ("scaled_mm", a, d, epilogue)
@@ -154,10 +161,12 @@ def _choose(arches: tuple[str, ...], a: str, d: str, epilogue: str, m: int, n: i
         if not serving:
             continue
         owner = next((lib for lib in serving if key in lib.dispatch), serving[0])
-        table = _usable_table(owner, gpu) if tuned else None
-        if tuned and owner.tuned is None:
-            _warn_once(f"gemmgen: library {owner.name!r} has no tuned table; dispatch uses the "
-                       "manifest's rules (measure one with `gemmgen tune` on this GPU)")
+        table = _usable_table(owner, device) if tuned else None
+        if tuned and owner.tuned is None and owner.name not in _untuned_noted:
+            # INFO, not WARNING: nothing fell back; the library never had a table
+            _untuned_noted.add(owner.name)
+            log.info("gemmgen: library %r has no tuned table; dispatch uses the manifest's rules "
+                     "(measure one with `gemmgen tune` on this GPU)", owner.name)
         if table is not None:
             choice = _from_table(owner, table, key, m, n, k)
             if choice is not None:
@@ -212,7 +221,7 @@ def choose(op: str = "scaled_mm", *, a_dtype, out_dtype, epilogue: str | None = 
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive int, got {value!r}")
     return _choose(_arches(arch), dtype_name(a_dtype), dtype_name(out_dtype),
-                   _epilogue_for(op, epilogue), m, n, k, gpu_identity(device) if tuned else None, tuned)
+                   _epilogue_for(op, epilogue), m, n, k, device, tuned)
 
 
 def lookup(op: str = "scaled_mm", *, a_dtype, out_dtype, epilogue: str | None = None,
@@ -228,8 +237,9 @@ def explain(op: str = "scaled_mm", *, a_dtype, out_dtype, epilogue: str | None =
     and knobs for this problem, and why."""
     c = choose(op, a_dtype=a_dtype, out_dtype=out_dtype, epilogue=epilogue, m=m, n=n, k=k,
                arch=arch, tuned=tuned)
+    split = f", split_k {c.knobs.split_k_slices}" if c.knobs.split_k_slices != 1 else ""
     return (f"m={m}, n={n}, k={k}: {c.reason}; it picks {c.kernel.name} (config "
-            f"{c.kernel.spec.origin.config!r}, raster {c.knobs.raster}, swizzle {c.knobs.swizzle}).")
+            f"{c.kernel.spec.origin.config!r}, raster {c.knobs.raster}, swizzle {c.knobs.swizzle}{split}).")
 
 
 def kernels(op: str | None = None) -> list[Kernel]:
@@ -242,6 +252,7 @@ def kernels(op: str | None = None) -> list[Kernel]:
 
 
 def cache_clear() -> None:
-    """Forget memoized choices and which fallbacks were warned about (the GPU identity stays)."""
+    """Forget memoized choices and which fallbacks were warned about (GPU identities stay)."""
     _choose.cache_clear()
     _warned.clear()
+    _untuned_noted.clear()

@@ -7,6 +7,7 @@ contents and determinism, and the pruned manifest + table that `--select` writes
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -14,9 +15,10 @@ import pytest
 
 from gemmgen.bindings.library import Kernel, Library
 from gemmgen.generator.expand import expand
+from gemmgen.generator.kernel_config import RuntimeKnobs, Sm80TileConfig
 from gemmgen.generator.manifest import load_manifest
 from gemmgen.tuning import tune as tuning
-from gemmgen.tuning.measure import Store
+from gemmgen.tuning.measure import Candidate, Record, Store, knob_variants, output_tiles
 from gemmgen.tuning.shapes import WeightShape
 from gemmgen.tuning.table import kernel_set_hash, load_table, table_path_for
 
@@ -47,8 +49,8 @@ def library(case, monkeypatch):
     calls = []
 
     def fake_time(candidate, problem):
-        calls.append(candidate)
         m, n, k, noise = problem
+        calls.append((candidate, (m, n, k)))
         return _model_us(lib.kernels[candidate.kernel], candidate.knobs, m, n, k) * (1 + noise.uniform(-0.004, 0.004))
 
     noise = random.Random(0)
@@ -72,8 +74,13 @@ def test_measure_store_resume_and_table(library, tmp_path):
     store = Store(tmp_path / "m.jsonl")
     tuning.measure(library, store, options, SHAPES)
     first_calls = len(calls)
-    # 3 kernels at every point; knobs (12 settings) only for the 2 fastest past one wave of tiles
-    assert first_calls > 3 * len(SHAPES) * len(GRID)
+    # 3 kernels at every point with their manifest knobs; other knobs only for the 2 fastest, and
+    # only where the output has more tiles than the GPU has SMs
+    with_default_knobs = [c for c, _ in calls if Candidate.of(library.kernels[c.kernel]) == c]
+    assert len(with_default_knobs) == 3 * len(SHAPES) * len(GRID)
+    knobbed = {(c.kernel, p) for c, p in calls if Candidate.of(library.kernels[c.kernel]) != c}
+    assert knobbed and all(output_tiles(library.kernels[kernel], m, n) > GPU[1] for kernel, (m, n, k) in knobbed)
+    assert len({kernel for kernel, p in knobbed if p == (4096, 28672, 4096)}) == 2
     tuning.measure(library, Store(tmp_path / "m.jsonl"), options, SHAPES)  # resume: nothing new
     assert len(calls) == first_calls
     path = tuning.write_table(library, Store(tmp_path / "m.jsonl"), options)
@@ -119,3 +126,36 @@ def test_select_writes_a_pruned_manifest_and_its_table(library, tmp_path, case):
     assert table.metadata["kernel_set"] == kernel_set_hash(names)
     rules = [(r.condition.source, family.configs[r.config_index].name) for r in family.dispatch]
     assert rules == [("m <= 64", "small"), ("true", "large")]
+
+
+def test_store_parts_resume_and_retry_failures(tmp_path):
+    """Per-GPU part files load together; a failed measurement is tried again on resume."""
+    path = tmp_path / "lib-abc-H200-132sm-seed0.jsonl"
+    good = Record("int8", "bf16", "ScaledEpilogueBias", 4096, 4096, 16, "k1", "heuristic", 1, 1, 12.5)
+    failed = Record("int8", "bf16", "ScaledEpilogueBias", 4096, 4096, 16, "k2", "heuristic", 1, 1, None,
+                    "out of memory")
+    Store(path, part="gpu0").put(good)
+    Store(path, part="gpu1").put(failed)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "lib-abc-H200-132sm-seed0.gpu0.jsonl", "lib-abc-H200-132sm-seed0.gpu1.jsonl"]
+    with open(tmp_path / "lib-abc-H200-132sm-seed0.gpu0.jsonl", "a") as handle:
+        handle.write('{"a": "int8", "d": "bf1')  # a line cut short by a killed run
+    reopened = Store(path)
+    assert reopened.get("int8", "bf16", "ScaledEpilogueBias", 4096, 4096, 16, good.candidate) == good
+    assert reopened.get("int8", "bf16", "ScaledEpilogueBias", 4096, 4096, 16, failed.candidate) is None
+    assert reopened.times("int8", "bf16", "ScaledEpilogueBias") == {(4096, 4096, 16): {good.candidate: 12.5}}
+
+
+def test_knob_variants_per_arch(library):
+    """sm90: every raster order x swizzle (the manifest's first); sm80 split-K: slice counts."""
+    library, _ = library
+    sm90 = next(iter(library.kernels.values()))
+    variants = knob_variants(sm90)
+    assert variants[0] == Candidate.of(sm90) and len(variants) == len(set(variants)) == 12
+    config = Sm80TileConfig((64, 128, 128), (64, 64, 64), (16, 8, 32), 5, 1, "parallel")
+    split = Kernel(dataclasses.replace(sm90.spec, arch="sm80", config=config,
+                                       knobs=RuntimeKnobs(split_k_slices=4)), None, None, None)
+    assert [c.split_k for c in knob_variants(split)] == [4, 1, 2, 8]
+    plain = Kernel(dataclasses.replace(split.spec, config=dataclasses.replace(config, split_k="none"),
+                                       knobs=RuntimeKnobs()), None, None, None)
+    assert knob_variants(plain) == [Candidate.of(plain)]

@@ -116,3 +116,23 @@ def test_duplicate_shape_and_unknown_kernel_are_errors(table_file):
     table_file.write_text(text.replace("n: 28672", "n: 4096", 1))
     with pytest.raises(ManifestError, match=r"shape \(4096, 4096\) already listed at line \d+"):
         load_table(table_file)
+
+
+def test_split_k_only_on_kernels_built_with_it(table_file):
+    names = {"k_small", "k_mid", "k_large", "k_wide", "k_split"}
+    load_table(table_file, known_kernels=names, split_k_kernels={"k_split"})
+    with pytest.raises(ManifestError, match="k_split was built without split-K") as info:
+        load_table(table_file, known_kernels=names)
+    assert info.value.key == "split_k"
+
+
+def test_a_published_table_that_does_not_fit_is_dropped_with_a_warning(table_file, caplog):
+    """A bad optional file must not break loading the library: warn, use the rules."""
+    from types import SimpleNamespace
+
+    from gemmgen.bindings.library import _load_tuned_table
+    specs = [SimpleNamespace(name=n, config=SimpleNamespace(split_k="none")) for n in ("k_small", "k_mid")]
+    with caplog.at_level("WARNING", logger="gemmgen.dispatch"):
+        assert _load_tuned_table(table_file, specs) is None
+    assert "ignoring the tuned table" in caplog.text and "is not a kernel of this library" in caplog.text
+    assert _load_tuned_table(table_file.with_name("absent.yaml"), specs) is None

@@ -11,12 +11,13 @@ import ctypes
 import functools
 import hashlib
 import importlib.util
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 from .. import settings
-from ..errors import GemmgenError, LibraryNotBuiltError
+from ..errors import GemmgenError, LibraryNotBuiltError, ManifestError
 from ..generator.dispatch_rules import Condition, parse_condition
 from ..generator.kernel_config import KernelSpec
 from ..tuning.table import TUNED_TABLE_FILE, TunedTable, kernel_set_hash, load_table
@@ -103,6 +104,21 @@ def _import_bindings(path: Path) -> ModuleType:
     return module
 
 
+def _load_tuned_table(path: Path, specs) -> TunedTable | None:
+    """The published tuned table, checked against the kernels; one that does not fit is dropped
+    with a warning (dispatch then uses the manifest's rules), never breaking the library."""
+    if not path.exists():
+        return None
+    try:
+        return load_table(path, known_kernels=[s.name for s in specs],
+                          split_k_kernels=[s.name for s in specs
+                                           if getattr(s.config, "split_k", "none") != "none"])
+    except ManifestError as exc:
+        logging.getLogger("gemmgen.dispatch").warning(
+            "gemmgen: ignoring the tuned table %s: %s; dispatch uses the manifest's rules", path, exc)
+        return None
+
+
 def load_library(directory: Path) -> Library:
     """Load one published library folder (shared object + bindings) and check they match."""
     directory = directory.resolve()
@@ -123,8 +139,7 @@ def load_library(directory: Path) -> Library:
         raise LibraryNotBuiltError(f"{so_path} was built from another gemmgen version (argument "
                                    "struct size differs); rebuild with `gemmgen build`")
     kernels: dict[str, Kernel] = {}
-    table_path = directory / TUNED_TABLE_FILE
-    tuned = load_table(table_path) if table_path.exists() else None
+    tuned = _load_tuned_table(directory / TUNED_TABLE_FILE, module.KERNELS)
     library = Library(module.LIBRARY, module.ARCH, directory, built, cdll, kernels, {}, module, tuned)
     for spec in module.KERNELS:
         run = _RUN_PROTOTYPE(("gemmgen_run_" + spec.name, cdll))

@@ -248,11 +248,12 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
     if (device, chosen.library.arch) not in _checked_devices:
         _check_device(device, chosen)
     slices = knobs.split_k_slices if split_k is None else split_k
+    if not isinstance(slices, int) or isinstance(slices, bool) or not 1 <= slices <= 64:
+        raise _fail("split_k", "an int in [1, 64] (K slices)", repr(split_k))
     if slices != 1 and getattr(chosen.config, "split_k", "none") == "none":
         raise _fail("split_k", f"None or 1: kernel {chosen.name} was built without split-K (an "
-                               "sm80 config with `split_k: {mode: serial|parallel, slices: N}`)", split_k)
-    if not isinstance(slices, int) or not 1 <= slices <= 64:
-        raise _fail("split_k", "an int in [1, 64] (K slices)", split_k)
+                               "sm80 config with `split_k: {mode: serial|parallel, slices: N}`)",
+                    f"{slices} slices" + ("" if split_k is not None else " (from the tuned table)"))
     # NOTES: a single row (or column) has no meaningful stride and torch may report 1 for it;
     # TMA wants a leading stride of at least the row length, so pass the packed one.
     lda = a.stride(0) if m > 1 else k
@@ -323,7 +324,9 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     bias: [N] in out_dtype. out: optional [M, N] row-major output. kernel: force a kernel by name
     (default: the dispatch table picks). arch: "sm90a" or "sm80" to use that kernel family (default:
     the fastest one the GPU runs: sm90a on Hopper, sm80 on Ampere/Ada). split_k: K slices for a
-    kernel built with split-K (sm80 `split_k` config key; default: the config's own slices).
+    kernel built with split-K (sm80 `split_k` config key); default: the tuned table's value for
+    this problem, else the config's own slices. Give it with `kernel=` (a kernel without split-K
+    accepts only 1).
     """
     out = _output(a, b, out_dtype, out)
     _call(out, a, b, scale_a, scale_b, bias, None, None, kernel, arch, split_k)

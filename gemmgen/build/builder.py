@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +34,10 @@ from ..errors import BuildError
 from ..generator.expand import expand
 from ..generator.kernel_config import KernelSpec
 from ..generator.manifest import Manifest, load_manifest
-from ..tuning.table import TUNED_TABLE_FILE, kernel_set_hash, load_table, table_path_for
 from ..generator.render import (BINDINGS_FILE, INCLUDE_DIR, LIBRARY_SOURCE, TranslationUnit,
                                 render_bindings, render_kernel_sources, render_library_source,
                                 write_tree)
+from ..tuning.table import TUNED_TABLE_FILE, kernel_set_hash, load_table, table_path_for
 from .ninja_file import ninja_file
 from .toolchain import LINK_FLAGS, Toolchain, find_toolchain, max_parallel_jobs
 
@@ -85,7 +85,7 @@ def _locked(directory: Path) -> Iterator[None]:
 
 
 def _run_ninja(library_dir: Path, jobs: int, units: dict[str, TranslationUnit],
-               log: callable) -> None:
+               log: Callable[[str], None]) -> None:
     ninja = shutil.which("ninja")
     if ninja is None:
         raise BuildError("ninja not found: `pip install ninja` (a dependency of gemmgen)")
@@ -124,7 +124,7 @@ def _compile_times(library_dir: Path, log_offset: int) -> dict[str, float]:
     return times
 
 
-def tuned_table_text(manifest_path: str | Path, kernels: list[KernelSpec], log: callable) -> str | None:
+def tuned_table_text(manifest_path: str | Path, kernels: list[KernelSpec], log: Callable[[str], None]) -> str | None:
     """The manifest's `<name>.tuned.yaml`, validated, if it matches this kernel set; None if
     there is none or it is stale (the manifest changed since `gemmgen tune`: warned, not used)."""
     path = table_path_for(manifest_path)
@@ -136,7 +136,9 @@ def tuned_table_text(manifest_path: str | Path, kernels: list[KernelSpec], log: 
         log(f"gemmgen: warning: {path} was tuned for another kernel set; it is not published "
             "and dispatch uses the manifest's rules. Re-run `gemmgen tune`.")
         return None
-    load_table(path, known_kernels=names)  # every kernel it names must exist (file:line if not)
+    # every kernel it names must exist, and split_k go to split-K kernels (file:line if not)
+    load_table(path, known_kernels=names,
+               split_k_kernels={k.name for k in kernels if getattr(k.config, "split_k", "none") != "none"})
     return path.read_text()
 
 
@@ -168,7 +170,7 @@ def _publish(library_dir: Path, shared_object: str, bindings: str, release: str,
 
 
 def build_manifest(manifest_path: str | Path, build_root: Path, *, jobs: int | None = None,
-                   allow_wgmma_serialization: bool = False, log: callable = print) -> BuildReport:
+                   allow_wgmma_serialization: bool = False, log: Callable[[str], None] = print) -> BuildReport:
     """Validate, generate, compile and publish the library of one manifest."""
     manifest: Manifest = load_manifest(manifest_path)
     kernels: list[KernelSpec] = expand(manifest)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import time
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -124,8 +125,10 @@ def gpu_time_us(call: Callable[[int], None], pool_size: int, repeats: int = 7) -
     (the first scheme, a spin before each short batch, measured the cooperative 128x256 kernel
     5-15% below its back-to-back speed in benchmarks/bench_scaled_mm.py).
     """
+    host_start = time.perf_counter()
     for i in range(2):
         call(i % pool_size)
+    host_us = (time.perf_counter() - host_start) * 1e6 / 2
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()
@@ -135,8 +138,9 @@ def gpu_time_us(call: Callable[[int], None], pool_size: int, repeats: int = 7) -
     first_us = max(start.elapsed_time(end) * 1000.0, 1.0)
     batch = max(1, min(64, math.ceil(_TARGET_SAMPLE_US / first_us)))
     calls = batch * (repeats + 1)
-    # ~25 µs of host time per call at 2 GHz; capped at 0.2 s of spin
-    torch.cuda._sleep(int(min(calls * 25e-6, 0.2) * 2e9))
+    # spin for 1.5x the host's enqueue time of all calls (as measured on the warm-up; at most
+    # 0.2 s), counted in cycles at ~2 GHz
+    torch.cuda._sleep(int(min(calls * max(host_us, 10.0) * 1.5e-6, 0.2) * 2e9))
     events = [torch.cuda.Event(enable_timing=True) for _ in range(repeats + 1)]
     index = 0
     for r in range(-1, repeats):  # batch -1 warms up, untimed
@@ -189,7 +193,8 @@ class Record:
 
 
 class Store:
-    """Append-only JSON-lines measurements; reopening it resumes (what is stored is not re-run).
+    """Append-only JSON-lines measurements; reopening it resumes (what was measured is not re-run;
+    what failed is tried again).
 
     Several processes (one per GPU) write their own files `<stem>.<part>.jsonl`; `load` reads
     them all.
@@ -213,7 +218,8 @@ class Store:
                     record = Record(**json.loads(line))
                 except (ValueError, TypeError):
                     continue  # a line cut short by an interrupted run
-                self.records[record.key] = record
+                if record.us is not None:  # failures (e.g. out of memory) are retried on resume
+                    self.records[record.key] = record
 
     def get(self, a: str, d: str, epilogue: str, n: int, k: int, m: int, c: Candidate) -> Record | None:
         return self.records.get((a, d, epilogue, n, k, m, c))

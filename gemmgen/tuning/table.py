@@ -39,7 +39,7 @@ FORMAT = 1
 TABLE_SUFFIX = ".tuned.yaml"
 TUNED_TABLE_FILE = "tuned.yaml"  # its name inside a published library folder
 _METADATA_KEYS = ("library", "arch", "kernel_set", "gpu", "sm_count", "cuda", "cutlass", "gemmgen",
-                  "torch", "shapes", "m_grid", "tie_tolerance", "measured")
+                  "torch", "shapes", "m_grid", "tie_tolerance")
 _REQUIRED_METADATA = {"library", "arch", "kernel_set", "gpu", "sm_count"}
 _CLASS_KEYS = ("op", "a", "d", "epilogue")
 _BUCKET_KEYS = {"m_max", "kernel", "raster", "swizzle", "split_k"}
@@ -186,8 +186,10 @@ def _read_bucket(path: str, node, previous: int) -> Bucket:
     return Bucket(m_max, kernel, RuntimeKnobs(raster, swizzle, split_k), b.line)
 
 
-def load_table(path: str | Path, known_kernels: Iterable[str] | None = None) -> TunedTable:
-    """Read and validate a tuned table; with `known_kernels`, every kernel it names must be one."""
+def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
+               split_k_kernels: Iterable[str] = ()) -> TunedTable:
+    """Read and validate a tuned table. With `known_kernels`, every kernel it names must be one,
+    and a bucket's `split_k` other than 1 must name one of `split_k_kernels`."""
     path = str(path)
     try:
         doc, _ = load_yaml(Path(path))
@@ -202,6 +204,7 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None) -> 
     meta = _mapping(path, top["metadata"], "metadata", _METADATA_KEYS, _REQUIRED_METADATA)
     _positive_int(path, meta, "sm_count")
     known = set(known_kernels) if known_kernels is not None else None
+    splittable = set(split_k_kernels)
     classes: dict[ClassKey, ClassTable] = {}
     tables = _sequence(path, top, "tables")
     for ti, node in enumerate(tables):
@@ -224,6 +227,10 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None) -> 
                     raise ManifestError(path, bucket.line, "kernel",
                                         f"{bucket.kernel} is not a kernel of this library "
                                         "(re-run `gemmgen tune` after changing the manifest)")
+                if known is not None and bucket.knobs.split_k_slices != 1 and bucket.kernel not in splittable:
+                    raise ManifestError(path, bucket.line, "split_k",
+                                        f"{bucket.kernel} was built without split-K; expected 1 "
+                                        f"(or no split_k), got {bucket.knobs.split_k_slices}")
                 buckets.append(bucket)
             shapes.append(ShapeEntry(n, k, tuple(buckets), s.line))
         classes[key] = ClassTable(key, tuple(shapes), c.line)

@@ -15,14 +15,13 @@ import math
 import os
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 import yaml
 
-from .. import __version__, settings
+from .. import __version__, dispatch, settings
 from ..bindings.library import Kernel, Library, libraries
 from ..errors import GemmgenError
 from ..generator.expand import expand
@@ -34,7 +33,7 @@ from .measure import Candidate, Record, Store, knob_variants, make_problem, outp
 from .shapes import WeightShape
 from .table import Bucket, ClassTable, ShapeEntry, kernel_set_hash, render_table, table_path_for
 
-ClassKey = tuple[str, str, str]  # (a, d, epilogue) of op scaled_mm
+MeasuredClass = tuple[str, str, str]  # (a, d, epilogue) of op scaled_mm
 
 
 @dataclass
@@ -62,8 +61,8 @@ def _say(message: str) -> None:
 
 
 def gpu_identity() -> tuple[str, int]:
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return props.name, props.multi_processor_count
+    """(name, SM count) of the current GPU."""
+    return dispatch.gpu_identity(torch.cuda.current_device())
 
 
 def choose_library(name: str | None) -> Library:
@@ -97,7 +96,7 @@ def candidate_rank(library: Library):
     return rank
 
 
-def classes_of(library: Library, options: TuneOptions) -> list[ClassKey]:
+def classes_of(library: Library, options: TuneOptions) -> list[MeasuredClass]:
     built = {(k.spec.a, k.spec.d, k.spec.epilogue) for k in library.kernels.values()
              if k.spec.op == "scaled_mm"}
     dtypes = options.dtypes or sorted({a for a, _, _ in built})
@@ -109,7 +108,7 @@ def classes_of(library: Library, options: TuneOptions) -> list[ClassKey]:
     return classes
 
 
-def kernels_of(library: Library, cls: ClassKey) -> list[Kernel]:
+def kernels_of(library: Library, cls: MeasuredClass) -> list[Kernel]:
     ranks = kernel_rank(library)
     return sorted((k for k in library.kernels.values()
                    if (k.spec.a, k.spec.d, k.spec.epilogue) == cls), key=lambda k: ranks[k.name])
@@ -122,23 +121,8 @@ def store_path(library: Library, options: TuneOptions) -> Path:
 
 
 def _progress(total: int, position: int = 0, desc: str = "tune"):
-    try:
-        from tqdm import tqdm
-        return tqdm(total=total, position=position, desc=desc, unit="point", dynamic_ncols=True)
-    except ImportError:  # plain progress lines
-        class Lines:
-            def __init__(self):
-                self.done, self.start = 0, time.monotonic()
-
-            def update(self, count=1):
-                self.done += count
-                if self.done % 10 == 0 or self.done == total:
-                    rate = self.done / max(1e-9, time.monotonic() - self.start)
-                    _say(f"{desc}: {self.done}/{total} points, ETA {(total - self.done) / rate:.0f} s")
-
-            def close(self):
-                pass
-        return Lines()
+    from tqdm import tqdm  # progress bar with rate and ETA
+    return tqdm(total=total, position=position, desc=desc, unit="point", dynamic_ncols=True)
 
 
 def measure(library: Library, store: Store, options: TuneOptions, shapes: list[WeightShape],
@@ -165,6 +149,9 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
                         us, error = time_candidate(c, problem), None
                     except GemmgenError as exc:  # cannot implement this problem
                         us, error = None, str(exc)
+                    except torch.OutOfMemoryError as exc:  # e.g. split-K partials of a huge problem
+                        torch.cuda.empty_cache()
+                        us, error = None, f"out of memory: {str(exc).splitlines()[0]}"
                     store.put(Record(a, d, epilogue, shape.n, shape.k, m, c.kernel, c.raster,
                                      c.swizzle, c.split_k, us, error))
                     return math.inf if us is None else us
@@ -176,6 +163,8 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
                     many_waves = output_tiles(kernel, m, shape.n) > sm_count
                     if kernel.spec.arch == "sm90a" and not many_waves:
                         continue  # raster order and swizzle only matter past one wave of tiles
+                    if kernel.spec.arch == "sm80" and many_waves:
+                        continue  # split-K only pays while the tiles leave SMs idle
                     for c in knob_variants(kernel)[1:]:
                         timed(c)
                 del problem
@@ -255,7 +244,6 @@ def select_and_write(library: Library, store: Store, options: TuneOptions) -> st
     pruned manifest and its table to `select_dir`; return a report."""
     manifest_path = manifest_of(library)
     doc, _ = load_yaml(manifest_path)
-    rank = candidate_rank(library)
     wanted = {(s.n, s.k) for s in options.shapes}
     kernel_of = library.kernels
     report = []
@@ -263,9 +251,11 @@ def select_and_write(library: Library, store: Store, options: TuneOptions) -> st
     tuned_families = {}
     for a, d, epilogue in classes_of(library, options):
         for (n, k, m), row in store.times(a, d, epilogue, wanted).items():
-            if m in options.m_grid:
-                family = kernel_of[next(iter(row)).kernel].spec.origin.family
-                tuned_families.setdefault(family, {})[(a, n, k, m)] = row
+            if m not in options.m_grid:
+                continue
+            for c, t in row.items():  # a class may be served by several families
+                family = kernel_of[c.kernel].spec.origin.family
+                tuned_families.setdefault(family, {}).setdefault((a, n, k, m), {})[c] = t
     for family, times in sorted(tuned_families.items()):
         def group_of(c: Candidate) -> str:
             return kernel_of[c.kernel].spec.origin.config
@@ -330,7 +320,12 @@ def tune(options: TuneOptions) -> Path:
     if options.fresh:
         for old in Store(path).siblings():
             old.unlink(missing_ok=True)
-    gpus = min(options.gpus or torch.cuda.device_count(), len(options.shapes))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = ([d.strip() for d in visible.split(",") if d.strip()] if visible
+               else [str(i) for i in range(torch.cuda.device_count())])[:torch.cuda.device_count()]
+    if options.gpus is not None and not 1 <= options.gpus <= len(devices):
+        raise GemmgenError(f"--gpus {options.gpus}: expected 1..{len(devices)} (the visible GPUs)")
+    gpus = min(options.gpus or len(devices), len(options.shapes))
     _say(f"library {library.name} ({library.arch}), {len(options.shapes)} shapes x "
          f"{len(options.m_grid)} M values on {gpus} GPU(s); measurements in {path}")
     if gpus > 1:
@@ -338,7 +333,7 @@ def tune(options: TuneOptions) -> Path:
                    "store": str(path), "count": gpus}
         procs = [subprocess.Popen([sys.executable, "-m", "gemmgen.tuning.tune", "--worker",
                                    json.dumps({**payload, "index": i})],
-                                  env={**os.environ, "CUDA_VISIBLE_DEVICES": str(i)})
+                                  env={**os.environ, "CUDA_VISIBLE_DEVICES": devices[i]})
                  for i in range(gpus)]
         failed = [i for i, p in enumerate(procs) if p.wait() != 0]
         if failed:

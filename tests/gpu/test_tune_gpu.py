@@ -11,6 +11,8 @@ import torch
 import gemmgen
 from gemmgen import dispatch
 from gemmgen.bindings import library as library_module
+from gemmgen.bindings import ops
+from gemmgen.bindings.library import RASTER_CODES
 from gemmgen.generator.expand import expand
 from gemmgen.generator.manifest import load_manifest
 from gemmgen.tuning import tune as tuning
@@ -59,8 +61,15 @@ def test_dispatch_uses_the_tuned_table_and_its_knobs(tuned, monkeypatch):
     table = load_table(root / "run0.tuned.yaml", known_kernels=library.kernels)
     with_table = dataclasses.replace(library, tuned=table)  # as if `gemmgen build` published it
     others = tuple(lib for lib in library_module.libraries() if lib is not library)
+    launched = []
+    real_launch = ops._launch
+
+    def recording_launch(chosen, buffer, device):
+        launched.append((chosen.name, ops._ARGS_LAYOUT.unpack_from(buffer)[-4:-1]))  # raster, swizzle, split-K
+        return real_launch(chosen, buffer, device)
     try:
         monkeypatch.setattr(dispatch, "libraries", lambda: (with_table, *others))
+        monkeypatch.setattr(ops, "_launch", recording_launch)
         gemmgen.reload()
         for m, n in ((8, 4096), (4096, 6144), (300, 5120)):
             k = 4096
@@ -74,6 +83,9 @@ def test_dispatch_uses_the_tuned_table_and_its_knobs(tuned, monkeypatch):
             bias = torch.randn(n, device="cuda").to(torch.bfloat16)
             out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
             gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out)
+            knobs = choice.knobs  # the op launched the table's kernel with the table's knobs
+            assert launched[-1] == (choice.kernel.name, (RASTER_CODES[knobs.raster], knobs.swizzle,
+                                                         knobs.split_k_slices))
             ref = (a.double() @ b.double()) * scale_a.double() * scale_b.double() + bias.double()
             assert not out.isnan().any()
             torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=1e-2)

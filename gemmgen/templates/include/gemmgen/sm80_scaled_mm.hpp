@@ -49,7 +49,7 @@ struct ScaledMmConfig {
 
 // Split-K: a plain GEMM writes fp32 partial sums (serial: one buffer reduced in place under a
 // semaphore; parallel: one buffer per slice), then splitk_scaled_epilogue reduces and applies the
-// epilogue. Workspace: [partials, 256-byte aligned][the GEMM's own workspace].
+// epilogue. Workspace: [partials, 256-byte aligned][serial only: the GEMM's semaphores].
 template <class Config>
 struct SplitKPath {
   static constexpr bool kSerial = Config::SplitKMode == SplitK::kSerial;
@@ -95,8 +95,11 @@ struct SplitKPath {
                                     partials, partials, 0, 0, slice, slice, p.lda, p.ldb, p.n, p.n);
   }
 
+  // Serial: the partials plus CUTLASS's tile semaphores. Parallel: the partials only; CUTLASS
+  // sizes a workspace for the per-slice outputs too, but in this mode its kernel writes them to
+  // ptr_D (our partials) and leaves the workspace unused.
   static size_t workspace_size(gemmgen_scaled_mm_args const& p) {
-    return partial_bytes(p) + Gemm::get_workspace_size(make_arguments(p, nullptr));
+    return partial_bytes(p) + (kSerial ? Gemm::get_workspace_size(make_arguments(p, nullptr)) : 0);
   }
 
   static int run(gemmgen_scaled_mm_args const& p, void* workspace, size_t workspace_bytes,
@@ -105,7 +108,7 @@ struct SplitKPath {
       return fail(GEMMGEN_WORKSPACE_TOO_SMALL, kernel_name, "split-K workspace smaller than required");
     }
     auto* partials = static_cast<float*>(workspace);
-    void* gemm_workspace = static_cast<char*>(workspace) + partial_bytes(p);
+    void* gemm_workspace = kSerial ? static_cast<char*>(workspace) + partial_bytes(p) : nullptr;
     auto args = make_arguments(p, partials);
     Gemm gemm;
     cutlass::Status status = gemm.can_implement(args);
