@@ -39,9 +39,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from .generator.expand import expand
     from .generator.manifest import load_manifest
 
+    from .build.builder import tuned_table_text
+    from .tuning.table import table_path_for
+
     for path in _manifests(args.manifests):
         kernels = expand(load_manifest(path))
-        print(f"{path}: OK, {len(kernels)} kernels")
+        table = table_path_for(path)
+        note = ""
+        if table.exists():  # validated like `gemmgen build` does: file:line errors, staleness
+            note = f"; tuned table {table.name}: " + ("OK" if tuned_table_text(path, kernels, print)
+                                                       else "stale, not used")
+        print(f"{path}: OK, {len(kernels)} kernels{note}")
         if args.verbose:
             for spec in kernels:
                 print(f"  {spec.name}")

@@ -356,6 +356,29 @@ def test_cli_validate_default(capsys, default_manifest):
     assert len([line for line in out.splitlines() if line.startswith("  sm90a_")]) == len(expand(load_manifest(default_manifest)))
 
 
+def test_shipped_tuned_table_matches_its_manifest(capsys, default_manifest):
+    """The table shipped beside the default manifest names its kernels and kernel set: editing
+    the manifest without re-running `gemmgen tune` fails here instead of shipping a dead table."""
+    assert cli_main(["validate", str(default_manifest)]) == 0
+    assert f"tuned table {default_manifest.stem}.tuned.yaml: OK" in capsys.readouterr().out
+
+
+def test_cli_validate_reports_a_stale_table(capsys, case):
+    from gemmgen.generator.kernel_config import RuntimeKnobs
+    from gemmgen.tuning.table import Bucket, ClassTable, ShapeEntry, render_table, table_path_for
+    path = case.write()
+    meta = {"library": "demo", "arch": "sm90a", "kernel_set": "0" * 16, "gpu": "G", "sm_count": 1}
+    entry = ClassTable(("scaled_mm", "int8", "bf16", "ScaledEpilogue"),
+                       (ShapeEntry(64, 64, (Bucket(1, "gone", RuntimeKnobs()),)),))
+    table_path_for(path).write_text(render_table(meta, [entry]))
+    try:
+        assert cli_main(["validate", str(path)]) == 0
+    finally:
+        table_path_for(path).unlink()
+    out = capsys.readouterr().out
+    assert "tuned for another kernel set" in out and "stale, not used" in out
+
+
 def test_cli_validate_broken(capsys, case):
     case.replace("cluster: [2, 1, 1]", "cluster: [3, 1, 1]")
     path = case.write()
