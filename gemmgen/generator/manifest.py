@@ -35,7 +35,7 @@ from .dispatch_rules import Condition
 from .kernel_config import (ACC_FOR, AZP_EPILOGUES, DTYPES_8BIT, EPILOGUE_SCHEDULES, EPILOGUES,
                             OUT_DTYPES, RASTER_ORDERS, SCHEDULES, SM80_SWIZZLES, SPLIT_K_MODES, SWIZZLES,
                             TILE_SCHEDULERS, RuntimeKnobs, Sm80TileConfig, TileConfig)
-from .yaml_lines import LocatedDict, LocatedList, load_yaml
+from .yaml_lines import LocatedDict, LocatedList, Reader, load_yaml
 
 ARCHES = ("sm90a", "sm80")
 OPS = ("scaled_mm",)
@@ -92,56 +92,6 @@ class Manifest:
     families: tuple[Family, ...]
 
 
-class _Reader:
-    """Typed accessors that turn a wrong value into a ManifestError at its line."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def error(self, node: Any, key: str, message: str, index: int | None = None) -> ManifestError:
-        line = None
-        if isinstance(node, LocatedDict):
-            line = node.line_of(key)
-        elif isinstance(node, LocatedList):
-            line = node.line_of(index) if index is not None else node.line
-        return ManifestError(self.path, line, key, message)
-
-    def mapping(self, node: Any, where: str, allowed: set[str], required: set[str]) -> LocatedDict:
-        if not isinstance(node, LocatedDict):
-            raise ManifestError(self.path, getattr(node, "line", None), where,
-                                f"expected a mapping, got {type(node).__name__}")
-        for key in node:
-            if key not in allowed:
-                raise self.error(node, str(key),
-                                 f"unknown key in {where}; allowed keys: {', '.join(sorted(allowed))}")
-        for key in sorted(required - set(node)):
-            raise ManifestError(self.path, node.line, key, f"missing required key in {where}")
-        return node
-
-    def sequence(self, node: LocatedDict, key: str, allow_scalar: bool = False) -> list:
-        value = node[key]
-        if allow_scalar and not isinstance(value, list):
-            return [value]
-        if not isinstance(value, list) or not value:
-            raise self.error(node, key, f"expected a non-empty list, got {value!r}")
-        return value
-
-    def choice(self, node: LocatedDict, key: str, allowed: tuple, default: Any = None) -> Any:
-        value = node.get(key, default)
-        # Compare types too: YAML's `2.0` or `true` must not pass for the integer 2 or 1.
-        if not any(value == option and type(value) is type(option) for option in allowed):
-            raise self.error(node, key, f"unknown value {value!r}; expected one of "
-                                        f"{', '.join(map(str, allowed))}")
-        return value
-
-    def triple(self, node: LocatedDict, key: str, default: Any = None) -> tuple[int, int, int]:
-        value = node.get(key, default)
-        if (not isinstance(value, list) or len(value) != 3
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
-            raise self.error(node, key, f"expected three integers [M, N, K], got {value!r}")
-        return tuple(value)  # type: ignore[return-value]
-
-
 def load_manifest(path: str | Path) -> Manifest:
     """Parse and validate `path`. Raises ManifestError (file:line: key: message) on any problem."""
     path_str = str(path)
@@ -153,7 +103,7 @@ def load_manifest(path: str | Path) -> Manifest:
                             f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
     except OSError as exc:
         raise ManifestError(path_str, None, "file", f"cannot read manifest: {exc}") from None
-    reader = _Reader(path_str)
+    reader = Reader(path_str)
     top = reader.mapping(doc, "manifest", _TOP_KEYS, {"library", "arch", "families"})
     library = top["library"]
     if not isinstance(library, str) or not _NAME_RE.match(library):
@@ -171,7 +121,7 @@ def load_manifest(path: str | Path) -> Manifest:
     return Manifest(str(Path(path).resolve()), library, arch, per_file, families)
 
 
-def _read_family(reader: _Reader, node: Any, index: int, arch: str) -> Family:
+def _read_family(reader: Reader, node: Any, index: int, arch: str) -> Family:
     fam = reader.mapping(node, f"families[{index}]", _FAMILY_KEYS,
                          {"op", "dtypes", "epilogues", "configs"})
     name = fam.get("name", f"family{index}")
@@ -190,7 +140,7 @@ def _read_family(reader: _Reader, node: Any, index: int, arch: str) -> Family:
     return Family(name, op, combos, configs, dispatch, fam.line, fam.line_of("dtypes"))
 
 
-def _read_combos(reader: _Reader, fam: LocatedDict) -> tuple[tuple[str, str, str], ...]:
+def _read_combos(reader: Reader, fam: LocatedDict) -> tuple[tuple[str, str, str], ...]:
     pairs: list[tuple[str, str]] = []
     dtypes = reader.sequence(fam, "dtypes")
     for i, entry in enumerate(dtypes):
@@ -242,7 +192,7 @@ def _read_combos(reader: _Reader, fam: LocatedDict) -> tuple[tuple[str, str, str
     return tuple(combos)
 
 
-def _read_config(reader: _Reader, node: Any, index: int, combos, parent: LocatedList) -> ConfigEntry:
+def _read_config(reader: Reader, node: Any, index: int, combos, parent: LocatedList) -> ConfigEntry:
     c = reader.mapping(node, f"configs[{index}]", _CONFIG_KEYS, {"tile", "cluster", "schedule"})
     name = c.get("name")
     if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
@@ -270,7 +220,7 @@ def _read_config(reader: _Reader, node: Any, index: int, combos, parent: Located
     return ConfigEntry(name, config, knobs, parent.line_of(index))
 
 
-def _read_sm80_config(reader: _Reader, node: Any, index: int, combos, parent: LocatedList) -> ConfigEntry:
+def _read_sm80_config(reader: Reader, node: Any, index: int, combos, parent: LocatedList) -> ConfigEntry:
     c = reader.mapping(node, f"configs[{index}]", _SM80_CONFIG_KEYS, {"tile", "warp", "stages"})
     name = c.get("name")
     if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
@@ -310,7 +260,7 @@ def config_fields(entry: ConfigEntry) -> dict[str, Any]:
             "swap_ab": cfg.swap_ab, "raster": knobs.raster, "swizzle": knobs.swizzle}
 
 
-def _check_duplicate_configs(reader: _Reader, fam: LocatedDict, configs: tuple[ConfigEntry, ...]) -> None:
+def _check_duplicate_configs(reader: Reader, fam: LocatedDict, configs: tuple[ConfigEntry, ...]) -> None:
     seen: dict[TileConfig, ConfigEntry] = {}
     names: dict[str, ConfigEntry] = {}
     for entry in configs:
@@ -329,7 +279,7 @@ def _check_duplicate_configs(reader: _Reader, fam: LocatedDict, configs: tuple[C
             names[entry.name] = entry
 
 
-def _match_config(reader: _Reader, rule: LocatedDict, configs: tuple[ConfigEntry, ...], arch: str) -> int:
+def _match_config(reader: Reader, rule: LocatedDict, configs: tuple[ConfigEntry, ...], arch: str) -> int:
     use = rule["use"]
     if isinstance(use, str):
         found = [i for i, e in enumerate(configs) if e.name == use]
@@ -359,7 +309,7 @@ def _match_config(reader: _Reader, rule: LocatedDict, configs: tuple[ConfigEntry
     return found[0]
 
 
-def _read_dispatch(reader: _Reader, fam: LocatedDict, configs: tuple[ConfigEntry, ...],
+def _read_dispatch(reader: Reader, fam: LocatedDict, configs: tuple[ConfigEntry, ...],
                    arch: str) -> tuple[DispatchRule, ...]:
     """The family's rule table; a family without `dispatch` builds kernels that are called by
     name only (candidate sets for sweeps and tuning), so it never competes with a default table."""

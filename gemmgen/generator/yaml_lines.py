@@ -1,4 +1,5 @@
-"""YAML loading that remembers the line of every key and list item, for file:line:key errors."""
+"""YAML loading that remembers the line of every key and list item, and typed accessors that turn
+a wrong value into a `file:line: key:` ManifestError (manifests and tuned tables use them)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ..errors import ManifestError
 
 
 class LocatedDict(dict):
@@ -62,3 +65,53 @@ def load_yaml(path: Path) -> tuple[Any, str]:
     """Parse `path`; returns (document, text). Raises yaml.YAMLError with its own mark on bad YAML."""
     text = Path(path).read_text()
     return yaml.load(text, Loader=_LineLoader), text
+
+
+class Reader:
+    """Typed accessors that turn a wrong value into a ManifestError at its line."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def error(self, node: Any, key: str, message: str, index: int | None = None) -> ManifestError:
+        line = None
+        if isinstance(node, LocatedDict):
+            line = node.line_of(key)
+        elif isinstance(node, LocatedList):
+            line = node.line_of(index) if index is not None else node.line
+        return ManifestError(self.path, line, key, message)
+
+    def mapping(self, node: Any, where: str, allowed: set[str], required: set[str]) -> LocatedDict:
+        if not isinstance(node, LocatedDict):
+            raise ManifestError(self.path, getattr(node, "line", None), where,
+                                f"expected a mapping, got {type(node).__name__}")
+        for key in node:
+            if key not in allowed:
+                raise self.error(node, str(key),
+                                 f"unknown key in {where}; allowed keys: {', '.join(sorted(allowed))}")
+        for key in sorted(required - set(node)):
+            raise ManifestError(self.path, node.line, key, f"missing required key in {where}")
+        return node
+
+    def sequence(self, node: LocatedDict, key: str, allow_scalar: bool = False) -> list:
+        value = node[key]
+        if allow_scalar and not isinstance(value, list):
+            return [value]
+        if not isinstance(value, list) or not value:
+            raise self.error(node, key, f"expected a non-empty list, got {value!r}")
+        return value
+
+    def choice(self, node: LocatedDict, key: str, allowed: tuple, default: Any = None) -> Any:
+        value = node.get(key, default)
+        # Compare types too: YAML's `2.0` or `true` must not pass for the integer 2 or 1.
+        if not any(value == option and type(value) is type(option) for option in allowed):
+            raise self.error(node, key, f"unknown value {value!r}; expected one of "
+                                        f"{', '.join(map(str, allowed))}")
+        return value
+
+    def triple(self, node: LocatedDict, key: str, default: Any = None) -> tuple[int, int, int]:
+        value = node.get(key, default)
+        if (not isinstance(value, list) or len(value) != 3
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            raise self.error(node, key, f"expected three integers [M, N, K], got {value!r}")
+        return tuple(value)  # type: ignore[return-value]

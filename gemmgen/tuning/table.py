@@ -33,7 +33,7 @@ import yaml
 
 from ..errors import ManifestError
 from ..generator.kernel_config import RASTER_ORDERS, SWIZZLES, RuntimeKnobs
-from ..generator.yaml_lines import LocatedDict, LocatedList, load_yaml
+from ..generator.yaml_lines import LocatedDict, Reader, load_yaml
 
 FORMAT = 1
 TABLE_SUFFIX = ".tuned.yaml"
@@ -130,59 +130,26 @@ class TunedTable:
         return None
 
 
-def _error(path: str, node, key: str, message: str, index: int | None = None) -> ManifestError:
-    line = None
-    if isinstance(node, LocatedDict):
-        line = node.line_of(key)
-    elif isinstance(node, LocatedList):
-        line = node.line_of(index) if index is not None else node.line
-    return ManifestError(path, line, key, message)
-
-
-def _mapping(path: str, node, where: str, allowed: Iterable[str], required: Iterable[str]) -> LocatedDict:
-    if not isinstance(node, LocatedDict):
-        raise ManifestError(path, getattr(node, "line", None), where,
-                            f"expected a mapping, got {type(node).__name__}")
-    allowed = set(allowed)
-    for key in node:
-        if key not in allowed:
-            raise _error(path, node, str(key), f"unknown key in {where}; allowed: {', '.join(sorted(allowed))}")
-    for key in sorted(set(required) - set(node)):
-        raise ManifestError(path, node.line, key, f"missing required key in {where}")
-    return node
-
-
-def _positive_int(path: str, node: LocatedDict, key: str) -> int:
+def _positive_int(reader: Reader, node: LocatedDict, key: str) -> int:
     value = node[key]
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise _error(path, node, key, f"expected a positive integer, got {value!r}")
+        raise reader.error(node, key, f"expected a positive integer, got {value!r}")
     return value
 
 
-def _sequence(path: str, node: LocatedDict, key: str) -> LocatedList:
-    value = node[key]
-    if not isinstance(value, LocatedList) or not value:
-        raise _error(path, node, key, f"expected a non-empty list, got {value!r}")
-    return value
-
-
-def _read_bucket(path: str, node, previous: int) -> Bucket:
-    b = _mapping(path, node, "bucket", _BUCKET_KEYS, {"m_max", "kernel"})
-    m_max = _positive_int(path, b, "m_max")
+def _read_bucket(reader: Reader, node, previous: int) -> Bucket:
+    b = reader.mapping(node, "bucket", _BUCKET_KEYS, {"m_max", "kernel"})
+    m_max = _positive_int(reader, b, "m_max")
     if m_max <= previous:
-        raise _error(path, b, "m_max", f"buckets must grow: {m_max} after {previous}")
+        raise reader.error(b, "m_max", f"buckets must grow: {m_max} after {previous}")
     kernel = b["kernel"]
     if not isinstance(kernel, str) or not kernel:
-        raise _error(path, b, "kernel", f"expected a kernel name, got {kernel!r}")
-    raster = b.get("raster", "heuristic")
-    if raster not in RASTER_ORDERS:
-        raise _error(path, b, "raster", f"expected one of {', '.join(RASTER_ORDERS)}, got {raster!r}")
-    swizzle = b.get("swizzle", 1)
-    if swizzle not in SWIZZLES or isinstance(swizzle, bool):
-        raise _error(path, b, "swizzle", f"expected one of {', '.join(map(str, SWIZZLES))}, got {swizzle!r}")
+        raise reader.error(b, "kernel", f"expected a kernel name, got {kernel!r}")
+    raster = reader.choice(b, "raster", RASTER_ORDERS, "heuristic")
+    swizzle = reader.choice(b, "swizzle", SWIZZLES, 1)
     split_k = b.get("split_k", 1)
     if not isinstance(split_k, int) or isinstance(split_k, bool) or not 1 <= split_k <= 64:
-        raise _error(path, b, "split_k", f"expected an integer in [1, 64], got {split_k!r}")
+        raise reader.error(b, "split_k", f"expected an integer in [1, 64], got {split_k!r}")
     return Bucket(m_max, kernel, RuntimeKnobs(raster, swizzle, split_k), b.line)
 
 
@@ -198,31 +165,32 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
     except Exception as exc:  # yaml.YAMLError carries its own mark
         mark = getattr(exc, "problem_mark", None)
         raise ManifestError(path, mark.line + 1 if mark else None, "yaml", str(exc)) from None
-    top = _mapping(path, doc, "the table", {"format", "metadata", "tables"}, {"format", "metadata", "tables"})
+    reader = Reader(path)
+    top = reader.mapping(doc, "the table", {"format", "metadata", "tables"}, {"format", "metadata", "tables"})
     if top["format"] != FORMAT:
-        raise _error(path, top, "format", f"expected {FORMAT} (re-run `gemmgen tune`), got {top['format']!r}")
-    meta = _mapping(path, top["metadata"], "metadata", _METADATA_KEYS, _REQUIRED_METADATA)
-    _positive_int(path, meta, "sm_count")
+        raise reader.error(top, "format", f"expected {FORMAT} (re-run `gemmgen tune`), got {top['format']!r}")
+    meta = reader.mapping(top["metadata"], "metadata", set(_METADATA_KEYS), _REQUIRED_METADATA)
+    _positive_int(reader, meta, "sm_count")
     known = set(known_kernels) if known_kernels is not None else None
     splittable = set(split_k_kernels)
     classes: dict[ClassKey, ClassTable] = {}
-    tables = _sequence(path, top, "tables")
+    tables = reader.sequence(top, "tables")
     for ti, node in enumerate(tables):
-        c = _mapping(path, node, "tables entry", (*_CLASS_KEYS, "shapes"), (*_CLASS_KEYS, "shapes"))
+        c = reader.mapping(node, "tables entry", {*_CLASS_KEYS, "shapes"}, {*_CLASS_KEYS, "shapes"})
         key = tuple(str(c[k]) for k in _CLASS_KEYS)
         if key in classes:
-            raise _error(path, tables, "tables", f"{' '.join(key)} appears twice", ti)
+            raise reader.error(tables, "tables", f"{' '.join(key)} appears twice", ti)
         shapes: list[ShapeEntry] = []
         seen: dict[tuple[int, int], int] = {}
-        for si, snode in enumerate(_sequence(path, c, "shapes")):
-            s = _mapping(path, snode, "shape", {"n", "k", "buckets"}, {"n", "k", "buckets"})
-            n, k = _positive_int(path, s, "n"), _positive_int(path, s, "k")
+        for snode in reader.sequence(c, "shapes"):
+            s = reader.mapping(snode, "shape", {"n", "k", "buckets"}, {"n", "k", "buckets"})
+            n, k = _positive_int(reader, s, "n"), _positive_int(reader, s, "k")
             if (n, k) in seen:
-                raise _error(path, s, "n", f"shape ({n}, {k}) already listed at line {seen[(n, k)]}")
+                raise reader.error(s, "n", f"shape ({n}, {k}) already listed at line {seen[(n, k)]}")
             seen[(n, k)] = s.line
             buckets: list[Bucket] = []
-            for bnode in _sequence(path, s, "buckets"):
-                bucket = _read_bucket(path, bnode, buckets[-1].m_max if buckets else 0)
+            for bnode in reader.sequence(s, "buckets"):
+                bucket = _read_bucket(reader, bnode, buckets[-1].m_max if buckets else 0)
                 if known is not None and bucket.kernel not in known:
                     raise ManifestError(path, bucket.line, "kernel",
                                         f"{bucket.kernel} is not a kernel of this library "
