@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import ManifestError
 from . import sm80_rules, sm90_rules
 from .dispatch_rules import ConditionError, RuleTableError, check_rule_table, parse_condition
@@ -35,7 +33,7 @@ from .dispatch_rules import Condition
 from .kernel_config import (ACC_FOR, AZP_EPILOGUES, DTYPES_8BIT, EPILOGUE_SCHEDULES, EPILOGUES,
                             OUT_DTYPES, RASTER_ORDERS, SCHEDULES, SM80_SWIZZLES, SPLIT_K_MODES, SWIZZLES,
                             TILE_SCHEDULERS, RuntimeKnobs, Sm80TileConfig, TileConfig)
-from .yaml_lines import LocatedDict, LocatedList, Reader, load_yaml
+from .yaml_lines import LocatedDict, LocatedList, Reader, load_checked
 
 ARCHES = ("sm90a", "sm80")
 OPS = ("scaled_mm",)
@@ -95,14 +93,7 @@ class Manifest:
 def load_manifest(path: str | Path) -> Manifest:
     """Parse and validate `path`. Raises ManifestError (file:line: key: message) on any problem."""
     path_str = str(path)
-    try:
-        doc, _ = load_yaml(Path(path))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ManifestError(path_str, mark.line + 1 if mark else None, "yaml",
-                            f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    except OSError as exc:
-        raise ManifestError(path_str, None, "file", f"cannot read manifest: {exc}") from None
+    doc = load_checked(path_str, "manifest")
     reader = Reader(path_str)
     top = reader.mapping(doc, "manifest", _TOP_KEYS, {"library", "arch", "families"})
     library = top["library"]

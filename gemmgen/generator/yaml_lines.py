@@ -61,6 +61,20 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 
 
+def load_checked(path: str | Path, what: str) -> Any:
+    """Parse `path` (a `what`, e.g. "manifest"); unreadable files and bad YAML become
+    ManifestErrors at the file (key `file`) or at YAML's own mark (key `yaml`)."""
+    try:
+        doc, _ = load_yaml(Path(path))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ManifestError(str(path), mark.line + 1 if mark else None, "yaml",
+                            f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    except OSError as exc:
+        raise ManifestError(str(path), None, "file", f"cannot read {what}: {exc}") from None
+    return doc
+
+
 def load_yaml(path: Path) -> tuple[Any, str]:
     """Parse `path`; returns (document, text). Raises yaml.YAMLError with its own mark on bad YAML."""
     text = Path(path).read_text()

@@ -33,7 +33,7 @@ import yaml
 
 from ..errors import ManifestError
 from ..generator.kernel_config import RASTER_ORDERS, SWIZZLES, RuntimeKnobs
-from ..generator.yaml_lines import LocatedDict, Reader, load_yaml
+from ..generator.yaml_lines import LocatedDict, Reader, load_checked
 
 FORMAT = 1
 TABLE_SUFFIX = ".tuned.yaml"
@@ -158,13 +158,7 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
     """Read and validate a tuned table. With `known_kernels`, every kernel it names must be one,
     and a bucket's `split_k` other than 1 must name one of `split_k_kernels`."""
     path = str(path)
-    try:
-        doc, _ = load_yaml(Path(path))
-    except OSError as exc:
-        raise ManifestError(path, None, "file", f"cannot read the tuned table: {exc}") from None
-    except Exception as exc:  # yaml.YAMLError carries its own mark
-        mark = getattr(exc, "problem_mark", None)
-        raise ManifestError(path, mark.line + 1 if mark else None, "yaml", str(exc)) from None
+    doc = load_checked(path, "the tuned table")
     reader = Reader(path)
     top = reader.mapping(doc, "the table", {"format", "metadata", "tables"}, {"format", "metadata", "tables"})
     if top["format"] != FORMAT:
