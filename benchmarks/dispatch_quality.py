@@ -29,7 +29,8 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from gemmgen import dispatch, settings
 from gemmgen.errors import GemmgenError
 from gemmgen.tuning import tune as tuning
-from gemmgen.tuning.measure import Candidate, Record, Store, make_problem, time_candidate
+from gemmgen.families.w8a8.tuning import make_problem, time_candidate
+from gemmgen.tuning.measure import Candidate, Record, Store
 from gemmgen.tuning.shapes import load_many, parse_m_grid
 
 DEFAULT_M = "1,8,16,32,64,96,128,192,256,384,512,768,1024,2048,4096,8192"
@@ -66,23 +67,24 @@ def main(argv=None) -> int:
     failed = False
     for a in args.dtypes:
         d, epilogue = options.out_dtype, options.epilogue
+        cls = ("scaled_mm", a, d, epilogue)
         ratios: dict[str, list[tuple[float, tuple]]] = {"tuned": [], "heuristic": []}
         for shape in shapes:
             for m in options.m_grid:
                 problem = None
-                row = store.times(a, d, epilogue, [(shape.n, shape.k)]).get((shape.n, shape.k, m), {})
+                row = store.times(cls, [(shape.n, shape.k)]).get((shape.n, shape.k, m), {})
                 for mode in ratios:
                     choice = dispatch.choose("scaled_mm", a_dtype=a, out_dtype=d, epilogue=epilogue,
                                              m=m, n=shape.n, k=shape.k, arch=library.arch,
                                              tuned=mode == "tuned")
                     cand = Candidate.of(choice.kernel, choice.knobs)
                     if cand not in row:
-                        problem = problem or make_problem(a, d, epilogue, m, shape.n, shape.k)
+                        problem = problem or make_problem(cls, m, shape.n, shape.k)
                         try:
                             us, error = time_candidate(cand, problem), None
                         except GemmgenError as exc:  # dispatch chose a kernel that cannot run it
                             us, error = None, str(exc)
-                        store.put(Record(a, d, epilogue, shape.n, shape.k, m, cand.kernel, cand.raster,
+                        store.put(Record(cls, shape.n, shape.k, m, cand.kernel, cand.raster,
                                          cand.swizzle, cand.split_k, us, error))
                         row[cand] = math.inf if us is None else us
                     oracle = min(row.values())  # a chosen kernel that cannot run scores 0

@@ -14,7 +14,7 @@ import torch
 
 import gemmgen
 from gemmgen import dispatch
-from gemmgen.bindings import ops
+from gemmgen.families.w8a8 import ops
 
 M, N, K = 16, 4096, 4096
 

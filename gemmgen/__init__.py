@@ -16,17 +16,25 @@ import importlib
 __version__ = "0.1.0"
 __all__ = ["scaled_mm", "scaled_mm_azp", "list_kernels", "dispatch", "reload", "__version__"]
 
-_OPS = {"scaled_mm", "scaled_mm_azp", "list_kernels"}
+
+
+def list_kernels(op: str | None = None):
+    """Every built kernel (name, config, origin), sorted by name; `op` keeps one user op's."""
+    from .dispatch import kernels
+    return kernels(op)
 
 
 def __getattr__(name: str):
-    """Import the ops (and torch) on first use only; later lookups hit the module globals."""
-    if name in _OPS:
-        value = getattr(importlib.import_module("gemmgen.bindings.ops"), name)
-    elif name == "dispatch":
+    """Each op family's public ops (e.g. scaled_mm) import torch on first use only; later
+    lookups hit the module globals."""
+    if name == "dispatch":
         value = importlib.import_module("gemmgen.dispatch")
     else:
-        raise AttributeError(f"module 'gemmgen' has no attribute {name!r}")
+        from .families import all_families
+        family = next((f for f in all_families() if name in f.public_api), None)
+        if family is None:
+            raise AttributeError(f"module 'gemmgen' has no attribute {name!r}")
+        value = getattr(family.load_ops(), name)
     globals()[name] = value
     return value
 
@@ -39,6 +47,6 @@ def reload() -> None:
     from .dispatch import cache_clear
     reload_libraries()
     cache_clear()
-    ops = sys.modules.get("gemmgen.bindings.ops")  # loaded only once an op ran; never import torch here
-    if ops is not None:
-        ops.clear_caches()
+    launch = sys.modules.get("gemmgen.bindings.launch")  # loaded once an op ran; never import torch here
+    if launch is not None:
+        launch.clear_caches()

@@ -9,6 +9,11 @@ reason. Tables and rules are parsed once at library load; lookups are memoized p
                             epilogue="ScaledEpilogueBias", m=37, n=4096, k=4096)
     gemmgen.dispatch.explain(...)      # which rule chose it, and why
     gemmgen.dispatch.kernels()         # every built kernel
+
+Generic over op families: the op's family turns the keyword problem description into a
+dispatch class (op, *class fields) and the values of its dispatch variables; rules are matched
+over those variables. Tuned tables are keyed by (n, k) and bucketed over m, so they serve the
+families whose variables start with m, n, k.
 """
 
 from __future__ import annotations
@@ -17,25 +22,16 @@ import functools
 import logging
 from dataclasses import dataclass
 
+from . import arch as arch_policy
+from . import families as registry
 from .bindings.library import Kernel, Library, all_kernels, libraries
-from .generator.kernel_config import AZP_EPILOGUES, EPILOGUES, RuntimeKnobs
+from .dtypes import dtype_name  # noqa: F401  (part of this module's API)
+from .generator.kernel_config import RuntimeKnobs
 
 log = logging.getLogger("gemmgen.dispatch")
 
-_DTYPE_NAMES = {"int8": "int8", "float8_e4m3fn": "e4m3", "e4m3": "e4m3", "bfloat16": "bf16",
-                "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
-_OPS = ("scaled_mm", "scaled_mm_azp")
-# Without an explicit arch, the fastest family that serves the problem: Hopper kernels first.
-ARCH_PREFERENCE = ("sm90a", "sm80")
-
-
-def dtype_name(dtype) -> str:
-    """'int8' / 'e4m3' / 'bf16' / 'fp16' for a torch dtype or one of those strings."""
-    text = str(dtype).removeprefix("torch.")
-    if text not in _DTYPE_NAMES:
-        raise ValueError(f"unsupported dtype {dtype!r}; expected one of torch.int8, "
-                         "torch.float8_e4m3fn, torch.bfloat16, torch.float16")
-    return _DTYPE_NAMES[text]
+# Without an explicit arch, the fastest arch that serves the problem (gemmgen/arch.py).
+ARCH_PREFERENCE = arch_policy.PREFERENCE
 
 
 @dataclass(frozen=True)
@@ -50,18 +46,6 @@ class Choice:
     rule: str | None = None
     rule_index: int | None = None
     line: int | None = None
-
-
-def _epilogue_for(op: str, epilogue: str | None) -> str:
-    if op not in _OPS:
-        raise ValueError(f"unknown op {op!r}; expected one of {', '.join(_OPS)}")
-    epilogue = epilogue or ("ScaledEpilogue" if op == "scaled_mm" else "ScaledEpilogueAzp")
-    if epilogue not in EPILOGUES or (op == "scaled_mm_azp") != (epilogue in AZP_EPILOGUES):
-        allowed = AZP_EPILOGUES if op == "scaled_mm_azp" else tuple(
-            e for e in EPILOGUES if e not in AZP_EPILOGUES)
-        raise ValueError(f"epilogue {epilogue!r} does not belong to op {op!r}; expected one of "
-                         f"{', '.join(allowed)}")
-    return epilogue
 
 
 _warned: set[str] = set()
@@ -106,31 +90,37 @@ def _usable_table(library: Library, device: int | None):
     return table
 
 
-def _sibling(library: Library, measured: Kernel, a: str, d: str, epilogue: str) -> Kernel | None:
-    """The kernel of the same manifest config as `measured`, for another dtype or epilogue."""
+def _sibling(library: Library, measured: Kernel, key: tuple[str, ...]) -> Kernel | None:
+    """The kernel of the same manifest config as `measured`, for another dispatch class."""
     origin = measured.spec.origin
     for kernel in library.kernels.values():
         spec = kernel.spec
         if ((spec.origin.family, spec.origin.config) == (origin.family, origin.config)
-                and (spec.a, spec.d, spec.epilogue) == (a, d, epilogue)):
+                and spec.dispatch_class == key):
             return kernel
     return None
 
 
-def _from_table(library: Library, table, key, m: int, n: int, k: int) -> Choice | None:
-    _, a, d, epilogue = key
+def _proxy_class(table, key: tuple[str, ...]):
+    """The measured class that stands in for an unmeasured one: same op and first class field
+    (for W8A8: the same input dtype, another output dtype or epilogue)."""
+    return next((t for c, t in sorted(table.classes.items()) if c[:2] == key[:2]), None)
+
+
+def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k: int) -> Choice | None:
+    what = " ".join(key)
     exact_class = table.classes.get(key)
-    ctable = exact_class or next((t for c, t in sorted(table.classes.items()) if c[1] == a), None)
+    ctable = exact_class or _proxy_class(table, key)
     if ctable is None:
-        _warn_once(f"gemmgen: the tuned table of library {library.name!r} has no {a} entries; "
-                   f"{' '.join(key)} uses the manifest's rules")
+        _warn_once(f"gemmgen: the tuned table of library {library.name!r} has no {key[1]} entries; "
+                   f"{what} uses the manifest's rules")
         return None
     hit = ctable.lookup(m, n, k)
     measured = library.kernels[hit.bucket.kernel]
-    kernel = measured if exact_class else _sibling(library, measured, a, d, epilogue)
+    kernel = measured if exact_class else _sibling(library, measured, key)
     if kernel is None:
-        _warn_once(f"gemmgen: tuned kernel {measured.name} has no {d} {epilogue} sibling in library "
-                   f"{library.name!r}; {' '.join(key)} uses the manifest's rules")
+        _warn_once(f"gemmgen: tuned kernel {measured.name} has no {' '.join(key[2:])} sibling in "
+                   f"library {library.name!r}; {what} uses the manifest's rules")
         return None
     where = f"{table.path}:{hit.bucket.line}"
     if hit.exact_shape:
@@ -140,7 +130,7 @@ def _from_table(library: Library, table, key, m: int, n: int, k: int) -> Choice 
         _warn_once(f"gemmgen: (n={n}, k={k}) was not tuned for {' '.join(ctable.key)}; dispatch "
                    f"uses the nearest measured shape (n={hit.shape.n}, k={hit.shape.k})")
     proxy = "" if exact_class else (f", measured as {' '.join(ctable.key[1:])} and applied to the "
-                                    f"same config's {d} {epilogue} kernel")
+                                    f"same config's {' '.join(key[2:])} kernel")
     knobs = hit.bucket.knobs
     reason = (f"tuned table ({where}): {shape}, bucket m <= {hit.bucket.m_max}{proxy}; raster "
               f"{knobs.raster}, swizzle {knobs.swizzle}"
@@ -148,33 +138,37 @@ def _from_table(library: Library, table, key, m: int, n: int, k: int) -> Choice 
     return Choice(kernel, knobs, "table", reason)
 
 
+def _describe_values(variables: tuple[str, ...], values: tuple[int, ...]) -> str:
+    return ", ".join(f"{name}={value}" for name, value in zip(variables, values))
+
+
 @functools.lru_cache(maxsize=8192)
-def _choose(arches: tuple[str, ...], a: str, d: str, epilogue: str, m: int, n: int, k: int,
+def _choose(arches: tuple[str, ...], key: tuple[str, ...], values: tuple[int, ...],
             device: int | None, tuned: bool) -> Choice:
     """The lookup chain, first hit wins: tuned table (exact shape, then nearest shape) → the
     manifest's rules → a guaranteed default (the first config of the family that builds it)."""
-    key = ("scaled_mm", a, d, epilogue)
+    family = registry.for_op(key[0])
+    tunable = family is not None and family.variables[:3] == ("m", "n", "k")
     for arch in arches:
         serving = [lib for lib in libraries() if lib.arch == arch and any(
-            (kern.spec.a, kern.spec.d, kern.spec.epilogue) == (a, d, epilogue)
-            for kern in lib.kernels.values())]
+            kern.spec.dispatch_class == key for kern in lib.kernels.values())]
         if not serving:
             continue
         owner = next((lib for lib in serving if key in lib.dispatch), serving[0])
-        table = _usable_table(owner, device) if tuned else None
+        table = _usable_table(owner, device) if tuned and tunable else None
         if tuned and owner.tuned is None and owner.name not in _untuned_noted:
             # INFO, not WARNING: nothing fell back; the library never had a table
             _untuned_noted.add(owner.name)
             log.info("gemmgen: library %r has no tuned table; dispatch uses the manifest's rules "
                      "(measure one with `gemmgen tune` on this GPU)", owner.name)
         if table is not None:
-            choice = _from_table(owner, table, key, m, n, k)
+            choice = _from_table(owner, table, key, *values[:3])
             if choice is not None:
                 return choice
         rules = owner.dispatch.get(key)
         if rules is not None:
             for index, (condition, name, line) in enumerate(rules):
-                if condition.matches(m, n, k):
+                if condition.matches(*values):
                     kernel = owner.kernels[name]
                     why = ("" if tuned and owner.tuned is not None else
                            " (no tuned table)" if tuned else " (tuned table not consulted)")
@@ -182,20 +176,21 @@ def _choose(arches: tuple[str, ...], a: str, d: str, epilogue: str, m: int, n: i
                               f"is the first that matches{why}")
                     return Choice(kernel, kernel.spec.knobs, "rule", reason, condition.source, index, line)
             # check_rule_table proved the table has no gap at build time
-            raise AssertionError(f"dispatch table for {key} has a gap at m={m}, n={n}, k={k}")
-        kernel = min((kern for kern in owner.kernels.values()
-                      if (kern.spec.a, kern.spec.d, kern.spec.epilogue) == (a, d, epilogue)),
+            raise AssertionError(f"dispatch table for {key} has a gap at "
+                                 f"{_describe_values(family.variables, values)}")
+        kernel = min((kern for kern in owner.kernels.values() if kern.spec.dispatch_class == key),
                      key=lambda kern: (kern.spec.origin.line, kern.name))
         _warn_once(f"gemmgen: library {owner.name!r} has no dispatch rules for {' '.join(key)}; "
                    f"using its first config's kernel {kernel.name} for every shape")
         return Choice(kernel, kernel.spec.knobs, "default",
                       f"default: no table entry or rule serves {' '.join(key)}, so the first "
                       f"config of the family ({kernel.spec.origin.file}:{kernel.spec.origin.line}) serves it")
-    built = sorted({(k.spec.arch, k.spec.a, k.spec.d, k.spec.epilogue)
-                    for k in all_kernels().values()})
-    raise ValueError(f"no built kernel for {'/'.join(arches)} computes {a} x {a} -> {d} with "
-                     f"{epilogue}; built (arch, a, d, epilogue): {built}. Add it to a manifest and "
-                     "run `gemmgen build`.")
+    built = sorted({(k.spec.arch, *k.spec.dispatch_class[1:]) for k in all_kernels().values()
+                    if k.spec.op == key[0]})
+    described = family.describe_class(key) if family is not None else " ".join(key)
+    fields = ", ".join(("arch", *family.spec_type.class_fields)) if family is not None else "arch, ..."
+    raise ValueError(f"no built kernel for {'/'.join(arches)} computes {described}; built "
+                     f"({fields}): {built}. Add it to a manifest and run `gemmgen build`.")
 
 
 def _arches(arch) -> tuple[str, ...]:
@@ -208,47 +203,51 @@ def _arches(arch) -> tuple[str, ...]:
     return arches
 
 
-def choose(op: str = "scaled_mm", *, a_dtype, out_dtype, epilogue: str | None = None,
-           m: int, n: int, k: int, arch=None, tuned: bool = True, device: int | None = None) -> Choice:
+def choose_class(key: tuple[str, ...], values: tuple[int, ...], *, arch=None, tuned: bool = True,
+                 device: int | None = None) -> Choice:
+    """The dispatch decision for a dispatch class and its variable values (what the ops call)."""
+    return _choose(_arches(arch), key, values, device, tuned)
+
+
+def choose(op: str = "scaled_mm", *, arch=None, tuned: bool = True, device: int | None = None,
+           **problem) -> Choice:
     """The dispatch decision for a problem: kernel, knobs, and which link of the chain chose it.
 
-    `arch` ("sm90a", "sm80" or a preference list) picks the kernel family; by default the first of
-    ARCH_PREFERENCE whose libraries serve the problem. `tuned=False` skips the tuned table (the
-    manifest's rules only). `device` is the CUDA device whose identity a tuned table must match
-    (default: the current one; without CUDA the table is used unchecked).
+    `problem` is the op family's description of a problem (W8A8: a_dtype, out_dtype, epilogue,
+    m, n, k). `arch` ("sm90a", "sm80" or a preference list) picks the kernel arch; by default
+    the first of ARCH_PREFERENCE whose libraries serve the problem. `tuned=False` skips the
+    tuned table (the manifest's rules only). `device` is the CUDA device whose identity a tuned
+    table must match (default: the current one; without CUDA the table is used unchecked).
     """
-    for label, value in (("m", m), ("n", n), ("k", k)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be a positive int, got {value!r}")
-    return _choose(_arches(arch), dtype_name(a_dtype), dtype_name(out_dtype),
-                   _epilogue_for(op, epilogue), m, n, k, device, tuned)
+    key, values = registry.for_api_op(op).dispatch_request(op, **problem)
+    return _choose(_arches(arch), key, values, device, tuned)
 
 
-def lookup(op: str = "scaled_mm", *, a_dtype, out_dtype, epilogue: str | None = None,
-           m: int, n: int, k: int, arch=None, tuned: bool = True) -> Kernel:
+def lookup(op: str = "scaled_mm", *, arch=None, tuned: bool = True, **problem) -> Kernel:
     """The kernel dispatch picks: `.name`, `.config`, and callable like the op."""
-    return choose(op, a_dtype=a_dtype, out_dtype=out_dtype, epilogue=epilogue, m=m, n=n, k=k,
-                  arch=arch, tuned=tuned).kernel
+    return choose(op, arch=arch, tuned=tuned, **problem).kernel
 
 
-def explain(op: str = "scaled_mm", *, a_dtype, out_dtype, epilogue: str | None = None,
-            m: int, n: int, k: int, arch=None, tuned: bool = True) -> str:
+def explain(op: str = "scaled_mm", *, arch=None, tuned: bool = True, **problem) -> str:
     """One paragraph: which link of the chain (tuned table, rule, default) chose which kernel
     and knobs for this problem, and why."""
-    c = choose(op, a_dtype=a_dtype, out_dtype=out_dtype, epilogue=epilogue, m=m, n=n, k=k,
-               arch=arch, tuned=tuned)
+    family = registry.for_api_op(op)
+    key, values = family.dispatch_request(op, **problem)
+    c = _choose(_arches(arch), key, values, None, tuned)
     split = f", split_k {c.knobs.split_k_slices}" if c.knobs.split_k_slices != 1 else ""
-    return (f"m={m}, n={n}, k={k}: {c.reason}; it picks {c.kernel.name} (config "
-            f"{c.kernel.spec.origin.config!r}, raster {c.knobs.raster}, swizzle {c.knobs.swizzle}{split}).")
+    return (f"{_describe_values(family.variables, values)}: {c.reason}; it picks {c.kernel.name} "
+            f"(config {c.kernel.spec.origin.config!r}, raster {c.knobs.raster}, swizzle "
+            f"{c.knobs.swizzle}{split}).")
 
 
 def kernels(op: str | None = None) -> list[Kernel]:
-    """Every built kernel, sorted by name; `op='scaled_mm_azp'` keeps the azp epilogues only."""
+    """Every built kernel, sorted by name; `op` keeps the kernels of one user op (e.g.
+    'scaled_mm_azp': the azp epilogues)."""
     found = sorted(all_kernels().values(), key=lambda kernel: kernel.name)
     if op is None:
         return found
-    _epilogue_for(op, None)
-    return [k for k in found if (k.spec.epilogue in AZP_EPILOGUES) == (op == "scaled_mm_azp")]
+    family = registry.for_api_op(op)
+    return [k for k in found if k.spec.family == family.name and family.api_op(k.spec) == op]
 
 
 def cache_clear() -> None:

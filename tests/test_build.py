@@ -18,6 +18,7 @@ from gemmgen.build import builder, nvcc_guard, toolchain
 from gemmgen.build.ninja_file import NVCC_GUARD, ninja_file
 from gemmgen.cli import main as cli_main
 from gemmgen.errors import BuildError, LibraryNotBuiltError
+from gemmgen.families import all_families
 from gemmgen.generator.expand import expand
 from gemmgen.generator.manifest import load_manifest
 from gemmgen.generator.render import INCLUDE_DIR, TranslationUnit, render_bindings, render_kernel_sources
@@ -329,19 +330,22 @@ def test_load_library_without_shared_object(tmp_path, write_manifest, minimal_ma
         binding_library.load_library(folder)
 
 
-def test_args_struct_mirrors_c_api():
-    """The ctypes mirror has the fields of gemmgen_scaled_mm_args, in order (LP64: 128 bytes)."""
+@pytest.mark.parametrize("family", all_families(), ids=lambda f: f.name)
+def test_args_struct_mirrors_c_api(family):
+    """Each family's ctypes mirror has the fields of its C argument struct, in order."""
     import ctypes
-    header = (INCLUDE_DIR / "gemmgen" / "c_api.h").read_text()
-    body = header[header.index("typedef struct gemmgen_scaled_mm_args {"):]
-    body = body[body.index("{") + 1:body.index("} gemmgen_scaled_mm_args;")]
+    header = (family.include_dir / family.args.header).read_text()
+    typedef = family.args.typedef
+    body = header[header.index(f"typedef struct {typedef} {{"):]
+    body = body[body.index("{") + 1:body.index(f"}} {typedef};")]
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
     names = []
     for declaration in filter(str.strip, body.split(";")):
         for declarator in declaration.split(","):
             names.append(re.findall(r"\w+", declarator)[-1])
-    assert names == [name for name, _ in binding_library.ScaledMmArgs._fields_]
-    assert ctypes.sizeof(binding_library.ScaledMmArgs) == 3 * 8 + 6 * 8 + 5 * 8 + 6 * 4 == 136
+    assert names == [name for name, _ in family.args.mirror._fields_]
+    if family.name == "w8a8":
+        assert ctypes.sizeof(family.args.mirror) == 3 * 8 + 6 * 8 + 5 * 8 + 6 * 4 == 136
 
 
 # ------------------------------------------------------------------------ CLI

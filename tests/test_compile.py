@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gemmgen.bindings.library import ScaledMmArgs, load_library
+from gemmgen.bindings.library import load_library
+from gemmgen.families.w8a8.abi import ScaledMmArgs
 from gemmgen.build import builder, toolchain
 from gemmgen.errors import BuildError
 from gemmgen.generator.kernel_config import RuntimeKnobs

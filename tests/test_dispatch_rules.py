@@ -10,6 +10,7 @@ import pytest
 
 from gemmgen.generator.dispatch_rules import (
     MAX_DIM,
+    MAX_POINTS,
     VARIABLES,
     Condition,
     ConditionError,
@@ -111,13 +112,13 @@ _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge
 _CONSTS = [0, 1, 2, 3, 16, 17, 64, 1280, 8192, MAX_DIM - 1, MAX_DIM, MAX_DIM + 5]
 
 
-def _random_expr(rng: random.Random, depth: int,
-                 consts: list[int] = _CONSTS) -> tuple[str, Oracle]:
-    """A random grammar-valid expression and an independent Python oracle."""
+def _random_expr(rng: random.Random, depth: int, consts: list[int] = _CONSTS,
+                 variables: tuple[str, ...] = VARIABLES) -> tuple[str, Oracle]:
+    """A random grammar-valid expression over `variables` and an independent Python oracle."""
     roll = rng.random()
     if depth == 0 or roll < 0.35:
-        var, op, const = rng.choice(VARIABLES), rng.choice(list(_OPS)), rng.choice(consts)
-        index, fn = VARIABLES.index(var), _OPS[op]
+        var, op, const = rng.choice(variables), rng.choice(list(_OPS)), rng.choice(consts)
+        index, fn = variables.index(var), _OPS[op]
         if rng.random() < 0.5:
             return f"{var} {op} {const}", lambda *p: fn(p[index], const)
         return f"{const} {op} {var}", lambda *p: fn(const, p[index])
@@ -125,9 +126,10 @@ def _random_expr(rng: random.Random, depth: int,
         value = rng.random() < 0.5
         return ("true" if value else "False"), lambda *p: value
     if roll < 0.6:
-        text, inner = _random_expr(rng, depth - 1, consts)
+        text, inner = _random_expr(rng, depth - 1, consts, variables)
         return f"not ({text})", lambda *p: not inner(*p)
-    (lt, lf), (rt, rf) = _random_expr(rng, depth - 1, consts), _random_expr(rng, depth - 1, consts)
+    (lt, lf), (rt, rf) = (_random_expr(rng, depth - 1, consts, variables),
+                          _random_expr(rng, depth - 1, consts, variables))
     if rng.random() < 0.5:
         return f"({lt}) and ({rt})", lambda *p: lf(*p) and rf(*p)
     return f"({lt}) or ({rt})", lambda *p: lf(*p) or rf(*p)
@@ -265,3 +267,205 @@ def test_first_match() -> None:
     assert first_match(rules, 8192, 1, 6143) == 6
     assert first_match(table("m <= 16"), 17, 1, 1) is None
     assert first_match([], 1, 1, 1) is None
+
+
+# ------------------------------------------- op-family-declared variables
+
+MOE = ("m", "n", "k", "experts", "tokens_per_expert")
+
+
+def _sample_points_over(rng: random.Random, count: int, width: int) -> list[tuple[int, ...]]:
+    near = sorted({min(max(c + d, 1), MAX_DIM) for c in _CONSTS for d in (-1, 0, 1)})
+    def one() -> int:
+        return rng.choice(near) if rng.random() < 0.7 else rng.randint(1, MAX_DIM)
+    return [tuple(one() for _ in range(width)) for _ in range(count)]
+
+
+def test_five_variable_condition_parses_matches_and_thresholds() -> None:
+    cond = parse_condition("experts >= 8 and 16 < tokens_per_expert <= 64 or m <= 4", MOE)
+    assert cond.variables == MOE and cond.source.startswith("experts")
+    assert all(len(clause) == 2 * len(MOE) for clause in cond.clauses)
+    assert cond.matches(100, 1, 1, 8, 17) and cond.matches(100, 1, 1, MAX_DIM, 64)
+    assert cond.matches(4, 1, 1, 1, 1)
+    assert not cond.matches(100, 1, 1, 7, 17) and not cond.matches(100, 1, 1, 8, 16)
+    assert not cond.matches(5, 1, 1, 8, 65)
+    assert cond.thresholds() == {"m": (5,), "n": (), "k": (), "experts": (8,),
+                                 "tokens_per_expert": (17, 65)}
+    assert list(cond.thresholds()) == list(MOE)
+    assert list(parse_condition("true", MOE).thresholds()) == list(MOE)
+    assert first_match([parse_condition("experts > 8", MOE), cond], 100, 1, 1, 8, 17) == 1
+    assert first_match([parse_condition("experts > 8", MOE)], 1, 1, 1, 8, 1) is None
+
+
+def test_five_variable_matches_agree_with_brute_force() -> None:
+    rng = random.Random(5)
+    points = _sample_points_over(rng, 150, len(MOE))
+    parsed = rejected = 0
+    for _ in range(300):
+        text, oracle = _random_expr(rng, 3, _CONSTS, MOE)
+        try:
+            cond = parse_condition(text, MOE)
+        except ConditionError as exc:
+            assert "never true" in str(exc), text
+            assert not any(oracle(*p) for p in points), text
+            rejected += 1
+            continue
+        parsed += 1
+        for p in points:
+            assert cond.matches(*p) == oracle(*p), (text, p)
+    assert parsed > 100 and rejected > 0
+
+
+@pytest.mark.parametrize("variables", [("k", "m", "n"), ("tokens",), ("experts", "m"),
+                                       ("a", "b", "c", "d")])
+def test_other_variable_counts_and_orders_agree_with_brute_force(variables: tuple[str, ...]) -> None:
+    """Three variables in another order take the unrolled path; 1, 2, 4 the generic one."""
+    rng = random.Random(len(variables))
+    points = _sample_points_over(rng, 80, len(variables))
+    parsed = 0
+    for _ in range(150):
+        text, oracle = _random_expr(rng, 3, _CONSTS, variables)
+        try:
+            cond = parse_condition(text, variables)
+        except ConditionError:
+            continue
+        parsed += 1
+        for p in points:
+            assert cond.matches(*p) == oracle(*p), (text, p)
+    assert parsed > 50
+    reordered = parse_condition("m <= 16", ("k", "m", "n"))
+    assert reordered.matches(17, 16, 1) and not reordered.matches(1, 17, 1)
+
+
+def test_matches_wants_one_value_per_variable() -> None:
+    with pytest.raises(TypeError, match="takes 5 values"):
+        parse_condition("experts > 1", MOE).matches(1, 2, 3)
+    with pytest.raises(TypeError, match="takes 3 values"):
+        parse_condition("m > 1").matches(1, 2, 3, 4)
+    with pytest.raises(TypeError, match="takes 3 values"):
+        parse_condition("m > 1").matches(1, 2)
+
+
+def test_gap_in_five_variables_reports_every_variable() -> None:
+    with pytest.raises(RuleTableError) as info:
+        check_rule_table([parse_condition(t, MOE) for t in
+                          ("experts <= 8", "experts > 8 and tokens_per_expert > 16")])
+    err = info.value
+    assert err.rule_index is None
+    assert err.point == {"m": 1, "n": 1, "k": 1, "experts": 9, "tokens_per_expert": 1}
+    assert list(err.point) == list(MOE)
+    assert "no dispatch rule matches m=1, n=1, k=1, experts=9, tokens_per_expert=1" in str(err)
+
+
+def test_single_point_gap_in_four_variables() -> None:
+    four = ("m", "n", "k", "experts")
+    with pytest.raises(RuleTableError) as info:
+        check_rule_table([parse_condition(t, four) for t in ("k != 777777", "experts != 3")])
+    assert info.value.point == {"m": 1, "n": 1, "k": 777777, "experts": 3}
+
+
+def test_unreachable_rule_in_five_variables() -> None:
+    rules = [parse_condition(t, MOE) for t in
+             ("experts <= 8 or tokens_per_expert > 100", "tokens_per_expert <= 100",
+              "experts == 9 and tokens_per_expert == 50", "true")]
+    with pytest.raises(RuleTableError) as info:
+        check_rule_table(rules)
+    assert info.value.rule_index == 2 and info.value.point is None
+    check_rule_table(rules[:2])
+
+
+def test_empty_table_over_declared_variables() -> None:
+    with pytest.raises(RuleTableError) as info:
+        check_rule_table([], variables=MOE)
+    assert info.value.point == dict.fromkeys(MOE, 1)
+    check_rule_table([parse_condition("true", MOE)], variables=MOE)
+
+
+def test_check_rule_table_is_exact_in_four_variables() -> None:
+    """Constants <= 4 make every value >= 5 behave alike, so a 1..6 grid is exhaustive."""
+    four = ("m", "n", "experts", "tokens_per_expert")
+    rng = random.Random(11)
+    grid = [(a, b, c, d) for a in range(1, 7) for b in range(1, 7)
+            for c in range(1, 7) for d in range(1, 7)]
+    verdicts = set()
+    for _ in range(60):
+        rules: list[tuple[Condition, Oracle]] = []
+        target = rng.randint(1, 4)
+        while len(rules) < target:
+            text, oracle = _random_expr(rng, 2, list(range(5)), four)
+            try:
+                rules.append((parse_condition(text, four), oracle))
+            except ConditionError:
+                pass
+        firsts = [next((i for i, (_, f) in enumerate(rules) if f(*p)), None) for p in grid]
+        gaps = [p for p, i in zip(grid, firsts) if i is None]
+        unreachable = [i for i in range(len(rules)) if i not in firsts]
+        try:
+            check_rule_table([c for c, _ in rules])
+            verdicts.add("ok")
+            assert not gaps and not unreachable
+        except RuleTableError as err:
+            if gaps:
+                verdicts.add("gap")
+                assert err.point == dict(zip(four, gaps[0])) and err.rule_index is None
+            else:
+                verdicts.add("unreachable")
+                assert err.rule_index == unreachable[0] and err.point is None
+    assert verdicts == {"ok", "gap", "unreachable"}
+
+
+def test_oversized_five_variable_table_is_refused_before_iterating() -> None:
+    """21 points (1..21) on each of 5 axes is 4,084,101 > MAX_POINTS, though each axis is small."""
+    rules = [parse_condition(f"{v} == {i}", MOE) for v in MOE for i in range(1, 21)]
+    with pytest.raises(RuleTableError, match="too fine-grained") as info:
+        check_rule_table(rules + [parse_condition("true", MOE)])
+    assert f"({21 ** 5} critical points > {MAX_POINTS})" in str(info.value)
+
+
+def test_unknown_variable_names_the_declared_variables() -> None:
+    with pytest.raises(ConditionError) as info:
+        parse_condition("groups > 2", MOE)
+    assert str(info.value).startswith(
+        "unknown variable 'groups' in dispatch condition 'groups > 2'; "
+        "allowed: m, n, k, experts, tokens_per_expert (at column 1)")
+    with pytest.raises(ConditionError, match="unknown variable 'experts'.*allowed: m, n, k "):
+        parse_condition("experts > 2")
+    with pytest.raises(ConditionError) as info:
+        parse_condition("experts < 4.0", MOE)
+    assert "allowed: integer literals >= 0, variables m, n, k, experts, tokens_per_expert, " \
+        "comparisons" in str(info.value)
+    with pytest.raises(ConditionError, match="syntax error.*variables m, n, k, experts, "):
+        parse_condition("experts <", ("m", "n", "k", "experts"))
+    with pytest.raises(ConditionError, match="bare variable 'experts'"):
+        parse_condition("experts", MOE)
+    with pytest.raises(ConditionError) as info:
+        parse_condition("m < 4.0")
+    assert "variables m, n, k, comparisons" in str(info.value)
+
+
+def test_mismatched_variables_in_one_table() -> None:
+    with pytest.raises(RuleTableError, match="must share the same variables") as info:
+        check_rule_table([parse_condition("m <= 16"), parse_condition("true", MOE)])
+    assert info.value.rule_index == 1 and info.value.point is None
+    assert "rule 1 ('true') is over variables (m, n, k, experts, tokens_per_expert) but " \
+        "rule 0 ('m <= 16') is over (m, n, k)" in str(info.value)
+    with pytest.raises(RuleTableError, match="the table declares") as info:
+        check_rule_table([parse_condition("true")], variables=MOE)
+    assert info.value.rule_index == 0
+    with pytest.raises(RuleTableError, match="must share the same variables"):
+        check_rule_table([parse_condition("true", ("m", "n", "k")),
+                          parse_condition("true", ("n", "m", "k"))])
+
+
+@pytest.mark.parametrize(
+    "variables",
+    [(), ["m", "n", "k"], "mnk", ("m", "m"), ("m", "n", "k", "n"), ("m", "1x"), ("m n",),
+     ("m", ""), ("m", 3), ("m", "and"), ("true",), ("false", "m"), ("or",), ("not",),
+     ("if",), ("None",), ("m", "ﬁ")],
+)
+def test_invalid_variables_are_refused(variables: object) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_condition("true", variables)  # type: ignore[arg-type]
+    assert not isinstance(info.value, ConditionError)
+    with pytest.raises(ValueError):
+        check_rule_table([], variables=variables)  # type: ignore[arg-type]

@@ -12,10 +12,11 @@ import pytest
 
 from gemmgen import settings
 from gemmgen.errors import ManifestError
-from gemmgen.generator import sm80_rules
+from gemmgen.families.w8a8 import sm80_rules
 from gemmgen.generator.expand import expand
-from gemmgen.generator.kernel_config import SM80_SWIZZLES, Sm80TileConfig
-from gemmgen.generator.manifest import CONFIG_KEYS, config_fields, load_manifest
+from gemmgen.families.w8a8.configs import SM80_SWIZZLES, Sm80TileConfig
+from gemmgen.families.w8a8.schema import CONFIG_KEYS, config_fields
+from gemmgen.generator.manifest import load_manifest
 from gemmgen.generator.render import render_bindings, render_kernel_sources
 
 # A small valid sm80 manifest in block style: every key on its own line, so a test can assert the
@@ -414,7 +415,7 @@ def test_render_default_sm80_sources(default_sm80_path):
     for unit in units:
         assert unit.name.startswith("sm80_scaled_mm_int8_") and unit.name.endswith(".cu")
         src = unit.source
-        assert '#include "gemmgen/sm80_scaled_mm.hpp"' in src
+        assert '#include "gemmgen/w8a8/sm80_scaled_mm.hpp"' in src
         assert "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800" in src
         assert "sm90" not in src and "KernelTmaWarpSpecialized" not in src
         for kernel in unit.kernels:

@@ -15,14 +15,16 @@ import pytest
 
 from gemmgen.bindings.library import Kernel, Library
 from gemmgen.generator.expand import expand
-from gemmgen.generator.kernel_config import RuntimeKnobs, Sm80TileConfig
+from gemmgen.families.w8a8.configs import RuntimeKnobs, Sm80TileConfig
+from gemmgen.families.w8a8.tuning import knob_variants, output_tiles
 from gemmgen.generator.manifest import load_manifest
 from gemmgen.tuning import tune as tuning
-from gemmgen.tuning.measure import Candidate, Record, Store, knob_variants, output_tiles
+from gemmgen.tuning.measure import Candidate, Record, Store
 from gemmgen.tuning.shapes import WeightShape
 from gemmgen.tuning.table import kernel_set_hash, load_table, table_path_for
 
 GPU = ("NVIDIA H200", 132)
+CLS = ("scaled_mm", "int8", "bf16", "ScaledEpilogueBias")
 SHAPES = [WeightShape("o", 4096, 4096, "test", "x:1"), WeightShape("up", 28672, 4096, "test", "x:2")]
 GRID = (1, 16, 64, 256, 4096)
 THIRD_CONFIG = """      - name: mid
@@ -58,8 +60,8 @@ def library(case, monkeypatch):
     monkeypatch.setattr(tuning, "gpu_identity", lambda: GPU)
     monkeypatch.setattr(tuning.torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(tuning.torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    monkeypatch.setattr(tuning, "make_problem", lambda a, d, e, m, n, k, seed=0: (m, n, k, noise))
-    monkeypatch.setattr(tuning, "time_candidate", fake_time)
+    monkeypatch.setattr(tuning, "make_problem", lambda cls, m, n, k, seed=0: (m, n, k, noise))
+    monkeypatch.setattr(tuning, "time_candidate", lambda c, p, cls: fake_time(c, p))
     return lib, calls
 
 
@@ -131,19 +133,19 @@ def test_select_writes_a_pruned_manifest_and_its_table(library, tmp_path, case):
 def test_store_parts_resume_and_retry_failures(tmp_path):
     """Per-GPU part files load together; a failed measurement is tried again on resume."""
     path = tmp_path / "lib-abc-H200-132sm-seed0.jsonl"
-    good = Record("int8", "bf16", "ScaledEpilogueBias", 4096, 4096, 16, "k1", "heuristic", 1, 1, 12.5)
-    failed = Record("int8", "bf16", "ScaledEpilogueBias", 4096, 4096, 16, "k2", "heuristic", 1, 1, None,
+    good = Record(CLS, 4096, 4096, 16, "k1", "heuristic", 1, 1, 12.5)
+    failed = Record(CLS, 4096, 4096, 16, "k2", "heuristic", 1, 1, None,
                     "out of memory")
     Store(path, part="gpu0").put(good)
     Store(path, part="gpu1").put(failed)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "lib-abc-H200-132sm-seed0.gpu0.jsonl", "lib-abc-H200-132sm-seed0.gpu1.jsonl"]
     with open(tmp_path / "lib-abc-H200-132sm-seed0.gpu0.jsonl", "a") as handle:
-        handle.write('{"a": "int8", "d": "bf1')  # a line cut short by a killed run
+        handle.write('{"cls": ["scaled_mm", "int8", "bf1')  # a line cut short by a killed run
     reopened = Store(path)
-    assert reopened.get("int8", "bf16", "ScaledEpilogueBias", 4096, 4096, 16, good.candidate) == good
-    assert reopened.get("int8", "bf16", "ScaledEpilogueBias", 4096, 4096, 16, failed.candidate) is None
-    assert reopened.times("int8", "bf16", "ScaledEpilogueBias") == {(4096, 4096, 16): {good.candidate: 12.5}}
+    assert reopened.get(CLS, 4096, 4096, 16, good.candidate) == good
+    assert reopened.get(CLS, 4096, 4096, 16, failed.candidate) is None
+    assert reopened.times(CLS) == {(4096, 4096, 16): {good.candidate: 12.5}}
 
 
 def test_knob_variants_per_arch(library):

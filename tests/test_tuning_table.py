@@ -131,7 +131,7 @@ def test_a_published_table_that_does_not_fit_is_dropped_with_a_warning(table_fil
     from types import SimpleNamespace
 
     from gemmgen.bindings.library import _load_tuned_table
-    specs = [SimpleNamespace(name=n, config=SimpleNamespace(split_k="none")) for n in ("k_small", "k_mid")]
+    specs = [SimpleNamespace(name=n, split_k=False) for n in ("k_small", "k_mid")]
     with caplog.at_level("WARNING", logger="gemmgen.dispatch"):
         assert _load_tuned_table(table_file, specs) is None
     assert "ignoring the tuned table" in caplog.text and "is not a kernel of this library" in caplog.text

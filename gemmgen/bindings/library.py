@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from .. import families as registry
 from .. import settings
 from ..errors import GemmgenError, LibraryNotBuiltError, ManifestError
+from ..family import OpFamily
 from ..generator.dispatch_rules import Condition, parse_condition
 from ..generator.kernel_config import KernelSpec
 from ..tuning.table import TUNED_TABLE_FILE, TunedTable, kernel_set_hash, load_table
@@ -25,26 +27,11 @@ from ..tuning.table import TUNED_TABLE_FILE, TunedTable, kernel_set_hash, load_t
 BINDINGS_FILE = "bindings.py"
 
 
-class ScaledMmArgs(ctypes.Structure):
-    """Mirror of `gemmgen_scaled_mm_args` in gemmgen/c_api.h (checked against sizeof at load)."""
-
-    _fields_ = [
-        ("a", ctypes.c_void_p), ("b", ctypes.c_void_p), ("d", ctypes.c_void_p),
-        ("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
-        ("lda", ctypes.c_int64), ("ldb", ctypes.c_int64), ("ldd", ctypes.c_int64),
-        ("scale_a", ctypes.c_void_p), ("scale_b", ctypes.c_void_p), ("bias", ctypes.c_void_p),
-        ("azp_adj", ctypes.c_void_p), ("azp", ctypes.c_void_p),
-        ("scale_a_per_token", ctypes.c_int32), ("scale_b_per_channel", ctypes.c_int32),
-        ("raster_order", ctypes.c_int32), ("max_swizzle_size", ctypes.c_int32),
-        ("split_k_slices", ctypes.c_int32), ("reserved", ctypes.c_int32),
-    ]
-
-
-# The argument struct goes by address: a ScaledMmArgs via ctypes.byref, or a packed buffer.
+# Every kernel of every family: run(args*, workspace, workspace_bytes, stream) and
+# workspace(args*), the args struct by address (a ctypes struct via byref, or a packed buffer).
 _RUN_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                   ctypes.c_void_p)
 _WORKSPACE_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p)
-RASTER_CODES = {"heuristic": 0, "along_m": 1, "along_n": 2}
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,12 +51,14 @@ class Kernel:
     def config(self):
         return self.spec.config
 
+    @property
+    def family(self) -> OpFamily:
+        return registry.get(self.spec.family)
+
     def __call__(self, *args, **kwargs):
-        """Run this kernel through the public op (same arguments as `gemmgen.scaled_mm`, or
-        `gemmgen.scaled_mm_azp` for the azp epilogues)."""
-        from . import ops
-        fn = ops.scaled_mm_azp if self.spec.epilogue.startswith("ScaledEpilogueAzp") else ops.scaled_mm
-        return fn(*args, kernel=self.name, **kwargs)
+        """Run this kernel through its family's public op (e.g. the arguments of
+        `gemmgen.scaled_mm`, or `gemmgen.scaled_mm_azp` for the azp epilogues)."""
+        return self.family.call_kernel(self, *args, **kwargs)
 
     def __repr__(self) -> str:
         return f"Kernel({self.name})"
@@ -83,8 +72,8 @@ class Library:
     fingerprint: str
     cdll: ctypes.CDLL
     kernels: dict[str, Kernel]
-    # (op, a, d, epilogue) -> ((condition, kernel name, manifest line), ...)
-    dispatch: dict[tuple[str, str, str, str], tuple[tuple[Condition, str, int], ...]]
+    # dispatch class (op, *class fields) -> ((condition, kernel name, manifest line), ...)
+    dispatch: dict[tuple[str, ...], tuple[tuple[Condition, str, int], ...]]
     bindings: ModuleType
     tuned: TunedTable | None = None  # the measured table `gemmgen tune` wrote, if published
 
@@ -111,12 +100,25 @@ def _load_tuned_table(path: Path, specs) -> TunedTable | None:
         return None
     try:
         return load_table(path, known_kernels=[s.name for s in specs],
-                          split_k_kernels=[s.name for s in specs
-                                           if getattr(s.config, "split_k", "none") != "none"])
+                          split_k_kernels=[s.name for s in specs if s.split_k])
     except ManifestError as exc:
         logging.getLogger("gemmgen.dispatch").warning(
             "gemmgen: ignoring the tuned table %s: %s; dispatch uses the manifest's rules", path, exc)
         return None
+
+
+def _check_abi(cdll: ctypes.CDLL, so_path: Path, family: OpFamily) -> None:
+    """The library's sizeof of the family's argument struct must equal the ctypes mirror's."""
+    try:
+        size_fn = getattr(cdll, family.args.size_symbol)
+    except AttributeError:
+        raise LibraryNotBuiltError(f"{so_path} lacks {family.args.size_symbol}() for op family "
+                                   f"{family.name!r}; rebuild with `gemmgen build`") from None
+    size_fn.restype = ctypes.c_size_t
+    if size_fn() != ctypes.sizeof(family.args.mirror):
+        raise LibraryNotBuiltError(f"{so_path} was built from another gemmgen version (argument "
+                                   f"struct {family.args.typedef} size differs); rebuild with "
+                                   "`gemmgen build`")
 
 
 def load_library(directory: Path) -> Library:
@@ -130,14 +132,12 @@ def load_library(directory: Path) -> Library:
         raise LibraryNotBuiltError(f"cannot load {so_path}: {exc}; rebuild with `gemmgen build`") from None
     cdll.gemmgen_last_error.restype = ctypes.c_char_p
     cdll.gemmgen_library_fingerprint.restype = ctypes.c_char_p
-    cdll.gemmgen_scaled_mm_args_size.restype = ctypes.c_size_t
     built = cdll.gemmgen_library_fingerprint().decode()
     if built != module.FINGERPRINT:
         raise LibraryNotBuiltError(f"{so_path} has fingerprint {built} but its bindings expect "
                                    f"{module.FINGERPRINT}; rebuild with `gemmgen build`")
-    if cdll.gemmgen_scaled_mm_args_size() != ctypes.sizeof(ScaledMmArgs):
-        raise LibraryNotBuiltError(f"{so_path} was built from another gemmgen version (argument "
-                                   "struct size differs); rebuild with `gemmgen build`")
+    for family in sorted({registry.get(spec.family) for spec in module.KERNELS}, key=lambda f: f.name):
+        _check_abi(cdll, so_path, family)
     kernels: dict[str, Kernel] = {}
     tuned = _load_tuned_table(directory / TUNED_TABLE_FILE, module.KERNELS)
     library = Library(module.LIBRARY, module.ARCH, directory, built, cdll, kernels, {}, module, tuned)
@@ -146,7 +146,9 @@ def load_library(directory: Path) -> Library:
         workspace = _WORKSPACE_PROTOTYPE(("gemmgen_workspace_" + spec.name, cdll))
         kernels[spec.name] = Kernel(spec, library, run, workspace)
     for key, rules in module.DISPATCH.items():
-        library.dispatch[key] = tuple((parse_condition(when), name, line) for when, name, line in rules)
+        variables = registry.get(kernels[rules[0][1]].spec.family).variables
+        library.dispatch[key] = tuple((parse_condition(when, variables), name, line)
+                                      for when, name, line in rules)
     return library
 
 

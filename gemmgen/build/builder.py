@@ -34,7 +34,7 @@ from ..errors import BuildError
 from ..generator.expand import expand
 from ..generator.kernel_config import KernelSpec
 from ..generator.manifest import Manifest, load_manifest
-from ..generator.render import (BINDINGS_FILE, INCLUDE_DIR, LIBRARY_SOURCE, TranslationUnit,
+from ..generator.render import (BINDINGS_FILE, LIBRARY_SOURCE, TranslationUnit, include_dirs,
                                 render_bindings, render_kernel_sources, render_library_source,
                                 write_tree)
 from ..tuning.table import TUNED_TABLE_FILE, kernel_set_hash, load_table, table_path_for
@@ -66,9 +66,10 @@ def fingerprint(units: list[TranslationUnit], toolchain: Toolchain, flags: list[
         h.update(part.encode() + b"\0")
     for unit in units:
         h.update(unit.name.encode() + b"\0" + unit.source.encode() + b"\0")
-    for header in sorted(INCLUDE_DIR.rglob("*")):
-        if header.is_file():
-            h.update(header.name.encode() + b"\0" + header.read_bytes() + b"\0")
+    for root in include_dirs():
+        for header in sorted(root.rglob("*")):
+            if header.is_file():
+                h.update(str(header.relative_to(root)).encode() + b"\0" + header.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
@@ -138,7 +139,7 @@ def tuned_table_text(manifest_path: str | Path, kernels: list[KernelSpec], log: 
         return None
     # every kernel it names must exist, and split_k go to split-K kernels (file:line if not)
     load_table(path, known_kernels=names,
-               split_k_kernels={k.name for k in kernels if getattr(k.config, "split_k", "none") != "none"})
+               split_k_kernels={k.name for k in kernels if k.split_k})
     return path.read_text()
 
 
@@ -187,7 +188,7 @@ def build_manifest(manifest_path: str | Path, build_root: Path, *, jobs: int | N
             raise BuildError(f"{current} is not the symlink gemmgen publishes through (was the build "
                              "directory copied with links followed?); remove it and rebuild")
         sources = {u.name: u.source for u in units}
-        sources[LIBRARY_SOURCE] = render_library_source(manifest, len(kernels), print_id)
+        sources[LIBRARY_SOURCE] = render_library_source(manifest, len(kernels), print_id, kernels)
         written, removed = write_tree(library_dir / "src", sources, (".cu",))
         for name in removed:
             (library_dir / "obj" / (name[:-3] + ".o")).unlink(missing_ok=True)

@@ -10,14 +10,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import arch as arch_policy
 from ..errors import BuildError
-from ..generator.render import INCLUDE_DIR
+from ..generator.render import include_dirs
 
-# NOTES: SASS only for sm_90a: wgmma/setmaxnreg exist only there, and PTX for a later arch would
-# JIT into kernels that CUTLASS compiled empty. The arch guard in each .cu enforces the same.
-ARCH_FLAGS = {"sm90a": ["-gencode=arch=compute_90a,code=sm_90a"],
-              # sm80: SASS for Ampere plus PTX, which the driver JIT-compiles on Ada and Hopper.
-              "sm80": ["-gencode=arch=compute_80,code=[sm_80,compute_80]"]}
+# Per-arch flags come from the arch policy (gemmgen/arch.py: why sm90a is SASS only).
+ARCH_FLAGS = {name: list(a.nvcc_flags) for name, a in arch_policy.ARCHES.items()}
 COMMON_FLAGS = ["-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC",
                 "-Xcompiler=-fvisibility=hidden", "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1",
                 # TMA descriptors go through the cached entry point defined in library.cu.
@@ -33,7 +31,7 @@ class Toolchain:
     cutlass_version: str
 
     def include_flags(self) -> list[str]:
-        return [f"-I{INCLUDE_DIR}", f"-I{self.cutlass_root / 'include'}",
+        return [*(f"-I{d}" for d in include_dirs()), f"-I{self.cutlass_root / 'include'}",
                 f"-I{self.cutlass_root / 'tools' / 'util' / 'include'}"]
 
     def compile_flags(self, arch: str) -> list[str]:

@@ -1,7 +1,7 @@
 """Expand validated manifests into the sorted list of concrete kernels to generate.
 
-Each family's (a, d, epilogue) combinations × its configs give one `KernelSpec` each. The result
-is sorted by kernel name, so generated files never depend on dict or set order.
+Each family's variants × its configs give one kernel spec each (built by the family's plug-in).
+The result is sorted by kernel name, so generated files never depend on dict or set order.
 """
 
 from __future__ import annotations
@@ -15,25 +15,25 @@ from .manifest import Manifest
 
 def expand(manifest: Manifest) -> list[KernelSpec]:
     """All kernels of one manifest, sorted by name; a kernel declared twice is an error, and so
-    are two families whose dispatch tables would both claim one (op, a, d, epilogue)."""
+    are two families whose dispatch tables would both claim one dispatch class."""
     by_name: dict[str, KernelSpec] = {}
-    owner: dict[tuple[str, str, str, str], str] = {}
+    owner: dict[tuple, str] = {}
     for family in manifest.families:
-        for a, d, epilogue in family.combos:
-            key = (family.op, a, d, epilogue)
+        for variant in family.variants:
+            specs = [family.plugin.make_spec(
+                library=manifest.library, arch=manifest.arch, op=family.op, variant=variant,
+                entry=entry, origin=Origin(manifest.path, entry.line, family.name,
+                                           entry.name or entry.config.terse))
+                     for entry in family.configs]
+            key = specs[0].dispatch_class
             if key in owner and family.dispatch:
-                raise ManifestError(manifest.path, family.dtypes_line, "dtypes",
+                raise ManifestError(manifest.path, family.variants_line, family.plugin.variants_key,
                                     f"families {owner[key]!r} and {family.name!r} both provide "
-                                    f"{family.op} {a}->{d} with {epilogue}: dispatch would be "
+                                    f"{family.plugin.describe_class(key)}: dispatch would be "
                                     "ambiguous; merge their configs into one family")
             if family.dispatch:
                 owner[key] = family.name
-            for entry in family.configs:
-                spec = KernelSpec(library=manifest.library, arch=manifest.arch, op=family.op,
-                                  a=a, d=d, epilogue=epilogue, config=entry.config,
-                                  knobs=entry.knobs,
-                                  origin=Origin(manifest.path, entry.line, family.name,
-                                                entry.name or entry.config.terse))
+            for entry, spec in zip(family.configs, specs):
                 if spec.name in by_name:
                     raise ManifestError(manifest.path, entry.line, "configs",
                                         f"duplicate kernel {spec.name}, also declared at "
@@ -43,14 +43,11 @@ def expand(manifest: Manifest) -> list[KernelSpec]:
 
 
 def group_into_files(kernels: Iterable[KernelSpec], per_file: int) -> list[list[KernelSpec]]:
-    """Translation units: kernels that share (a, tile config), at most `per_file` each.
-
-    NOTES: grouping by tile config (not by position in the sorted list) keeps incremental
-    builds incremental: adding a config adds files without reshuffling the existing ones.
-    """
+    """Translation units: kernels that share a `unit_key` (see KernelSpec), at most `per_file`
+    each, in a deterministic order."""
     groups: dict[tuple, list[KernelSpec]] = {}
     for spec in kernels:
-        groups.setdefault((spec.a, spec.config.terse), []).append(spec)
+        groups.setdefault((spec.unit_stem, spec.unit_key), []).append(spec)
     files = []
     for key in sorted(groups):
         members = groups[key]

@@ -1,33 +1,16 @@
-"""Typed, frozen kernel configs and the one function that names a kernel.
-
-A `KernelSpec` is everything that shapes one compiled kernel (dtypes, epilogue, tile config)
-plus where it came from; `RuntimeKnobs` are the per-call scheduler settings (raster order,
-swizzle) that CUTLASS 3.x takes at run time, so they never multiply the binaries.
+"""The generic kernel vocabulary every op family shares: where a kernel was declared (`Origin`),
+a kernel to build (`KernelSpec`, subclassed by each family with its own fields and name grammar),
+one manifest config entry (`ConfigEntry`) and the run-time scheduler knobs (`RuntimeKnobs`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
-# Vocabulary shared by validation, naming, templates and bindings.
-DTYPES_8BIT = ("int8", "e4m3")
-OUT_DTYPES = ("bf16", "fp16")
-ACC_FOR = {"int8": "int32", "e4m3": "fp32"}
-EPILOGUES = ("ScaledEpilogue", "ScaledEpilogueBias", "ScaledEpilogueAzp",
-             "ScaledEpilogueAzpPerToken")
-AZP_EPILOGUES = ("ScaledEpilogueAzp", "ScaledEpilogueAzpPerToken")
-SCHEDULES = ("warpspecialized", "pingpong", "cooperative")
-EPILOGUE_SCHEDULES = ("tma_warpspecialized", "tma_warpspecialized_cooperative")
-TILE_SCHEDULERS = ("persistent", "streamk")
+# Run-time scheduler settings CUTLASS takes per call (they never multiply the binaries).
 RASTER_ORDERS = ("heuristic", "along_m", "along_n")
 SWIZZLES = (1, 2, 4, 8)
-SM80_SWIZZLES = (1, 2, 4, 8, "streamk")  # compile time in CUTLASS 2.x
-SPLIT_K_MODES = ("none", "serial", "parallel")
-
-_SHORT_DTYPE = {"int8": "i8", "e4m3": "e4m3", "bf16": "bf16", "fp16": "f16"}
-_SHORT_EPILOGUE = {"ScaledEpilogue": "scaled", "ScaledEpilogueBias": "scaled_bias",
-                   "ScaledEpilogueAzp": "azp", "ScaledEpilogueAzpPerToken": "azp_pertoken"}
-_SHORT_SCHEDULE = {"warpspecialized": "ws", "pingpong": "pp", "cooperative": "coop"}
 
 
 @dataclass(frozen=True)
@@ -52,56 +35,6 @@ class Origin:
 
 
 @dataclass(frozen=True)
-class TileConfig:
-    """Compile-time shape of one sm90 kernel: what makes two binaries different."""
-
-    tile: tuple[int, int, int]
-    cluster: tuple[int, int, int]
-    schedule: str
-    epilogue_schedule: str
-    stages: int  # 0 means "auto": as many as fit beside the epilogue's shared memory
-    tile_scheduler: str
-    swap_ab: bool
-
-    @property
-    def terse(self) -> str:
-        """Name fragment, e.g. `t128x128x128_c2x1x1_pp_sauto` (+ `_streamk`, `_swapab`)."""
-        parts = ["t" + "x".join(map(str, self.tile)), "c" + "x".join(map(str, self.cluster)),
-                 _SHORT_SCHEDULE[self.schedule], f"s{self.stages}" if self.stages else "sauto"]
-        if self.tile_scheduler != "persistent":
-            parts.append(self.tile_scheduler)
-        if self.swap_ab:
-            parts.append("swapab")
-        return "_".join(parts)
-
-
-@dataclass(frozen=True)
-class Sm80TileConfig:
-    """Compile-time shape of one sm80 (CUTLASS 2.x) kernel."""
-
-    tile: tuple[int, int, int]
-    warp: tuple[int, int, int]
-    instruction: tuple[int, int, int]
-    stages: int
-    swizzle: int | str  # GemmIdentityThreadblockSwizzle<N>, or "streamk"
-    split_k: str = "none"  # also builds a split-K path: "serial" or "parallel"
-
-    @property
-    def swap_ab(self) -> bool:
-        return False
-
-    @property
-    def terse(self) -> str:
-        """Name fragment, e.g. `t128x128x64_w64x64x64_s5_sw1` (`_streamk`; `_skpar`, `_skser`)."""
-        swizzle = "streamk" if self.swizzle == "streamk" else f"sw{self.swizzle}"
-        parts = ["t" + "x".join(map(str, self.tile)), "w" + "x".join(map(str, self.warp)),
-                 f"s{self.stages}", swizzle]
-        if self.split_k != "none":
-            parts.append("sk" + self.split_k[:3])
-        return "_".join(parts)
-
-
-@dataclass(frozen=True)
 class RuntimeKnobs:
     """Scheduler settings passed at every call; the default ones of a config live here."""
 
@@ -111,33 +44,54 @@ class RuntimeKnobs:
 
 
 @dataclass(frozen=True)
+class ConfigEntry:
+    """One entry of a manifest family's `configs` list, as the family's reader parsed it."""
+
+    name: str | None
+    config: Any  # the family's frozen compile-time config (tile shapes, schedules, ...)
+    knobs: RuntimeKnobs
+    line: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class KernelSpec:
-    """One kernel to generate, compile and bind."""
+    """One kernel to generate, compile and bind. Each op family subclasses it with the fields
+    that shape its binaries (dtypes, epilogue, ...) and names them in `class_fields`; `name` is
+    the family's one naming function."""
+
+    family: ClassVar[str]              # the OpFamily.name that builds it
+    class_fields: ClassVar[tuple[str, ...]]  # with `op`, the dispatch class of the kernel
 
     library: str
     arch: str
     op: str
-    a: str
-    d: str
-    epilogue: str
-    config: TileConfig | Sm80TileConfig
+    config: Any
     knobs: RuntimeKnobs = field(default_factory=RuntimeKnobs, compare=False)
     origin: Origin | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
-        return kernel_name(self)
+        raise NotImplementedError(f"{type(self).__name__} must define `name`")
 
     @property
-    def acc(self) -> str:
-        return ACC_FOR[self.a]
+    def dispatch_class(self) -> tuple[str, ...]:
+        """(op, *class fields): the problems one dispatch table of rules serves."""
+        return (self.op, *(getattr(self, f) for f in self.class_fields))
 
+    @property
+    def split_k(self) -> bool:
+        """Whether the kernel takes a run-time K slice count (`RuntimeKnobs.split_k_slices`)."""
+        return False
 
-def kernel_name(spec: KernelSpec) -> str:
-    """The one naming function: symbols, file names, overrides and listings all use it.
+    @property
+    def unit_key(self) -> tuple:
+        """Kernels with one key may share a translation unit (default: same tile config).
 
-    Grammar: ``{arch}_{op}_{a}_{d}_{epilogue}_{tile config}``, e.g.
-    ``sm90a_scaled_mm_i8_bf16_scaled_bias_t128x128x128_c2x1x1_pp_sauto``.
-    """
-    return "_".join([spec.arch, spec.op, _SHORT_DTYPE[spec.a], _SHORT_DTYPE[spec.d],
-                     _SHORT_EPILOGUE[spec.epilogue], spec.config.terse])
+        NOTES: grouping by config (not by position in the sorted list) keeps incremental builds
+        incremental: adding a config adds files without reshuffling the existing ones."""
+        return (self.config.terse,)
+
+    @property
+    def unit_stem(self) -> str:
+        """File stem of the translation unit holding this kernel."""
+        return "_".join((self.arch, self.op, *map(str, self.unit_key)))

@@ -1,19 +1,23 @@
 """Render kernels through the Jinja2 templates into CUTLASS sources and generated bindings.
 
-One strict Jinja environment (undefined variables are errors); output is deterministic (sorted
-kernels, no timestamps); files are written only when their content changes and stale generated
-files are removed, so the build stays incremental.
+One strict Jinja environment (undefined variables are errors) over the generic templates and
+every op family's (`<family>/<template>`); output is deterministic (sorted kernels, no
+timestamps); files are written only when their content changes and stale generated files are
+removed, so the build stays incremental.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 
 import jinja2
 
+from .. import arch as arch_policy
+from .. import families as registry
+from ..family import OpFamily
 from .expand import group_into_files
 from .kernel_config import KernelSpec
 from .manifest import Manifest
@@ -24,58 +28,27 @@ LIBRARY_SOURCE = "library.cu"
 BINDINGS_FILE = "bindings.py"
 
 
+def include_dirs() -> list[Path]:
+    """C++ include roots: the generic headers, then each family's."""
+    return [INCLUDE_DIR, *(family.include_dir for family in registry.all_families())]
+
+
 @functools.cache
-def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             trim_blocks=True, lstrip_blocks=True, autoescape=False)
+def _environment(template_dirs: tuple[tuple[str, str], ...]) -> jinja2.Environment:
+    loader = jinja2.ChoiceLoader([
+        jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        jinja2.PrefixLoader({name: jinja2.FileSystemLoader(path) for name, path in template_dirs}),
+    ])
+    env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                             autoescape=False)
     env.filters["pyrepr"] = repr
     return env
 
 
-class _Cpp:
-    """C++ spellings of the config vocabulary, used by the kernel template."""
-
-    _ELEMENT = {"int8": "int8_t", "e4m3": "cutlass::float_e4m3_t", "bf16": "cutlass::bfloat16_t",
-                "fp16": "cutlass::half_t"}
-    _KERNEL = {"warpspecialized": "KernelTmaWarpSpecialized",
-               "pingpong": "KernelTmaWarpSpecializedPingpong",
-               "cooperative": "KernelTmaWarpSpecializedCooperative"}
-    _EPILOGUE = {"tma_warpspecialized": "TmaWarpSpecialized",
-                 "tma_warpspecialized_cooperative": "TmaWarpSpecializedCooperative"}
-    _SCHEDULER = {"persistent": "PersistentScheduler", "streamk": "StreamKScheduler"}
-
-    def element(self, dtype: str) -> str:
-        return self._ELEMENT[dtype]
-
-    def shape(self, dims: Sequence[int]) -> str:
-        return ", ".join(f"_{d}" for d in dims)
-
-    def kernel_schedule(self, k: KernelSpec) -> str:
-        # NOTES: fp8 uses the FastAccum mainloop (no periodic promotion to fp32), as cuBLAS and
-        # vLLM do for scaled fp8 GEMMs; int8 accumulates exactly in int32 either way.
-        suffix = "FP8FastAccum" if k.a == "e4m3" else ""
-        return f"cutlass::gemm::{self._KERNEL[k.config.schedule]}{suffix}"
-
-    def epilogue_schedule(self, k: KernelSpec) -> str:
-        return f"cutlass::epilogue::{self._EPILOGUE[k.config.epilogue_schedule]}"
-
-    def tile_scheduler(self, k: KernelSpec) -> str:
-        return f"cutlass::gemm::{self._SCHEDULER[k.config.tile_scheduler]}"
-
-    def gemm_shape(self, dims: Sequence[int]) -> str:
-        return f"cutlass::gemm::GemmShape<{', '.join(map(str, dims))}>"
-
-    def split_k(self, k: KernelSpec) -> str:
-        return {"none": "kNone", "serial": "kSerial", "parallel": "kParallel"}[k.config.split_k]
-
-    def threadblock_swizzle(self, k: KernelSpec) -> str:
-        if k.config.swizzle == "streamk":
-            return "cutlass::gemm::threadblock::ThreadblockSwizzleStreamK"
-        return f"cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<{k.config.swizzle}>"
-
-
-KERNEL_TEMPLATES = {"sm90a": "sm90_scaled_mm.cu.j2", "sm80": "sm80_scaled_mm.cu.j2"}
+def environment() -> jinja2.Environment:
+    """The one strict environment: generic templates by name, a family's as `<family>/<name>`."""
+    return _environment(tuple((f.name, str(f.template_dir)) for f in registry.all_families()))
 
 
 @dataclass(frozen=True)
@@ -87,43 +60,76 @@ class TranslationUnit:
     kernels: tuple[KernelSpec, ...]
 
 
+def _arch_guard(arch: str) -> dict:
+    """The arch policy as the generated entry points check it (see gemmgen/arch.py)."""
+    policy = arch_policy.get(arch)
+    return {"min": policy.min_capability, "max": policy.max_capability, "gpus": policy.gpus}
+
+
+def _plugin(spec: KernelSpec) -> OpFamily:
+    return registry.get(spec.family)
+
+
 def render_kernel_sources(manifest: Manifest, kernels: Sequence[KernelSpec]) -> list[TranslationUnit]:
-    """Every kernel translation unit, named after its (arch, op, dtypes, tile config)."""
-    template = environment().get_template(KERNEL_TEMPLATES[manifest.arch])
+    """Every kernel translation unit, named after its (arch, op, unit key): one family each."""
     groups = group_into_files(kernels, manifest.kernels_per_file)
-    stems = [f"{g[0].arch}_{g[0].op}_{g[0].a}_{g[0].config.terse}" for g in groups]
+    stems = [g[0].unit_stem for g in groups]
     units = []
     for stem, group in zip(stems, groups):
+        plugin = _plugin(group[0])
+        template = environment().get_template(f"{plugin.name}/{plugin.kernel_template(manifest.arch)}")
         part = sum(1 for s in stems[:len(units)] if s == stem)
         name = f"{stem}.cu" if stems.count(stem) == 1 else f"{stem}_part{part}.cu"
         source = template.render(manifest_path=manifest.path, library=manifest.library,
-                                 arch=manifest.arch, kernels=group, cpp=_Cpp())
+                                 arch=manifest.arch, kernels=group, arch_guard=_arch_guard(manifest.arch),
+                                 **plugin.template_context(manifest.arch))
         units.append(TranslationUnit(name, source, tuple(group)))
     return units
 
 
-def render_library_source(manifest: Manifest, kernel_count: int, fingerprint: str) -> str:
+def _families_of(kernels: Sequence[KernelSpec]) -> list[OpFamily]:
+    names = sorted({k.family for k in kernels})
+    return [registry.get(name) for name in names]
+
+
+def render_library_source(manifest: Manifest, kernel_count: int, fingerprint: str,
+                          kernels: Sequence[KernelSpec] = ()) -> str:
+    families = _families_of(kernels) or [f.plugin for f in manifest.families]
+    unique = {f.name: f for f in families}
     return environment().get_template("library.cu.j2").render(
         manifest_path=manifest.path, library=manifest.library, kernel_count=kernel_count,
-        fingerprint=fingerprint)
+        fingerprint=fingerprint, abis=[f.args for _, f in sorted(unique.items())])
+
+
+def _classes_in(value, found: dict[str, set[str]]) -> None:
+    """The dataclass types a repr of `value` names (so the bindings can import them)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        found.setdefault(type(value).__module__, set()).add(type(value).__name__)
+        for f in fields(value):
+            _classes_in(getattr(value, f.name), found)
 
 
 def render_bindings(manifest: Manifest, kernels: Sequence[KernelSpec], fingerprint: str,
                     shared_object: str) -> str:
-    """The generated Python module: kernel table + expanded dispatch rules."""
-    names = {(k.op, k.a, k.d, k.epilogue, k.config): k.name for k in kernels}
+    """The generated Python module: kernel table (each spec's repr) + expanded dispatch rules."""
+    names = {(k.dispatch_class, k.config): k.name for k in kernels}
     dispatch = []
     for family in manifest.families:
         if not family.dispatch:
             continue
-        for a, d, epilogue in family.combos:
+        for variant in family.variants:
+            key = (family.op, *(value for _, value in variant))
             rules = [(rule.condition.source,
-                      names[(family.op, a, d, epilogue, family.configs[rule.config_index].config)],
-                      rule.line) for rule in family.dispatch]
-            dispatch.append(((family.op, a, d, epilogue), rules))
+                      names[(key, family.configs[rule.config_index].config)], rule.line)
+                     for rule in family.dispatch]
+            dispatch.append((key, rules))
+    imports: dict[str, set[str]] = {}
+    for k in kernels:
+        _classes_in(k, imports)
     return environment().get_template("bindings.py.j2").render(
         manifest_path=manifest.path, library=manifest.library, arch=manifest.arch,
         fingerprint=fingerprint, shared_object=shared_object, kernels=kernels,
+        imports=sorted((module, sorted(names_)) for module, names_ in imports.items()),
         dispatch=sorted(dispatch))
 
 

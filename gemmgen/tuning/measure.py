@@ -1,11 +1,12 @@
-"""GPU timing of candidate kernels: candidates and their knobs, input pools, CUDA-event timing,
-and the append-only measurement store that lets an interrupted tune resume.
+"""GPU timing of candidate kernels, generic over op families: candidates and their knobs,
+CUDA-event timing, and the append-only measurement store that lets an interrupted tune resume.
+Each family's tuner hooks (e.g. gemmgen/families/w8a8/tuning.py) build a problem's inputs and
+call one candidate.
 
 How a time is taken (the same for every candidate of a problem):
-- inputs: one pool of (a, b) pairs per problem, larger than twice the L2 cache and rotated call
-  by call, so no candidate reads its operands from a warm L2; full-range random data (int8
-  uniform over [-128, 127], e4m3 from a normal) seeded from the problem, so every candidate —
-  and every run — sees the same data;
+- inputs: the family builds one pool of operands per problem, larger than twice the L2 cache
+  and rotated call by call, so no candidate reads its operands from a warm L2; full-range
+  random data seeded from the problem, so every candidate — and every run — sees the same data;
 - host hidden: `torch.cuda._sleep` queues GPU work first, so all calls are enqueued while the
   GPU is busy and then run back to back; the events measure GPU time only;
 - a warm-up batch, then `repeats` batches sized to ~300 µs of GPU time; the median per-call time;
@@ -18,20 +19,15 @@ import json
 import math
 import statistics
 import time
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
 
-from ..bindings import ops
 from ..bindings.library import Kernel
-from ..generator.kernel_config import RASTER_ORDERS, SWIZZLES, RuntimeKnobs
+from ..generator.kernel_config import RuntimeKnobs
 
-TORCH_DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn, "bf16": torch.bfloat16,
-                "fp16": torch.float16}
-SPLIT_K_SLICES = (1, 2, 4, 8)
 _TARGET_SAMPLE_US = 300.0
 
 
@@ -56,65 +52,6 @@ class Candidate:
     def label(self) -> str:
         extra = f"/sk{self.split_k}" if self.split_k != 1 else ""
         return f"{self.kernel}[{self.raster},{self.swizzle}{extra}]"
-
-
-def knob_variants(kernel: Kernel) -> list[Candidate]:
-    """Every run-time knob setting worth trying for a kernel, its manifest default first.
-
-    sm90: raster order × swizzle size. sm80 with split-K: the K slice counts. Otherwise none.
-    """
-    default = Candidate.of(kernel)
-    variants = [default]
-    if kernel.spec.arch == "sm90a":
-        variants += [Candidate(kernel.name, r, s) for r in RASTER_ORDERS for s in SWIZZLES]
-    elif getattr(kernel.config, "split_k", "none") != "none":
-        variants += [Candidate(kernel.name, split_k=s) for s in SPLIT_K_SLICES]
-    seen: set[Candidate] = set()
-    return [c for c in variants if not (c in seen or seen.add(c))]
-
-
-def output_tiles(kernel: Kernel, m: int, n: int) -> int:
-    """CTA tiles of the output (swap-AB kernels tile Dᵀ)."""
-    tile_m, tile_n = kernel.config.tile[0], kernel.config.tile[1]
-    rows, cols = (n, m) if kernel.config.swap_ab else (m, n)
-    return math.ceil(rows / tile_m) * math.ceil(cols / tile_n)
-
-
-@dataclass
-class Problem:
-    """One problem's inputs: a pool of operand pairs to rotate through, shared scales/bias/out."""
-
-    pool: list[tuple[torch.Tensor, torch.Tensor]]
-    scale_a: torch.Tensor
-    scale_b: torch.Tensor
-    bias: torch.Tensor | None
-    out: torch.Tensor
-
-
-def make_problem(a: str, d: str, epilogue: str, m: int, n: int, k: int, *, seed: int = 0,
-                 l2_bytes: int | None = None) -> Problem:
-    """Seeded inputs for (m, n, k): per-token scale_a, per-channel scale_b, a bias if the
-    epilogue takes one; enough operand pairs to exceed twice the L2 (2..64 pairs)."""
-    l2 = l2_bytes or torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    per_pair = m * k + n * k
-    count = max(2, min(64, math.ceil(2 * l2 / per_pair) + 1))
-    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{seed}:{a}:{m}:{n}:{k}".encode()))
-    dtype = TORCH_DTYPES[a]
-    pool = []
-    for _ in range(count):
-        if dtype == torch.int8:
-            x = torch.randint(-128, 128, (m, k), dtype=dtype, device="cuda", generator=gen)
-            w = torch.randint(-128, 128, (n, k), dtype=dtype, device="cuda", generator=gen)
-        else:
-            x = torch.randn(m, k, device="cuda", generator=gen).to(dtype)
-            w = torch.randn(n, k, device="cuda", generator=gen).to(dtype)
-        pool.append((x, w.t()))
-    out_dtype = TORCH_DTYPES[d]
-    scale_a = torch.rand(m, 1, device="cuda", generator=gen) * 1e-2 + 1e-3
-    scale_b = torch.rand(1, n, device="cuda", generator=gen) * 1e-2 + 1e-3
-    bias = (torch.randn(n, device="cuda", generator=gen).to(out_dtype)
-            if epilogue == "ScaledEpilogueBias" else None)
-    return Problem(pool, scale_a, scale_b, bias, torch.empty(m, n, dtype=out_dtype, device="cuda"))
 
 
 def gpu_time_us(call: Callable[[int], None], pool_size: int, repeats: int = 7) -> float:
@@ -153,26 +90,11 @@ def gpu_time_us(call: Callable[[int], None], pool_size: int, repeats: int = 7) -
                              for r in range(repeats))
 
 
-def time_candidate(candidate: Candidate, problem: Problem) -> float:
-    """GPU µs per call of one candidate on one problem; raises KernelLaunchError if it cannot
-    implement the problem."""
-    p = problem
-    knobs = candidate.knobs
-
-    def call(i: int) -> None:
-        a, b = p.pool[i]
-        ops._scaled_mm_out_impl(p.out, a, b, p.scale_a, p.scale_b, p.bias, None, None,
-                                candidate.kernel, None, knobs.split_k_slices, knobs)
-    return gpu_time_us(call, len(p.pool))
-
-
 @dataclass(frozen=True)
 class Record:
     """One stored measurement: `us` is None when the candidate could not run (`error` says why)."""
 
-    a: str
-    d: str
-    epilogue: str
+    cls: tuple[str, ...]  # the dispatch class measured, e.g. (op, a, d, epilogue)
     n: int
     k: int
     m: int
@@ -185,7 +107,7 @@ class Record:
 
     @property
     def key(self) -> tuple:
-        return (self.a, self.d, self.epilogue, self.n, self.k, self.m, self.candidate)
+        return (self.cls, self.n, self.k, self.m, self.candidate)
 
     @property
     def candidate(self) -> Candidate:
@@ -215,14 +137,15 @@ class Store:
                 continue
             for line in path.read_text().splitlines():
                 try:
-                    record = Record(**json.loads(line))
-                except (ValueError, TypeError):
+                    fields = json.loads(line)
+                    record = Record(**{**fields, "cls": tuple(fields["cls"])})
+                except (ValueError, TypeError, KeyError):
                     continue  # a line cut short by an interrupted run
                 if record.us is not None:  # failures (e.g. out of memory) are retried on resume
                     self.records[record.key] = record
 
-    def get(self, a: str, d: str, epilogue: str, n: int, k: int, m: int, c: Candidate) -> Record | None:
-        return self.records.get((a, d, epilogue, n, k, m, c))
+    def get(self, cls: tuple[str, ...], n: int, k: int, m: int, c: Candidate) -> Record | None:
+        return self.records.get((tuple(cls), n, k, m, c))
 
     def put(self, record: Record) -> None:
         self.records[record.key] = record
@@ -230,12 +153,13 @@ class Store:
         with open(self.file, "a") as handle:
             handle.write(json.dumps(asdict(record)) + "\n")  # closed = flushed: survives a kill
 
-    def times(self, a: str, d: str, epilogue: str,
+    def times(self, cls: tuple[str, ...],
               shapes: Iterable[tuple[int, int]] | None = None) -> dict[tuple, dict[Candidate, float]]:
         """{(n, k, m): {candidate: µs}} of one class (inf where a candidate could not run)."""
         wanted = set(shapes) if shapes is not None else None
+        cls = tuple(cls)
         result: dict[tuple, dict[Candidate, float]] = {}
         for r in self.records.values():
-            if (r.a, r.d, r.epilogue) == (a, d, epilogue) and (wanted is None or (r.n, r.k) in wanted):
+            if r.cls == cls and (wanted is None or (r.n, r.k) in wanted):
                 result.setdefault((r.n, r.k, r.m), {})[r.candidate] = math.inf if r.us is None else r.us
         return result

@@ -41,10 +41,20 @@ TUNED_TABLE_FILE = "tuned.yaml"  # its name inside a published library folder
 _METADATA_KEYS = ("library", "arch", "kernel_set", "gpu", "sm_count", "cuda", "cutlass", "gemmgen",
                   "torch", "shapes", "m_grid", "tie_tolerance")
 _REQUIRED_METADATA = {"library", "arch", "kernel_set", "gpu", "sm_count"}
-_CLASS_KEYS = ("op", "a", "d", "epilogue")
 _BUCKET_KEYS = {"m_max", "kernel", "raster", "swizzle", "split_k"}
 
-ClassKey = tuple[str, str, str, str]  # (op, a, d, epilogue)
+ClassKey = tuple[str, ...]  # (op, *the op family's class fields), e.g. (op, a, d, epilogue)
+
+
+def class_fields(op: str) -> tuple[str, ...]:
+    """The keys naming a problem class of `op` in a table: `op` and its family's class fields
+    (the W8A8 family: a, d, epilogue). Tables are keyed by the GEMM shape (n, k) and bucketed
+    over m, so a family tunes through them when its dispatch variables start with m, n, k."""
+    from .. import families as registry
+    family = registry.for_op(op)
+    if family is None:
+        raise KeyError(op)
+    return ("op", *family.spec_type.class_fields)
 
 
 def table_path_for(manifest_path: str | Path) -> Path:
@@ -170,8 +180,16 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
     classes: dict[ClassKey, ClassTable] = {}
     tables = reader.sequence(top, "tables")
     for ti, node in enumerate(tables):
-        c = reader.mapping(node, "tables entry", {*_CLASS_KEYS, "shapes"}, {*_CLASS_KEYS, "shapes"})
-        key = tuple(str(c[k]) for k in _CLASS_KEYS)
+        op = reader.mapping(node, "tables entry", {"op"} | (set(node) if isinstance(node, dict) else set()),
+                            {"op"})["op"]
+        try:
+            keys = class_fields(str(op))
+        except KeyError:
+            from .. import families as registry
+            raise reader.error(node, "op", f"unknown op {op!r}; expected one of "
+                                           f"{', '.join(registry.known_ops())}") from None
+        c = reader.mapping(node, "tables entry", {*keys, "shapes"}, {*keys, "shapes"})
+        key = tuple(str(c[k]) for k in keys)
         if key in classes:
             raise reader.error(tables, "tables", f"{' '.join(key)} appears twice", ti)
         shapes: list[ShapeEntry] = []
@@ -218,8 +236,10 @@ def render_table(metadata: dict, classes: Sequence[ClassTable], header: Sequence
             lines.append(f"  {key}: {text}")
     lines.append("tables:")
     for table in sorted(classes, key=lambda t: t.key):
-        op, a, d, epilogue = table.key
-        lines += [f"  - op: {op}", f"    a: {a}", f"    d: {d}", f"    epilogue: {epilogue}", "    shapes:"]
+        names = class_fields(table.key[0])
+        lines += [f"  {'-' if i == 0 else ' '} {name}: {value}"
+                  for i, (name, value) in enumerate(zip(names, table.key))]
+        lines.append("    shapes:")
         for shape in sorted(table.shapes, key=lambda s: (s.n, s.k)):
             lines += [f"      - n: {shape.n}", f"        k: {shape.k}", "        buckets:"]
             for b in shape.buckets:

@@ -1,11 +1,13 @@
 """`gemmgen tune`: measure every candidate over shapes × an M grid, write the tuned table, and
 (`--select`) the pruned manifest with its table.
 
-Flow: pick the library the GPU runs → for each problem class (a dtype, out dtype, epilogue) and
-point (n, k, m): time every kernel with its manifest knobs, then every knob setting of the
-fastest few → store each time as it is taken (resumable) → winners per point (ties broken by a
-stable rule, see select.py) → M buckets per shape → `<manifest>.tuned.yaml`.
-With several GPUs, shapes are dealt round-robin to one worker process per GPU.
+Flow: pick the library the GPU runs → for each problem class (a dispatch class the op family
+chooses, e.g. (scaled_mm, a, out, epilogue)) and point (n, k, m): time every kernel with its
+manifest knobs, then every knob setting of the fastest few → store each time as it is taken
+(resumable) → winners per point (ties broken by a stable rule, see select.py) → M buckets per
+shape → `<manifest>.tuned.yaml`. With several GPUs, shapes are dealt round-robin to one worker
+process per GPU. What is family-specific (classes, inputs, one timed call, knobs) comes from the
+family's tuner hooks (`OpFamily.tuner`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import torch
 import yaml
 
 from .. import __version__, dispatch, settings
+from .. import arch as arch_policy
+from .. import families as registry
 from ..bindings.library import Kernel, Library, libraries
 from ..errors import GemmgenError
 from ..generator.expand import expand
@@ -29,11 +33,11 @@ from ..generator.kernel_config import RASTER_ORDERS
 from ..generator.manifest import load_manifest
 from ..generator.yaml_lines import load_yaml
 from . import select as selection
-from .measure import Candidate, Record, Store, knob_variants, make_problem, output_tiles, time_candidate
+from .measure import Candidate, Record, Store
 from .shapes import WeightShape
 from .table import Bucket, ClassTable, ShapeEntry, kernel_set_hash, render_table, table_path_for
 
-MeasuredClass = tuple[str, str, str]  # (a, d, epilogue) of op scaled_mm
+MeasuredClass = tuple[str, ...]  # a dispatch class: (op, *class fields)
 
 
 @dataclass
@@ -73,7 +77,7 @@ def choose_library(name: str | None) -> Library:
         if not found:
             raise GemmgenError(f"no built library {name!r}; built: {', '.join(l.name for l in loaded)}")
         return found[0]
-    arch = "sm90a" if torch.cuda.get_device_capability() == (9, 0) else "sm80"
+    arch = arch_policy.best_arch_for(torch.cuda.get_device_capability())
     owners = [lib for lib in loaded if lib.arch == arch and lib.dispatch]
     if len(owners) != 1:
         raise GemmgenError(f"{len(owners)} built {arch} libraries with dispatch rules "
@@ -96,22 +100,44 @@ def candidate_rank(library: Library):
     return rank
 
 
+def hooks_of(cls: MeasuredClass):
+    """The tuner hooks of the family that serves a class."""
+    return registry.for_op(cls[0]).tuner
+
+
+def make_problem(cls: MeasuredClass, m: int, n: int, k: int, seed: int = 0):
+    """Seeded inputs of one point (the family builds them)."""
+    return hooks_of(cls).make_problem(cls, m, n, k, seed=seed)
+
+
+def time_candidate(candidate: Candidate, problem, cls: MeasuredClass) -> float:
+    """GPU µs per call of one candidate (the family makes the call)."""
+    return hooks_of(cls).time_candidate(candidate, problem)
+
+
 def classes_of(library: Library, options: TuneOptions) -> list[MeasuredClass]:
-    built = {(k.spec.a, k.spec.d, k.spec.epilogue) for k in library.kernels.values()
-             if k.spec.op == "scaled_mm"}
-    dtypes = options.dtypes or sorted({a for a, _, _ in built})
-    classes = [(a, options.out_dtype, options.epilogue) for a in dtypes]
-    missing = [c for c in classes if c not in built]
-    if missing:
-        raise GemmgenError(f"library {library.name!r} builds no kernel for {missing}; it builds "
-                           f"{sorted(built)}")
+    """The classes to measure, chosen per tunable family from the classes the library builds."""
+    by_family: dict[str, set[MeasuredClass]] = {}
+    for k in library.kernels.values():
+        by_family.setdefault(k.spec.family, set()).add(k.spec.dispatch_class)
+    classes: list[MeasuredClass] = []
+    for name, built in sorted(by_family.items()):
+        family = registry.get(name)
+        if family.tuner is None or family.variables[:3] != ("m", "n", "k"):
+            continue
+        try:
+            classes += family.tuner.classes(built, options)
+        except GemmgenError as exc:
+            raise GemmgenError(f"library {library.name!r} {exc}") from None
+    if not classes:
+        raise GemmgenError(f"library {library.name!r} has no kernels of a tunable op family")
     return classes
 
 
 def kernels_of(library: Library, cls: MeasuredClass) -> list[Kernel]:
     ranks = kernel_rank(library)
-    return sorted((k for k in library.kernels.values()
-                   if (k.spec.a, k.spec.d, k.spec.epilogue) == cls), key=lambda k: ranks[k.name])
+    return sorted((k for k in library.kernels.values() if k.spec.dispatch_class == cls),
+                  key=lambda k: ranks[k.name])
 
 
 def store_path(library: Library, options: TuneOptions) -> Path:
@@ -132,27 +158,28 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
     sm_count = gpu_identity()[1]
     bar = _progress(len(classes) * len(shapes) * len(options.m_grid), position,
                     f"tune {torch.cuda.current_device()}")
-    for a, d, epilogue in classes:
-        kernels = kernels_of(library, (a, d, epilogue))
+    for cls in classes:
+        kernels = kernels_of(library, cls)
+        hooks = hooks_of(cls)
         for shape in shapes:
             for m in options.m_grid:
                 problem = None
 
                 def timed(c: Candidate) -> float:
                     nonlocal problem
-                    stored = store.get(a, d, epilogue, shape.n, shape.k, m, c)
+                    stored = store.get(cls, shape.n, shape.k, m, c)
                     if stored is not None:
                         return math.inf if stored.us is None else stored.us
                     if problem is None:
-                        problem = make_problem(a, d, epilogue, m, shape.n, shape.k, seed=options.seed)
+                        problem = make_problem(cls, m, shape.n, shape.k, seed=options.seed)
                     try:
-                        us, error = time_candidate(c, problem), None
+                        us, error = time_candidate(c, problem, cls), None
                     except GemmgenError as exc:  # cannot implement this problem
                         us, error = None, str(exc)
                     except torch.OutOfMemoryError as exc:  # e.g. split-K partials of a huge problem
                         torch.cuda.empty_cache()
                         us, error = None, f"out of memory: {str(exc).splitlines()[0]}"
-                    store.put(Record(a, d, epilogue, shape.n, shape.k, m, c.kernel, c.raster,
+                    store.put(Record(cls, shape.n, shape.k, m, c.kernel, c.raster,
                                      c.swizzle, c.split_k, us, error))
                     return math.inf if us is None else us
 
@@ -160,12 +187,9 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
                 fastest = sorted((t, k.name) for k in kernels if math.isfinite(t := first[k.name]))
                 for _, name in fastest[:options.knob_top]:
                     kernel = library.kernels[name]
-                    many_waves = output_tiles(kernel, m, shape.n) > sm_count
-                    if kernel.spec.arch == "sm90a" and not many_waves:
-                        continue  # raster order and swizzle only matter past one wave of tiles
-                    if kernel.spec.arch == "sm80" and many_waves:
-                        continue  # split-K only pays while the tiles leave SMs idle
-                    for c in knob_variants(kernel)[1:]:
+                    if not hooks.knobs_worth_trying(kernel, m, shape.n, sm_count):
+                        continue  # e.g. raster/swizzle below one wave of tiles
+                    for c in hooks.knob_variants(kernel)[1:]:
                         timed(c)
                 del problem
                 bar.update(1)
@@ -179,8 +203,8 @@ def build_tables(library: Library, store: Store, options: TuneOptions,
     wanted = {(s.n, s.k) for s in options.shapes}
     grid = set(options.m_grid)
     tables = []
-    for a, d, epilogue in classes_of(library, options):
-        times = store.times(a, d, epilogue, wanted)
+    for cls in classes_of(library, options):
+        times = store.times(cls, wanted)
         entries = []
         for n, k in sorted(wanted):
             winners = {}
@@ -190,10 +214,10 @@ def build_tables(library: Library, store: Store, options: TuneOptions,
                 if row and any(math.isfinite(t) for t in row.values()):
                     winners[m] = selection.pick(row, rank, options.tolerance)
             if not winners:
-                raise GemmgenError(f"no measurement for {a}->{d} (n={n}, k={k}); run the tune first")
+                raise GemmgenError(f"no measurement for {' '.join(cls)} (n={n}, k={k}); run the tune first")
             buckets = tuple(Bucket(m_max, c.kernel, c.knobs) for m_max, c in selection.buckets(winners))
             entries.append(ShapeEntry(n, k, buckets))
-        tables.append(ClassTable(("scaled_mm", a, d, epilogue), tuple(entries)))
+        tables.append(ClassTable(tuple(cls), tuple(entries)))
     return tables
 
 
@@ -249,8 +273,9 @@ def select_and_write(library: Library, store: Store, options: TuneOptions) -> st
     report = []
     kept_kernels: set[str] = set()
     tuned_families = {}
-    for a, d, epilogue in classes_of(library, options):
-        for (n, k, m), row in store.times(a, d, epilogue, wanted).items():
+    for cls in classes_of(library, options):
+        a = cls[1]  # the first class field (W8A8: the input dtype) labels the selection points
+        for (n, k, m), row in store.times(cls, wanted).items():
             if m not in options.m_grid:
                 continue
             for c, t in row.items():  # a class may be served by several families

@@ -25,9 +25,9 @@ import pytest
 import torch
 
 import gemmgen
-import gemmgen.bindings.ops  # noqa: F401  (registers torch.ops.gemmgen.scaled_mm_out)
+import gemmgen.families.w8a8.ops  # noqa: F401  (registers torch.ops.gemmgen.scaled_mm_out)
 from gemmgen.errors import KernelLaunchError
-from gemmgen.generator.kernel_config import AZP_EPILOGUES
+from gemmgen.families.w8a8.configs import AZP_EPILOGUES
 
 pytestmark = pytest.mark.gpu
 
@@ -638,7 +638,7 @@ def test_opcheck_custom_op(case):
                                          epilogue=epilogue, m=m, n=n, k=k).name
     out = poisoned((m, n), torch.bfloat16)
     args = (out, p.a, p.b, scale_a, scale_b, bias, azp_adj, azp, kernel)
-    custom_op = torch.ops.gemmgen.scaled_mm_out  # registered once gemmgen.bindings.ops is imported
+    custom_op = torch.ops.gemmgen.scaled_mm_out  # registered once gemmgen.families.w8a8.ops is imported
     if dtype == FP8:
         # test_schema runs the op under SchemaCheckMode, which compares every input before and
         # after with torch.allclose: not implemented for float8 tensors, so it would fail in the

@@ -11,8 +11,8 @@ import torch
 import gemmgen
 from gemmgen import dispatch
 from gemmgen.bindings import library as library_module
-from gemmgen.bindings import ops
-from gemmgen.bindings.library import RASTER_CODES
+from gemmgen.families.w8a8 import ops
+from gemmgen.families.w8a8.abi import RASTER_CODES
 from gemmgen.generator.expand import expand
 from gemmgen.generator.manifest import load_manifest
 from gemmgen.tuning import tune as tuning

@@ -1,9 +1,11 @@
 /*
- * gemmgen/c_api.h — the plain C ABI every generated kernel library exports.
+ * gemmgen/c_api.h — the plain C ABI every generated kernel library exports, whatever its op family.
  *
  * The library links neither Python nor torch: Python loads it with ctypes and passes raw device
- * pointers, strides and the current CUDA stream. One struct per op family keeps the signature of
- * every kernel of that family identical, so the bindings need one ctypes prototype per family.
+ * pointers, strides and the current CUDA stream. Every kernel of every family has the same two
+ * entry points over an opaque pointer to its family's argument struct (declared in the family's
+ * own header, e.g. gemmgen/w8a8/scaled_mm_args.h), so the bindings need one ctypes prototype;
+ * each family's struct size is exported once per library and checked at load.
  */
 #pragma once
 
@@ -26,39 +28,15 @@ enum gemmgen_status {
   GEMMGEN_WRONG_ARCH = 5        /* the current device cannot run this kernel's SASS */
 };
 
-/*
- * W8A8 scaled GEMM, D[M,N] = epilogue(A[M,K] · B[K,N]).
- * A is row-major (K contiguous, row stride lda), B column-major (K contiguous, column stride ldb),
- * D row-major (row stride ldd). Per-token / per-channel choices are run-time flags, so one
- * compiled kernel serves both.
- */
-typedef struct gemmgen_scaled_mm_args {
-  const void* a;
-  const void* b;
-  void* d;
-  int64_t m, n, k;
-  int64_t lda, ldb, ldd;
-  const float* scale_a;     /* numel 1 (per-tensor) or M (per-token) */
-  const float* scale_b;     /* numel 1 (per-tensor) or N (per-channel) */
-  const void* bias;         /* [N] in the output dtype, or NULL */
-  const int32_t* azp_adj;   /* [N]: azp_with_adj (ScaledEpilogueAzp) or azp_adj (PerToken) */
-  const int32_t* azp;       /* [M] per-token zero points (ScaledEpilogueAzpPerToken) */
-  int32_t scale_a_per_token;
-  int32_t scale_b_per_channel;
-  int32_t raster_order;     /* sm90: 0 heuristic, 1 along M, 2 along N */
-  int32_t max_swizzle_size; /* sm90: 1, 2, 4 or 8 */
-  int32_t split_k_slices;   /* sm80 kernels built with split-K: K slices (1 = no split) */
-  int32_t reserved;
-} gemmgen_scaled_mm_args;
+/* gemmgen_run_<kernel>(args, workspace, workspace_bytes, stream) and
+ * gemmgen_workspace_<kernel>(args): `args` points to the kernel's family argument struct. */
+typedef int (*gemmgen_run_fn)(const void* args, void* workspace, size_t workspace_bytes,
+                              void* stream);
+typedef size_t (*gemmgen_workspace_fn)(const void* args);
 
-typedef int (*gemmgen_scaled_mm_fn)(const gemmgen_scaled_mm_args* args, void* workspace,
-                                   size_t workspace_bytes, void* stream);
-typedef size_t (*gemmgen_scaled_mm_workspace_fn)(const gemmgen_scaled_mm_args* args);
-
-/* Exported once per library (library.cu). */
+/* Exported once per library (library.cu), plus gemmgen_<family>_args_size() per family. */
 GEMMGEN_EXPORT const char* gemmgen_last_error(void);
 GEMMGEN_EXPORT const char* gemmgen_library_fingerprint(void);
-GEMMGEN_EXPORT size_t gemmgen_scaled_mm_args_size(void);
 
 #ifdef __cplusplus
 }

@@ -78,19 +78,13 @@ inline cutlass::KernelHardwareInfo hardware_info() {
   return info;
 }
 
-// sm_90a SASS runs only on compute capability 9.0 exactly.
-inline bool device_is_sm90() {
+// Whether the current device's compute capability lies in [min, max]: the arch policy
+// (gemmgen/arch.py) renders each generated entry point's bounds, so it is written once.
+inline bool device_supports(int min_major, int min_minor, int max_major, int max_minor) {
   auto& f = detail::facts(detail::current_device());
-  return f.cc_major.load(std::memory_order_relaxed) == 9 &&
-         f.cc_minor.load(std::memory_order_relaxed) == 0;
-}
-
-// sm_80 SASS / compute_80 PTX runs on compute capability 8.0 and every later one.
-inline bool device_at_least(int major, int minor) {
-  auto& f = detail::facts(detail::current_device());
-  int have_major = f.cc_major.load(std::memory_order_relaxed);
-  int have_minor = f.cc_minor.load(std::memory_order_relaxed);
-  return have_major > major || (have_major == major && have_minor >= minor);
+  int const cc = 10 * f.cc_major.load(std::memory_order_relaxed) +
+                 f.cc_minor.load(std::memory_order_relaxed);
+  return cc >= 10 * min_major + min_minor && cc <= 10 * max_major + max_minor;
 }
 
 }  // namespace gemmgen

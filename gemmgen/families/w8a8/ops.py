@@ -1,38 +1,38 @@
-"""The public PyTorch ops: argument checks, the torch custom op, and the launch through ctypes.
+"""The W8A8 family's PyTorch ops: argument checks, the torch custom op, and the launch through ctypes.
 
 `gemmgen::scaled_mm_out` is one custom op for all four epilogues (which optional tensors are
 given selects the epilogue); it writes into `out`, so `torch.compile(fullgraph=True)` sees an
 allocation plus a mutating op, and CUDA graphs capture the launch on the current stream.
+The parts every family shares (arch policy, memoized dispatch, buffers, launch) are in
+gemmgen/bindings/launch.py.
 """
 
 from __future__ import annotations
 
-import ctypes
-import struct
-import threading
 from typing import Optional
 
 import torch
 
-from .. import dispatch
-from ..errors import KernelLaunchError
-from ..generator.kernel_config import RuntimeKnobs
-from .library import RASTER_CODES, Kernel, ScaledMmArgs, all_kernels
-
-# Byte layout of gemmgen_scaled_mm_args (c_api.h): 14 pointers / int64, then 6 int32.
-_ARGS_LAYOUT = struct.Struct("=QQQqqqqqqQQQQQiiiiii")
+from ...bindings import launch
+from ...bindings.library import Kernel
+from ...dtypes import dtype_name
+from ...generator.kernel_config import RuntimeKnobs
+from .abi import ARGS_LAYOUT as _ARGS_LAYOUT
+from .abi import RASTER_CODES, ScaledMmArgs
 
 _IN_DTYPES = (torch.int8, torch.float8_e4m3fn)
 _OUT_DTYPES = (torch.bfloat16, torch.float16)
-_ALIGN_BYTES = 16  # TMA: base addresses and leading strides in multiples of 16 bytes
+_ALIGN_BYTES = launch.ALIGN_BYTES
+_fail = launch.ArgumentErrors("scaled_mm")
+_describe = launch.describe
+_check_vector = _fail.vector
+_launch = launch.launch
+clear_caches = launch.clear_caches
 
 
-def _fail(argument: str, expected: str, got: object) -> ValueError:
-    return ValueError(f"gemmgen.scaled_mm: argument '{argument}': expected {expected}; got {got}")
-
-
-def _describe(t: torch.Tensor) -> str:
-    return f"{t.dtype} tensor of shape {tuple(t.shape)}, strides {tuple(t.stride())} on {t.device}"
+def _args_buffer():
+    """This thread's argument struct (the C side copies it before returning)."""
+    return launch.args_buffer(ScaledMmArgs)
 
 
 def _epilogue(bias, azp_adj, azp) -> str:
@@ -41,19 +41,6 @@ def _epilogue(bias, azp_adj, azp) -> str:
             raise _fail("azp", "None unless azp_adj is given (azp ⊗ azp_adj)", "a tensor")
         return "ScaledEpilogue" if bias is None else "ScaledEpilogueBias"
     return "ScaledEpilogueAzp" if azp is None else "ScaledEpilogueAzpPerToken"
-
-
-def _check_vector(name: str, t, dtype: torch.dtype, sizes: tuple[int, ...], what: str,
-                  device: int) -> None:
-    if t is None:
-        return
-    if not isinstance(t, torch.Tensor):
-        raise _fail(name, f"a {dtype} tensor", type(t).__name__)
-    numel = t.numel()
-    if t.dtype != dtype or numel not in sizes or t.get_device() != device:
-        raise _fail(name, f"{dtype} on cuda:{device} with {what}", _describe(t))
-    if numel > 1 and not t.is_contiguous():
-        raise _fail(name, "a contiguous tensor", _describe(t))
 
 
 def check_arguments(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
@@ -122,107 +109,23 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a
     return _epilogue(bias, azp_adj, azp)
 
 
-_choices: dict[tuple, tuple[Kernel, RuntimeKnobs]] = {}
-_MAX_CHOICES = 1 << 14
-
-
-_device_arches: dict[int, tuple[str, ...]] = {}
-
-
-def _arches_for(device: int, arch: Optional[str]) -> tuple[str, ...]:
-    """Kernel families that can run on `device`, fastest first; or the one the caller asked for."""
-    if arch is not None:
-        if arch not in dispatch.ARCH_PREFERENCE:
-            raise _fail("arch", f"one of {', '.join(dispatch.ARCH_PREFERENCE)} or None", repr(arch))
-        return (arch,)
-    arches = _device_arches.get(device)
-    if arches is None:
-        capability = torch.cuda.get_device_capability(device)
-        arches = ("sm90a", "sm80") if capability == (9, 0) else ("sm80",) if capability >= (8, 0) else ()
-        if not arches:
-            raise _fail("a", "a tensor on a GPU of compute capability 8.0 or newer",
-                        f"a device of compute capability {capability}")
-        _device_arches[device] = arches
-    return arches
-
-
 def _kernel_for(kernel: Optional[str], a: torch.Tensor, out: torch.Tensor, epilogue: str,
                 m: int, n: int, k: int, arch: Optional[str] = None) -> tuple[Kernel, RuntimeKnobs]:
     """The forced kernel (checked against the call) with its manifest knobs, or dispatch's
     choice of kernel and knobs (memoized per problem)."""
     if kernel is None:
         device = a.get_device()
-        arches = _arches_for(device, arch)
-        key = (arches, device, a.dtype, out.dtype, epilogue, m, n, k)
-        chosen = _choices.get(key)
-        if chosen is None:
-            if len(_choices) >= _MAX_CHOICES:
-                _choices.clear()
-            choice = dispatch.choose(
-                "scaled_mm_azp" if "Azp" in epilogue else "scaled_mm", a_dtype=a.dtype,
-                out_dtype=out.dtype, epilogue=epilogue, m=m, n=n, k=k, arch=arches, device=device)
-            chosen = _choices[key] = (choice.kernel, choice.knobs)
-        return chosen
-    chosen = all_kernels().get(kernel)
-    if chosen is None:
-        raise _fail("kernel", "the name of a built kernel (see gemmgen.list_kernels())", repr(kernel))
+        arches = launch.arches_for(device, arch, _fail)
+        key = ("scaled_mm", dtype_name(a.dtype), dtype_name(out.dtype), epilogue)
+        return launch.chosen_kernel("scaled_mm", device, arches, key, (m, n, k))
+    chosen = launch.forced_kernel(kernel, arch, _fail)
     spec = chosen.spec
-    if arch is not None and spec.arch != arch:
-        raise _fail("kernel", f"a kernel of arch {arch} (the arch argument)", f"{kernel} ({spec.arch})")
-    want = (dispatch.dtype_name(a.dtype), dispatch.dtype_name(out.dtype), epilogue)
-    if (spec.a, spec.d, spec.epilogue) != want:
+    want = (dtype_name(a.dtype), dtype_name(out.dtype), epilogue)
+    if (spec.family, spec.a, spec.d, spec.epilogue) != ("w8a8", *want):
         raise _fail("kernel", f"a kernel for {want[0]} -> {want[1]} with {want[2]}",
-                    f"{kernel} ({spec.a} -> {spec.d}, {spec.epilogue})")
+                    f"{kernel} ({getattr(spec, 'a', '?')} -> {getattr(spec, 'd', '?')}, "
+                    f"{getattr(spec, 'epilogue', spec.family)})")
     return chosen, spec.knobs
-
-
-_checked_devices: set[tuple[int, str]] = set()
-
-
-def clear_caches() -> None:
-    """Forget memoized kernel choices and device checks (gemmgen.reload() calls this)."""
-    _choices.clear()
-    _device_arches.clear()
-    _checked_devices.clear()
-
-
-def _check_device(device: int, kernel: Kernel) -> None:
-    capability = torch.cuda.get_device_capability(device)
-    arch = kernel.library.arch
-    if (arch == "sm90a" and capability != (9, 0)) or (arch == "sm80" and capability < (8, 0)):
-        needs = "an sm90 (Hopper) GPU" if arch == "sm90a" else "a GPU of compute capability >= 8.0"
-        raise _fail("a", f"a tensor on {needs} for kernel {kernel.name} (library "
-                         f"{kernel.library.name}, {arch})", f"a device of compute capability {capability}")
-    _checked_devices.add((device, arch))
-
-
-def _ptr(t: Optional[torch.Tensor]) -> int:
-    return 0 if t is None else t.data_ptr()
-
-
-_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
-_thread_state = threading.local()
-
-
-def _args_buffer() -> ctypes.Array:
-    """This thread's argument struct (the C side copies it before returning)."""
-    buffer = getattr(_thread_state, "args", None)
-    if buffer is None:
-        buffer = _thread_state.args = ctypes.create_string_buffer(ctypes.sizeof(ScaledMmArgs))
-    return buffer
-
-
-def _launch(chosen: Kernel, buffer: ctypes.Array, device: int) -> int:
-    size = chosen.workspace_size(buffer)
-    # Workspace (stream-K partials, tile counters) comes from torch's caching allocator, which
-    # also makes it graph-safe under CUDA graph capture.
-    workspace = torch.empty(size, dtype=torch.uint8, device=device) if size else None
-    if _current_raw_stream is not None:
-        stream = _current_raw_stream(device)
-    else:
-        stream = torch.cuda.current_stream(device).cuda_stream
-    return chosen.run(buffer, _ptr(workspace), size, stream)
 
 
 def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
@@ -245,12 +148,11 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
     chosen, chosen_knobs = _kernel_for(kernel, a, out, epilogue, m, n, k, arch)
     knobs = knobs or chosen_knobs
     device = a.get_device()
-    if (device, chosen.library.arch) not in _checked_devices:
-        _check_device(device, chosen)
+    launch.check_device(device, chosen, _fail)
     slices = knobs.split_k_slices if split_k is None else split_k
     if not isinstance(slices, int) or isinstance(slices, bool) or not 1 <= slices <= 64:
         raise _fail("split_k", "an int in [1, 64] (K slices)", repr(split_k))
-    if slices != 1 and getattr(chosen.config, "split_k", "none") == "none":
+    if slices != 1 and not chosen.spec.split_k:
         raise _fail("split_k", f"None or 1: kernel {chosen.name} was built without split-K (an "
                                "sm80 config with `split_k: {mode: serial|parallel, slices: N}`)",
                     f"{slices} slices" + ("" if split_k is not None else " (from the tuned table)"))
@@ -259,18 +161,12 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
     lda = a.stride(0) if m > 1 else k
     ldb = b.stride(1) if n > 1 else k
     ldd = out.stride(0) if m > 1 else n
-    buffer = _args_buffer()
+    buffer = launch.args_buffer(ScaledMmArgs)
     _ARGS_LAYOUT.pack_into(buffer, 0, a_ptr, b_ptr, d_ptr, m, n, k, lda, ldb, ldd,
                            scale_a.data_ptr(), scale_b.data_ptr(), _ptr(bias), _ptr(azp_adj),
                            _ptr(azp), scale_a.numel() > 1, scale_b.numel() > 1,
                            RASTER_CODES[knobs.raster], knobs.swizzle, slices, 0)
-    if device == _current_device():
-        status = _launch(chosen, buffer, device)
-    else:
-        with torch.cuda.device(device):
-            status = _launch(chosen, buffer, device)
-    if status != 0:
-        raise KernelLaunchError(f"gemmgen kernel failed (status {status}): {chosen.library.last_error()}")
+    launch.raise_on_status(_launch(chosen, buffer, device), chosen)
 
 
 @torch.library.custom_op("gemmgen::scaled_mm_out", mutates_args=("out",), device_types="cuda")
@@ -289,11 +185,7 @@ def _scaled_mm_out_fake(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel,
 
 
 def _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch, split_k) -> None:
-    # NOTES: eager calls skip the custom-op dispatcher (~30 µs of Python per call measured on an
-    # H200 host: the whole budget of a small-M GEMM). Under torch.compile, a dispatch mode
-    # (make_fx, FakeTensorMode) or a tensor subclass, the call goes through the custom op.
-    if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
-            or type(a) is not torch.Tensor):
+    if launch.through_custom_op(a):
         torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch,
                                         split_k)
     else:
@@ -349,8 +241,3 @@ def scaled_mm_azp(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
     out = _output(a, b, out_dtype, out)
     _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch, split_k)
     return out
-
-
-def list_kernels(op: Optional[str] = None) -> list[Kernel]:
-    """Every built kernel (name, config, origin), sorted by name."""
-    return dispatch.kernels(op)

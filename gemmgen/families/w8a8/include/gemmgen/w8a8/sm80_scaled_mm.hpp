@@ -18,11 +18,11 @@
 #include "cutlass/gemm/threadblock/threadblock_swizzle.h"
 #include "cutlass/epilogue/threadblock/fusion/visitors.hpp"
 
-#include "gemmgen/c_api.h"
+#include "gemmgen/w8a8/scaled_mm_args.h"
 #include "gemmgen/runtime_support.hpp"
-#include "gemmgen/scaled_epilogues.hpp"
-#include "gemmgen/sm80_epilogue_nodes.hpp"
-#include "gemmgen/splitk_epilogue.cuh"
+#include "gemmgen/w8a8/scaled_epilogues.hpp"
+#include "gemmgen/w8a8/sm80_epilogue_nodes.hpp"
+#include "gemmgen/w8a8/splitk_epilogue.cuh"
 #include "cutlass/epilogue/thread/linear_combination.h"
 #include "cutlass/gemm/kernel/default_gemm_universal.h"
 
@@ -186,9 +186,6 @@ struct ScaledMm {
 
   static int run(gemmgen_scaled_mm_args const* p, void* workspace, size_t workspace_bytes,
                  void* stream, char const* kernel_name) {
-    if (!device_at_least(8, 0)) {
-      return fail(GEMMGEN_WRONG_ARCH, kernel_name, "needs an sm80 or newer GPU");
-    }
     if (p->split_k_slices > 1) {
       if constexpr (kHasSplitK) {
         return SplitKPath<Config>::run(*p, workspace, workspace_bytes,

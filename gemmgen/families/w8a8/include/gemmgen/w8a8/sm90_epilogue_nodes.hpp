@@ -14,8 +14,8 @@
 #include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
 #include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
 
-#include "gemmgen/c_api.h"
-#include "gemmgen/scaled_epilogues.hpp"
+#include "gemmgen/w8a8/scaled_mm_args.h"
+#include "gemmgen/w8a8/scaled_epilogues.hpp"
 
 namespace gemmgen::sm90 {
 

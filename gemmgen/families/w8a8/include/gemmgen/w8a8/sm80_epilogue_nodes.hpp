@@ -17,8 +17,8 @@
 #include "cutlass/gemm/kernel/default_gemm_universal_with_visitor.h"
 #include "cutlass/epilogue/threadblock/fusion/visitors.hpp"
 
-#include "gemmgen/c_api.h"
-#include "gemmgen/scaled_epilogues.hpp"
+#include "gemmgen/w8a8/scaled_mm_args.h"
+#include "gemmgen/w8a8/scaled_epilogues.hpp"
 
 namespace gemmgen::sm80 {
 

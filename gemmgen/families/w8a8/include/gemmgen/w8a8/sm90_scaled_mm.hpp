@@ -21,10 +21,10 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
-#include "gemmgen/c_api.h"
+#include "gemmgen/w8a8/scaled_mm_args.h"
 #include "gemmgen/runtime_support.hpp"
-#include "gemmgen/scaled_epilogues.hpp"
-#include "gemmgen/sm90_epilogue_nodes.hpp"
+#include "gemmgen/w8a8/scaled_epilogues.hpp"
+#include "gemmgen/w8a8/sm90_epilogue_nodes.hpp"
 
 namespace gemmgen::sm90 {
 
@@ -161,9 +161,6 @@ struct ScaledMm {
 
   static int run(gemmgen_scaled_mm_args const* p, void* workspace, size_t workspace_bytes,
                  void* stream, char const* kernel_name) {
-    if (!device_is_sm90()) {
-      return fail(GEMMGEN_WRONG_ARCH, kernel_name, "needs an sm90 (Hopper) GPU");
-    }
     auto args = make_arguments(*p);
     cutlass::Status status = Gemm::can_implement(args);
     if (status != cutlass::Status::kSuccess) {

@@ -7,7 +7,7 @@ memory), the estimate errs on the safe side and the message shows the arithmetic
 
 from __future__ import annotations
 
-from .kernel_config import TileConfig
+from .configs import TileConfig
 
 SMEM_LIMIT_BYTES = 232_448  # 227 KiB of dynamic shared memory per block on H100/H200
 _BARRIER_BYTES_PER_STAGE = 16

@@ -5,7 +5,7 @@ Each check returns (manifest key, message) pairs, like sm90_rules, so errors poi
 
 from __future__ import annotations
 
-from .kernel_config import Sm80TileConfig
+from .configs import Sm80TileConfig
 
 # Dynamic shared memory per block: 163 KiB on A100 (sm80); 99 KiB on sm86/sm89 parts.
 SMEM_LIMIT_BYTES = 166_912

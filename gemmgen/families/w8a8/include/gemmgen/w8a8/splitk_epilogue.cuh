@@ -13,7 +13,7 @@
 
 #include "cutlass/numeric_conversion.h"
 
-#include "gemmgen/c_api.h"
+#include "gemmgen/w8a8/scaled_mm_args.h"
 
 namespace gemmgen {
 

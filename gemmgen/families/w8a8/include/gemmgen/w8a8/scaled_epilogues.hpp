@@ -22,7 +22,7 @@
 
 #include "cutlass/functional.h"
 
-#include "gemmgen/c_api.h"
+#include "gemmgen/w8a8/scaled_mm_args.h"
 
 namespace gemmgen {
 

@@ -1,0 +1,175 @@
+"""What every family's torch op shares between its argument checks and the C call: argument
+errors, which arches serve a device (the arch policy), the memoized dispatch choice, a forced
+kernel by name, the per-thread argument buffer, and the launch on the current stream with
+workspace from torch's allocator.
+
+NOTES: all of this runs on every call; a few µs here is the whole host budget of a small-M GEMM,
+so device facts and dispatch choices are memoized and the argument struct is packed into a
+reused buffer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Optional
+
+import torch
+
+from .. import arch as arch_policy
+from .. import dispatch
+from ..errors import KernelLaunchError
+from ..generator.kernel_config import RuntimeKnobs
+from .library import Kernel, all_kernels
+
+ALIGN_BYTES = 16  # TMA: base addresses and leading strides in multiples of 16 bytes
+
+
+def describe(t) -> str:
+    """A tensor as argument errors show it."""
+    if not isinstance(t, torch.Tensor):
+        return type(t).__name__
+    return f"{t.dtype} tensor of shape {tuple(t.shape)}, strides {tuple(t.stride())} on {t.device}"
+
+
+class ArgumentErrors:
+    """Builds the ValueErrors of one public op: `gemmgen.<op>: argument '<name>': expected ...`."""
+
+    def __init__(self, op: str):
+        self.prefix = f"gemmgen.{op}"
+
+    def __call__(self, argument: str, expected: str, got: object) -> ValueError:
+        return ValueError(f"{self.prefix}: argument '{argument}': expected {expected}; got {got}")
+
+    def vector(self, name: str, t, dtype: torch.dtype, sizes: tuple[int, ...], what: str,
+               device: int) -> None:
+        """An optional 1-D-like tensor of `dtype` with one of `sizes` elements on `device`."""
+        if t is None:
+            return
+        if not isinstance(t, torch.Tensor):
+            raise self(name, f"a {dtype} tensor", type(t).__name__)
+        numel = t.numel()
+        if t.dtype != dtype or numel not in sizes or t.get_device() != device:
+            raise self(name, f"{dtype} on cuda:{device} with {what}", describe(t))
+        if numel > 1 and not t.is_contiguous():
+            raise self(name, "a contiguous tensor", describe(t))
+
+
+_device_arches: dict[int, tuple[str, ...]] = {}
+_checked_devices: set[tuple[int, str]] = set()
+_choices: dict[tuple, tuple[Kernel, RuntimeKnobs]] = {}
+_MAX_CHOICES = 1 << 14
+
+
+def arches_for(device: int, arch: Optional[str], fail: ArgumentErrors,
+               tensor: str = "a") -> tuple[str, ...]:
+    """Kernel arches that run on `device`, fastest first (the arch policy); or the one asked for."""
+    if arch is not None:
+        if arch not in arch_policy.PREFERENCE:
+            raise fail("arch", f"one of {', '.join(arch_policy.PREFERENCE)} or None", repr(arch))
+        return (arch,)
+    arches = _device_arches.get(device)
+    if arches is None:
+        capability = torch.cuda.get_device_capability(device)
+        arches = arch_policy.arches_for(capability)
+        if not arches:
+            raise fail(tensor, "a tensor on a GPU of compute capability 8.0 or newer",
+                       f"a device of compute capability {capability}")
+        _device_arches[device] = arches
+    return arches
+
+
+def check_device(device: int, kernel: Kernel, fail: ArgumentErrors, tensor: str = "a") -> None:
+    """Refuse a kernel whose arch cannot run on `device` (checked once per device and arch)."""
+    arch = kernel.library.arch
+    if (device, arch) in _checked_devices:
+        return
+    capability = torch.cuda.get_device_capability(device)
+    policy = arch_policy.get(arch)
+    if not policy.runs_on(capability):
+        raise fail(tensor, f"a tensor on {policy.gpus} for kernel {kernel.name} (library "
+                           f"{kernel.library.name}, {arch})", f"a device of compute capability {capability}")
+    _checked_devices.add((device, arch))
+
+
+def chosen_kernel(op: str, device: int, arches: tuple[str, ...], key: tuple,
+                  values: tuple[int, ...]) -> tuple[Kernel, RuntimeKnobs]:
+    """Dispatch's kernel and knobs for a problem, memoized per (device, arches, class, values)."""
+    memo = (arches, device, key, values)
+    chosen = _choices.get(memo)
+    if chosen is None:
+        if len(_choices) >= _MAX_CHOICES:
+            _choices.clear()
+        choice = dispatch.choose_class(key, values, arch=arches, device=device)
+        chosen = _choices[memo] = (choice.kernel, choice.knobs)
+    return chosen
+
+
+def forced_kernel(name: str, arch: Optional[str], fail: ArgumentErrors) -> Kernel:
+    """A kernel forced by name (`kernel=`), checked to exist and to match `arch`."""
+    chosen = all_kernels().get(name)
+    if chosen is None:
+        raise fail("kernel", "the name of a built kernel (see gemmgen.list_kernels())", repr(name))
+    if arch is not None and chosen.spec.arch != arch:
+        raise fail("kernel", f"a kernel of arch {arch} (the arch argument)", f"{name} ({chosen.spec.arch})")
+    return chosen
+
+
+def clear_caches() -> None:
+    """Forget memoized kernel choices and device checks (gemmgen.reload() calls this)."""
+    _choices.clear()
+    _device_arches.clear()
+    _checked_devices.clear()
+
+
+_thread_state = threading.local()
+
+
+def args_buffer(mirror: type[ctypes.Structure]) -> ctypes.Array:
+    """This thread's buffer for one family's argument struct (the C side copies it at the call)."""
+    buffers = getattr(_thread_state, "buffers", None)
+    if buffers is None:
+        buffers = _thread_state.buffers = {}
+    buffer = buffers.get(mirror)
+    if buffer is None:
+        buffer = buffers[mirror] = ctypes.create_string_buffer(ctypes.sizeof(mirror))
+    return buffer
+
+
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+
+
+def _launch_here(kernel: Kernel, buffer: ctypes.Array, device: int) -> int:
+    size = kernel.workspace_size(buffer)
+    # Workspace (stream-K partials, tile counters) comes from torch's caching allocator, which
+    # also makes it graph-safe under CUDA graph capture.
+    workspace = torch.empty(size, dtype=torch.uint8, device=device) if size else None
+    if _current_raw_stream is not None:
+        stream = _current_raw_stream(device)
+    else:
+        stream = torch.cuda.current_stream(device).cuda_stream
+    return kernel.run(buffer, 0 if workspace is None else workspace.data_ptr(), size, stream)
+
+
+def launch(kernel: Kernel, buffer: ctypes.Array, device: int) -> int:
+    """Run `kernel` on `device`'s current stream; returns the C status (0: launched)."""
+    if device == _current_device():
+        return _launch_here(kernel, buffer, device)
+    with torch.cuda.device(device):
+        return _launch_here(kernel, buffer, device)
+
+
+def raise_on_status(status: int, kernel: Kernel) -> None:
+    if status != 0:
+        raise KernelLaunchError(f"gemmgen kernel failed (status {status}): {kernel.library.last_error()}")
+
+
+def through_custom_op(first: torch.Tensor) -> bool:
+    """Whether a call must go through the registered custom op rather than straight to the C call.
+
+    NOTES: eager calls skip the custom-op dispatcher (~30 µs of Python per call measured on an
+    H200 host: the whole budget of a small-M GEMM). Under torch.compile, a dispatch mode
+    (make_fx, FakeTensorMode) or a tensor subclass, the call goes through the custom op."""
+    return (torch.compiler.is_compiling() or bool(torch._C._len_torch_dispatch_stack())
+            or type(first) is not torch.Tensor)

@@ -1,0 +1,106 @@
+"""The W8A8 scaled GEMM op family: int8 / fp8 (e4m3) operands, bf16/fp16 output, the four vLLM
+dequant epilogues; sm90a (CUTLASS 3.x) and sm80 (CUTLASS 2.x, split-K) kernels.
+
+Files: `configs.py` (configs, spec, naming), `schema.py` (manifest keys), `sm90_rules.py` /
+`sm80_rules.py` (legality), `templates/` + `include/` (sources), `abi.py` (argument struct),
+`ops.py` (argument checks, torch op), `tuning.py` (how the tuner builds and times a problem).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ...family import ArgsAbi, OpFamily, Variant
+from ...generator.kernel_config import ConfigEntry, Origin
+from . import schema
+from .abi import ScaledMmArgs
+from .configs import AZP_EPILOGUES, EPILOGUES, ScaledMmSpec, Sm80TileConfig, is_azp
+
+_HERE = Path(__file__).resolve().parent
+_TEMPLATES = {"sm90a": "sm90_scaled_mm.cu.j2", "sm80": "sm80_scaled_mm.cu.j2"}
+
+
+class W8A8Family(OpFamily):
+    name = "w8a8"
+    ops = ("scaled_mm",)
+    api_ops = ("scaled_mm", "scaled_mm_azp")
+    arches = ("sm90a", "sm80")
+    variables = ("m", "n", "k")
+    spec_type = ScaledMmSpec
+    family_keys = schema.FAMILY_KEYS
+    required_family_keys = schema.REQUIRED_FAMILY_KEYS
+    variants_key = "dtypes"
+    template_dir = _HERE / "templates"
+    include_dir = _HERE / "include"
+    args = ArgsAbi("gemmgen_scaled_mm_args", "gemmgen/w8a8/scaled_mm_args.h", ScaledMmArgs)
+    ops_module = "gemmgen.families.w8a8.ops"
+    public_api = ("scaled_mm", "scaled_mm_azp")
+
+    @property
+    def tuner(self):
+        from . import tuning  # imports torch: only when a tune runs
+        return tuning.HOOKS
+
+    # manifest
+    def read_variants(self, reader, family_node, arch: str) -> tuple[Variant, ...]:
+        return tuple((("a", a), ("d", d), ("epilogue", e))
+                     for a, d, e in schema.read_combos(reader, family_node, arch))
+
+    def config_keys(self, arch: str) -> frozenset[str]:
+        return schema.CONFIG_KEYS[arch]
+
+    def read_config(self, reader, node, index: int, arch: str, variants, line: int) -> ConfigEntry:
+        combos = [tuple(value for _, value in v) for v in variants]
+        read = schema.read_sm80_config if arch == "sm80" else schema.read_sm90_config
+        return read(reader, node, index, combos, line)
+
+    def config_fields(self, entry: ConfigEntry) -> dict[str, Any]:
+        return schema.config_fields(entry)
+
+    def duplicate_config_note(self, arch: str) -> str:
+        return "" if arch == "sm80" else (" (raster and swizzle are run-time knobs and do not "
+                                          "make a new kernel)")
+
+    # kernels and sources
+    def make_spec(self, *, library: str, arch: str, op: str, variant: Variant,
+                  entry: ConfigEntry, origin: Origin) -> ScaledMmSpec:
+        return ScaledMmSpec(library=library, arch=arch, op=op, config=entry.config,
+                            knobs=entry.knobs, origin=origin, **dict(variant))
+
+    def kernel_template(self, arch: str) -> str:
+        return _TEMPLATES[arch]
+
+    def template_context(self, arch: str) -> dict[str, Any]:
+        from .cpp import Cpp
+        return {"cpp": Cpp()}
+
+    # dispatch and ops
+    def api_op(self, spec) -> str:
+        return "scaled_mm_azp" if is_azp(spec.epilogue) else "scaled_mm"
+
+    def dispatch_request(self, op: str, *, a_dtype, out_dtype, epilogue: str | None = None,
+                         m: int, n: int, k: int):
+        from ...dtypes import dtype_name
+        for label, value in (("m", m), ("n", n), ("k", k)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{label} must be a positive int, got {value!r}")
+        epilogue = epilogue or ("ScaledEpilogue" if op == "scaled_mm" else "ScaledEpilogueAzp")
+        if epilogue not in EPILOGUES or (op == "scaled_mm_azp") != is_azp(epilogue):
+            allowed = AZP_EPILOGUES if op == "scaled_mm_azp" else tuple(
+                e for e in EPILOGUES if not is_azp(e))
+            raise ValueError(f"epilogue {epilogue!r} does not belong to op {op!r}; expected one of "
+                             f"{', '.join(allowed)}")
+        return ("scaled_mm", dtype_name(a_dtype), dtype_name(out_dtype), epilogue), (m, n, k)
+
+    def describe_class(self, key) -> str:
+        op, a, d, epilogue = key
+        return f"{op} {a}->{d} with {epilogue}"
+
+    def call_kernel(self, kernel, *args, **kwargs):
+        ops = self.load_ops()
+        fn = ops.scaled_mm_azp if is_azp(kernel.spec.epilogue) else ops.scaled_mm
+        return fn(*args, kernel=kernel.name, **kwargs)
+
+
+FAMILY = W8A8Family()

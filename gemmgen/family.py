@@ -1,0 +1,130 @@
+"""The op-family plug-in interface: all that the generic pipeline layers know about a family.
+
+An op family (W8A8 scaled GEMM, mixed-input GEMM, grouped MoE GEMM, ...) is one folder under
+`gemmgen/families/` whose `__init__.py` defines `FAMILY`, an `OpFamily` instance. The generic
+layers — YAML reading with file:line errors, expansion, rendering, the ninja build and atomic
+publish, library loading, dispatch rules and tuned tables, the tuner and the CLI — reach a family
+only through this class, looked up by a manifest's `op` (`gemmgen.families.for_op`), by the op a
+user calls (`for_api_op`) or by a kernel spec's `family` (`get`).
+
+What a family supplies (see docs/adding-a-family.md for a walk-through):
+  manifest   `ops`, `arches`, `family_keys`, `read_variants`, `config_keys`, `read_config`,
+             `config_fields` (how a dispatch rule's `use` mapping names a config)
+  kernels    `make_spec` → a `KernelSpec` subclass with its fields and its one naming function
+  sources    `template_dir` / `kernel_template(arch)` (Jinja2), `include_dir` (C++ headers)
+  C ABI      `args` (`ArgsAbi`): its argument struct's C typedef, header and ctypes mirror
+  dispatch   `variables` (what rule conditions may test), `api_ops`, `dispatch_request`
+  ops        `ops_module` (registers its torch ops on import) and `public_api`
+  tuning     `tuner` (optional): how the tuner builds a problem, times a candidate, what knobs
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .generator.kernel_config import ConfigEntry, KernelSpec, Origin
+
+# A variant is one combination of a family's class fields (e.g. a, d, epilogue), as
+# (field, value) pairs in `KernelSpec.class_fields` order.
+Variant = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class ArgsAbi:
+    """A family's kernel argument struct: C typedef (in `header`) and its ctypes mirror.
+
+    Every kernel entry point takes a pointer to it; each library exports `<typedef>_size()`
+    once per family it holds, and the loader refuses a library whose size differs."""
+
+    typedef: str
+    header: str
+    mirror: type[ctypes.Structure]
+
+    @property
+    def size_symbol(self) -> str:
+        return f"{self.typedef}_size"
+
+
+class OpFamily(ABC):
+    """One op family. Subclasses set the class attributes and implement the methods."""
+
+    name: ClassVar[str]                  # folder and spec name, e.g. "w8a8"
+    ops: ClassVar[tuple[str, ...]]       # the manifest `op` values it builds
+    api_ops: ClassVar[tuple[str, ...]]   # the op names dispatch answers for (`dispatch.choose`)
+    arches: ClassVar[tuple[str, ...]]    # the kernel arches it can build (see gemmgen/arch.py)
+    variables: ClassVar[tuple[str, ...]] = ("m", "n", "k")  # dispatch-rule variables
+    spec_type: ClassVar[type[KernelSpec]]     # its KernelSpec subclass (class fields, naming)
+    family_keys: ClassVar[frozenset[str]]     # its keys of a manifest family entry
+    required_family_keys: ClassVar[frozenset[str]] = frozenset()
+    variants_key: ClassVar[str]          # the manifest key errors about variants point at
+    template_dir: ClassVar[Path]
+    include_dir: ClassVar[Path]
+    args: ClassVar[ArgsAbi]
+    ops_module: ClassVar[str]            # imported on first use: registers the torch ops
+    public_api: ClassVar[tuple[str, ...]] = ()  # names of ops_module exported as gemmgen.<name>
+    tuner: ClassVar[Any] = None          # a TunerHooks-like object, or None: not tunable
+
+    # ---------------------------------------------------------------- manifest
+    @abstractmethod
+    def read_variants(self, reader, family_node, arch: str) -> tuple[Variant, ...]:
+        """The variants a manifest family entry declares (exclusions applied), in order."""
+
+    @abstractmethod
+    def config_keys(self, arch: str) -> frozenset[str]:
+        """The keys a `configs` entry may have for `arch` (including `name`)."""
+
+    @abstractmethod
+    def read_config(self, reader, node, index: int, arch: str, variants: tuple[Variant, ...],
+                    line: int) -> ConfigEntry:
+        """One `configs` entry, validated against the arch's legality rules (file:line errors)."""
+
+    @abstractmethod
+    def config_fields(self, entry: ConfigEntry) -> dict[str, Any]:
+        """A config as the manifest spells it, for matching a dispatch rule's `use` mapping."""
+
+    def duplicate_config_note(self, arch: str) -> str:
+        """Appended to the 'duplicate kernel' error (e.g. which keys are run-time knobs)."""
+        return ""
+
+    # ----------------------------------------------------------------- kernels
+    @abstractmethod
+    def make_spec(self, *, library: str, arch: str, op: str, variant: Variant,
+                  entry: ConfigEntry, origin: Origin) -> KernelSpec:
+        """The kernel of one variant × config."""
+
+    # ----------------------------------------------------------------- sources
+    @abstractmethod
+    def kernel_template(self, arch: str) -> str:
+        """Name of the kernel template in `template_dir`."""
+
+    def template_context(self, arch: str) -> dict[str, Any]:
+        """Extra names the kernel template uses (e.g. a C++ spelling helper)."""
+        return {}
+
+    # ------------------------------------------------------------ dispatch, ops
+    def api_op(self, spec: KernelSpec) -> str:
+        """The user-facing op a kernel serves (default: its manifest op)."""
+        return spec.op
+
+    @abstractmethod
+    def dispatch_request(self, op: str, **problem) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """(dispatch class key, variable values in `variables` order) of a user's problem
+        description, e.g. `("scaled_mm", "int8", "bf16", "ScaledEpilogue"), (m, n, k)`;
+        ValueError naming the bad argument otherwise."""
+
+    def describe_class(self, key: tuple[str, ...]) -> str:
+        """A dispatch class in words, for messages."""
+        return " ".join(key)
+
+    def load_ops(self):
+        """The family's ops module (imports torch and registers the torch ops once)."""
+        return importlib.import_module(self.ops_module)
+
+    def call_kernel(self, kernel, *args, **kwargs):
+        """Run one built kernel through the family's public op (`Kernel.__call__`)."""
+        raise NotImplementedError(f"op family {self.name!r} has no callable kernels")
