@@ -219,18 +219,17 @@ def test_unreachable_by_union_of_earlier_rules() -> None:
     assert info.value.rule_index == 1
 
 
-def test_check_rule_table_is_exact_against_brute_force() -> None:
-    """Constants <= 8 make every value >= 9 behave alike, so a 1..10 grid is exhaustive."""
-    rng = random.Random(7)
-    grid = [(m, n, k) for m in range(1, 11) for n in range(1, 11) for k in range(1, 11)]
+def _exact_against_brute_force(rng: random.Random, grid: list, variables: tuple[str, ...],
+                               constants: list[int]) -> None:
+    """60 random rule tables: check_rule_table agrees with a brute-force walk of `grid`."""
     verdicts = set()
     for _ in range(60):
         rules: list[tuple[Condition, Oracle]] = []
         target = rng.randint(1, 4)
         while len(rules) < target:
-            text, oracle = _random_expr(rng, 2, list(range(9)))
+            text, oracle = _random_expr(rng, 2, constants, variables)
             try:
-                rules.append((parse_condition(text), oracle))
+                rules.append((parse_condition(text, variables), oracle))
             except ConditionError:
                 pass
         firsts = [next((i for i, (_, f) in enumerate(rules) if f(*p)), None) for p in grid]
@@ -243,11 +242,17 @@ def test_check_rule_table_is_exact_against_brute_force() -> None:
         except RuleTableError as err:
             if gaps:
                 verdicts.add("gap")
-                assert err.point == dict(zip(VARIABLES, gaps[0])) and err.rule_index is None
+                assert err.point == dict(zip(variables, gaps[0])) and err.rule_index is None
             else:
                 verdicts.add("unreachable")
                 assert err.rule_index == unreachable[0] and err.point is None
     assert verdicts == {"ok", "gap", "unreachable"}
+
+
+def test_check_rule_table_is_exact_against_brute_force() -> None:
+    """Constants <= 8 make every value >= 9 behave alike, so a 1..10 grid is exhaustive."""
+    grid = [(m, n, k) for m in range(1, 11) for n in range(1, 11) for k in range(1, 11)]
+    _exact_against_brute_force(random.Random(7), grid, VARIABLES, list(range(9)))
 
 
 def test_oversized_table_is_refused() -> None:
@@ -384,34 +389,9 @@ def test_empty_table_over_declared_variables() -> None:
 def test_check_rule_table_is_exact_in_four_variables() -> None:
     """Constants <= 4 make every value >= 5 behave alike, so a 1..6 grid is exhaustive."""
     four = ("m", "n", "experts", "tokens_per_expert")
-    rng = random.Random(11)
     grid = [(a, b, c, d) for a in range(1, 7) for b in range(1, 7)
             for c in range(1, 7) for d in range(1, 7)]
-    verdicts = set()
-    for _ in range(60):
-        rules: list[tuple[Condition, Oracle]] = []
-        target = rng.randint(1, 4)
-        while len(rules) < target:
-            text, oracle = _random_expr(rng, 2, list(range(5)), four)
-            try:
-                rules.append((parse_condition(text, four), oracle))
-            except ConditionError:
-                pass
-        firsts = [next((i for i, (_, f) in enumerate(rules) if f(*p)), None) for p in grid]
-        gaps = [p for p, i in zip(grid, firsts) if i is None]
-        unreachable = [i for i in range(len(rules)) if i not in firsts]
-        try:
-            check_rule_table([c for c, _ in rules])
-            verdicts.add("ok")
-            assert not gaps and not unreachable
-        except RuleTableError as err:
-            if gaps:
-                verdicts.add("gap")
-                assert err.point == dict(zip(four, gaps[0])) and err.rule_index is None
-            else:
-                verdicts.add("unreachable")
-                assert err.rule_index == unreachable[0] and err.point is None
-    assert verdicts == {"ok", "gap", "unreachable"}
+    _exact_against_brute_force(random.Random(11), grid, four, list(range(5)))
 
 
 def test_oversized_five_variable_table_is_refused_before_iterating() -> None:

@@ -66,7 +66,8 @@ def fingerprint(units: list[TranslationUnit], toolchain: Toolchain, flags: list[
         h.update(part.encode() + b"\0")
     for unit in units:
         h.update(unit.name.encode() + b"\0" + unit.source.encode() + b"\0")
-    for root in include_dirs():
+    families = sorted({spec.family for unit in units for spec in unit.kernels})
+    for root in include_dirs(families):
         for header in sorted(root.rglob("*")):
             if header.is_file():
                 h.update(str(header.relative_to(root)).encode() + b"\0" + header.read_bytes() + b"\0")
@@ -176,7 +177,7 @@ def build_manifest(manifest_path: str | Path, build_root: Path, *, jobs: int | N
     manifest: Manifest = load_manifest(manifest_path)
     kernels: list[KernelSpec] = expand(manifest)
     toolchain = find_toolchain()
-    flags = toolchain.compile_flags(manifest.arch)
+    flags = toolchain.compile_flags(manifest.arch, sorted({k.family for k in kernels}))
     tuned_table = tuned_table_text(manifest_path, kernels, log)
     units = render_kernel_sources(manifest, kernels)
     print_id = fingerprint(units, toolchain, flags, allow_wgmma_serialization)

@@ -30,12 +30,14 @@ class Toolchain:
     cutlass_root: Path
     cutlass_version: str
 
-    def include_flags(self) -> list[str]:
-        return [*(f"-I{d}" for d in include_dirs()), f"-I{self.cutlass_root / 'include'}",
+    def include_flags(self, families: list[str] | None = None) -> list[str]:
+        return [*(f"-I{d}" for d in include_dirs(families)), f"-I{self.cutlass_root / 'include'}",
                 f"-I{self.cutlass_root / 'tools' / 'util' / 'include'}"]
 
-    def compile_flags(self, arch: str) -> list[str]:
-        return COMMON_FLAGS + ARCH_FLAGS[arch] + self.include_flags()
+    def compile_flags(self, arch: str, families: list[str] | None = None) -> list[str]:
+        """nvcc flags of one library: arch flags from the arch policy, the include roots of its
+        op families (default: every known family)."""
+        return COMMON_FLAGS + ARCH_FLAGS[arch] + self.include_flags(families)
 
 
 def cutlass_source_root() -> tuple[Path, str]:

@@ -162,7 +162,7 @@ def _match_config(reader: Reader, rule: LocatedDict, plugin: OpFamily, arch: str
 
     def matches(entry: ConfigEntry) -> bool:
         actual = plugin.config_fields(entry)
-        return all(actual[key] == value for key, value in use.items())
+        return all(key in actual and actual[key] == value for key, value in use.items())
 
     found = [i for i, entry in enumerate(configs) if matches(entry)]
     if not found:

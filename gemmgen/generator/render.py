@@ -28,9 +28,12 @@ LIBRARY_SOURCE = "library.cu"
 BINDINGS_FILE = "bindings.py"
 
 
-def include_dirs() -> list[Path]:
-    """C++ include roots: the generic headers, then each family's."""
-    return [INCLUDE_DIR, *(family.include_dir for family in registry.all_families())]
+def include_dirs(families: Sequence[str] | None = None) -> list[Path]:
+    """C++ include roots: the generic headers, then those of the named families (default: every
+    known family). NOTES: a library compiles with its own families' roots only, so adding a
+    family never changes another library's nvcc command line (ninja would recompile it all)."""
+    chosen = [f for f in registry.all_families() if families is None or f.name in families]
+    return [INCLUDE_DIR, *(family.include_dir for family in chosen)]
 
 
 @functools.cache

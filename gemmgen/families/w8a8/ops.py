@@ -30,6 +30,10 @@ _launch = launch.launch
 clear_caches = launch.clear_caches
 
 
+def _ptr(t: Optional[torch.Tensor]) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
 def _args_buffer():
     """This thread's argument struct (the C side copies it before returning)."""
     return launch.args_buffer(ScaledMmArgs)
