@@ -4,6 +4,10 @@ Public API (torch is imported only when an op is first used):
 
     gemmgen.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None, out=None, *, kernel=None)
     gemmgen.scaled_mm_azp(a, b, scale_a, scale_b, out_dtype, azp_adj, azp=None, bias=None, out=None)
+    gemmgen.mixed_mm(a, packed, bias=None, out=None, *, kernel=None)
+    gemmgen.pack_weights(q, scales, zeros=None, *, weight_type, group_size, arch=None) -> PackedWeight
+    gemmgen.unpack_weights(packed), gemmgen.PackedWeight.from_gptq / .from_awq
+    gemmgen.reference.mixed_mm / scaled_mm   # plain torch definitions the tests compare against
     gemmgen.list_kernels(op=None)
     gemmgen.dispatch.lookup / explain / kernels
     gemmgen.reload()      # pick up a library rebuilt while this process runs
@@ -14,7 +18,8 @@ from __future__ import annotations
 import importlib
 
 __version__ = "0.1.0"
-__all__ = ["scaled_mm", "scaled_mm_azp", "list_kernels", "dispatch", "reload", "__version__"]
+__all__ = ["scaled_mm", "scaled_mm_azp", "mixed_mm", "pack_weights", "unpack_weights",
+           "PackedWeight", "list_kernels", "dispatch", "reference", "reload", "__version__"]
 
 
 
@@ -27,8 +32,8 @@ def list_kernels(op: str | None = None):
 def __getattr__(name: str):
     """Each op family's public ops (e.g. scaled_mm) import torch on first use only; later
     lookups hit the module globals."""
-    if name == "dispatch":
-        value = importlib.import_module("gemmgen.dispatch")
+    if name in ("dispatch", "reference"):
+        value = importlib.import_module(f"gemmgen.{name}")
     else:
         from .families import all_families
         family = next((f for f in all_families() if name in f.public_api), None)

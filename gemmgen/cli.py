@@ -1,14 +1,25 @@
-"""The `gemmgen` command: build (validate + render + compile + publish), validate, list, tune."""
+"""The `gemmgen` command: build (validate + render + compile + publish), validate, list, clean, tune.
+
+Exit status: 0 on success; 1 on a gemmgen error (one `gemmgen: error: ...` line on stderr, no
+traceback); 2 on a usage error (argparse); 141 (128 + SIGPIPE, what a C tool killed by SIGPIPE
+reports) when the reader of stdout went away, e.g. `gemmgen list | head -5`: quietly, no traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
+import re
+import shutil
+import stat
 import sys
 from pathlib import Path
 
-from . import settings
-from .errors import GemmgenError
+from . import __version__, settings
+from .errors import GemmgenError, ManifestError
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 
 def _manifests(given: list[str]) -> list[Path]:
@@ -18,14 +29,63 @@ def _manifests(given: list[str]) -> list[Path]:
     return paths
 
 
-def _cmd_build(args: argparse.Namespace) -> int:
-    from .build.builder import build_manifest
+def _check_across(manifest, kernels, libraries: dict, owners: dict) -> None:
+    """Manifests given together must not fight over a library folder, nor over an op: no two
+    libraries of one arch may both carry dispatch rules for one dispatch class (otherwise only
+    loading both libraries would tell). `libraries` and `owners` collect the manifests seen."""
+    path = manifest.path
+    other = libraries.get(manifest.library)
+    if other is not None and other != path:
+        raise ManifestError(path, None, "library", f"library {manifest.library!r} is also built by "
+                            f"{other}: both would publish into <build dir>/{manifest.library}; "
+                            "give one of them another `library` name")
+    libraries[manifest.library] = path
+    classes: dict[str, dict[tuple, None]] = {}  # family name -> its dispatch classes, in order
+    for spec in kernels:
+        if spec.origin is not None:
+            classes.setdefault(spec.origin.family, {})[spec.dispatch_class] = None
+    for family, key in ((f, key) for f in manifest.families if f.dispatch  # else: by name only
+                        for key in classes.get(f.name, ())):
+        owned = (manifest.arch, *key)
+        first = owners.setdefault(owned, (path, manifest.library, family))
+        if first[0] != path:
+            first_path, first_library, first_family = first
+            raise ManifestError(
+                path, family.line, "dispatch",
+                f"library {manifest.library!r} (family {family.name!r}) and library "
+                f"{first_library!r} of {first_path}:{first_family.line} (family "
+                f"{first_family.name!r}) both carry {manifest.arch} dispatch rules for "
+                f"{family.plugin.describe_class(key)}: which one serves it would "
+                "be arbitrary. Drop the `dispatch` list from one of the two families (its kernels "
+                "stay callable by name)")
+
+
+def _validated(paths: list[Path]):
+    """Load and expand each manifest in turn, checked against the ones before it (see
+    `_check_across`); yields (path, kernels). The same file given twice counts once."""
     from .generator.expand import expand
     from .generator.manifest import load_manifest
 
+    libraries: dict[str, str] = {}
+    owners: dict[tuple, tuple] = {}
+    seen: set[Path] = set()
+    for path in paths:
+        if path.resolve() in seen:
+            continue
+        seen.add(path.resolve())
+        manifest = load_manifest(path)
+        kernels = expand(manifest)
+        _check_across(manifest, kernels, libraries, owners)
+        yield path, kernels
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from .build.builder import build_manifest
+    from .build.toolchain import find_toolchain
+
     paths = _manifests(args.manifests)
-    for path in paths:  # NOTES: validate every manifest before compiling any of them
-        expand(load_manifest(path))
+    paths = [path for path, _ in _validated(paths)]  # NOTES: validate all before compiling any
+    find_toolchain()  # nvcc and CUTLASS problems are reported before anything is written
     root = settings.build_dir(args.build_dir)
     for path in paths:
         build_manifest(path, root, jobs=args.jobs,
@@ -36,14 +96,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from .generator.expand import expand
-    from .generator.manifest import load_manifest
-
     from .build.builder import tuned_table_text
     from .tuning.table import table_path_for
 
-    for path in _manifests(args.manifests):
-        kernels = expand(load_manifest(path))
+    for path, kernels in _validated(_manifests(args.manifests)):
         table = table_path_for(path)
         note = ""
         if table.exists():  # validated like `gemmgen build` does: file:line errors, staleness
@@ -57,13 +113,25 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from .bindings.library import libraries
+    from .bindings import library as binding_library
 
-    for library in libraries():
+    with settings.using_build_dir(args.build_dir):
+        if args.build_dir:
+            binding_library.reload()  # what this process loaded came from the other directory
+        try:
+            _print_libraries(binding_library.libraries(), args.dispatch)
+        finally:
+            if args.build_dir:
+                binding_library.reload()
+    return 0
+
+
+def _print_libraries(libraries, dispatch: bool) -> None:
+    for library in libraries:
         print(f"{library.name} ({library.arch}, {len(library.kernels)} kernels) at {library.directory}")
         for name in sorted(library.kernels):
             print(f"  {name}")
-        if args.dispatch:
+        if dispatch:
             table = library.tuned
             if table is not None:
                 shapes = sum(len(c.shapes) for c in table.classes.values())
@@ -73,6 +141,142 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 print(f"  dispatch {' '.join(key)}:")
                 for condition, name, line in rules:
                     print(f"    {condition.source:<28} -> {name}  (line {line})")
+
+
+# ---------------------------------------------------------------------------------- clean
+
+_LIBRARY_NAME = re.compile(r"^[a-z][a-z0-9_]*$")  # a manifest's `library` (generator/manifest.py)
+TUNE_DIR = "tune"
+
+
+def _is_library_dir(folder: Path) -> bool:
+    """Whether `folder` is what `gemmgen build` makes for a library: a real folder named like a
+    library that holds a gemmgen build.ninja, a `current` link, or published releases in lib/.
+    NOTES: stricter than "has a lib/ folder", so that `clean` in a directory that is no build
+    directory (e.g. $HOME, with projects that have lib/ folders) finds nothing to remove."""
+    if not _LIBRARY_NAME.match(folder.name) or folder.is_symlink() or not folder.is_dir():
+        return False
+    ninja = folder / "build.ninja"
+    try:
+        if ninja.is_file() and ninja.read_text(errors="replace").startswith("# Generated by gemmgen"):
+            return True
+    except OSError:
+        pass
+    if (folder / "current").is_symlink():
+        return True
+    releases = folder / "lib"
+    if releases.is_dir() and not releases.is_symlink():
+        for release in releases.iterdir():
+            if (release / "bindings.py").is_file() or (release / f"libgemmgen_{folder.name}.so").is_file():
+                return True
+    return False
+
+
+def _is_tune_dir(folder: Path) -> bool:
+    """`gemmgen tune`'s store: <build dir>/tune with *.jsonl measurements and/or pruned/."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    return any(p.suffix == ".jsonl" or p.name == "pruned" for p in folder.iterdir())
+
+
+def _disk_usage(folder: Path) -> int:
+    """Bytes on disk under `folder` (like `du`: allocated blocks, hard links once, links not
+    followed)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for directory, dirs, files in os.walk(folder, followlinks=False):
+        for name in (*dirs, *files, "."):
+            try:
+                info = os.lstat(os.path.join(directory, name))
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode) and name != ".":
+                continue  # counted as "." of its own walk step (links to folders: as files)
+            if (info.st_dev, info.st_ino) in seen:
+                continue
+            seen.add((info.st_dev, info.st_ino))
+            total += getattr(info, "st_blocks", 0) * 512 or info.st_size
+    return total
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    raise AssertionError  # pragma: no cover
+
+
+def _remove(folder: Path) -> int:
+    freed = _disk_usage(folder)
+    try:
+        shutil.rmtree(folder)
+    except OSError as exc:
+        raise GemmgenError(f"cannot remove {folder}: {exc}") from None
+    return freed
+
+
+def _remove_library(folder: Path) -> int:
+    """Remove one library folder under its build lock, so a running `gemmgen build` of it is
+    not pulled out from under (clean waits for it to finish)."""
+    from .build.builder import _locked
+
+    lock = folder / ".lock"
+    if lock.exists():
+        with open(lock, "a") as handle:  # only to say why clean waits, if it must
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(handle, fcntl.LOCK_UN)
+            except OSError:
+                print(f"gemmgen: waiting for the running build of {folder.name!r} to finish ...",
+                      flush=True)
+    with _locked(folder):
+        # NOTES: the folder goes, its .lock with it; the lock held here stays valid until released
+        return _remove(folder)
+
+
+def _cmd_clean(args: argparse.Namespace) -> int:
+    root = settings.build_dir(args.build_dir)
+    if not root.is_dir():
+        if root.exists():
+            raise GemmgenError(f"{root} is not a directory, so not a gemmgen build directory; "
+                               "nothing removed")
+        print(f"gemmgen: nothing to clean: {root} does not exist")
+        return 0
+    if args.libraries:
+        targets = []
+        for name in args.libraries:
+            folder = root / name
+            if not _LIBRARY_NAME.match(name) or not _is_library_dir(folder):
+                built = sorted(p.name for p in root.iterdir() if _is_library_dir(p))
+                raise GemmgenError(
+                    f"{folder} is not a gemmgen library folder (no build.ninja, current or lib/ of "
+                    f"a gemmgen build); libraries in {root}: {', '.join(built) or 'none'}; "
+                    "nothing removed")
+            targets.append(folder)
+        tune = None
+    else:
+        entries = sorted(root.iterdir())
+        targets = [p for p in entries if _is_library_dir(p)]
+        tune = root / TUNE_DIR if _is_tune_dir(root / TUNE_DIR) else None
+        if not targets and tune is None:
+            if entries:
+                raise GemmgenError(
+                    f"{root} does not look like a gemmgen build directory (no library folder "
+                    f"holding build.ninja, current or lib/, no {TUNE_DIR}/ of measurements); "
+                    "nothing removed")
+            print(f"gemmgen: nothing to clean in {root} (empty)")
+            return 0
+    freed = 0
+    for folder in dict.fromkeys(targets):
+        size = _remove_library(folder)
+        freed += size
+        print(f"gemmgen: removed {folder} ({_size(size)})")
+    if tune is not None:
+        size = _remove(tune)
+        freed += size
+        print(f"gemmgen: removed {tune} ({_size(size)}: tune measurements and pruned manifests)")
+    print(f"gemmgen: freed {_size(freed)} in {root}")
     return 0
 
 
@@ -106,14 +310,16 @@ def _non_negative(kind):
     return parse
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gemmgen", description=__doc__)
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gemmgen", description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--version", action="version", version=f"gemmgen {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    build_dir_help = (f"build directory (default: ${settings.BUILD_DIR_VARIABLE} or "
+                      "~/.cache/gemmgen)")
     build = sub.add_parser("build", help="validate, generate, compile and publish manifests "
                                          "(default: the shipped manifests)")
     build.add_argument("manifests", nargs="*", help="manifest YAML files")
-    build.add_argument("--build-dir", help=f"output directory (default: ${settings.BUILD_DIR_VARIABLE} "
-                                           f"or ~/.cache/gemmgen)")
+    build.add_argument("--build-dir", help=f"output {build_dir_help}")
     build.add_argument("-j", "--jobs", type=int, help="parallel nvcc jobs (default: cores, capped "
                                                       "at available memory / 4 GiB)")
     build.add_argument("--allow-wgmma-serialization", action="store_true",
@@ -125,7 +331,15 @@ def main(argv: list[str] | None = None) -> int:
     validate.set_defaults(func=_cmd_validate)
     listing = sub.add_parser("list", help="list the built kernels")
     listing.add_argument("--dispatch", action="store_true", help="also print the dispatch rules")
+    listing.add_argument("--build-dir", help=build_dir_help)
     listing.set_defaults(func=_cmd_list)
+    clean = sub.add_parser("clean", help="remove what `gemmgen build` (and `gemmgen tune`) left in "
+                                         "the build directory")
+    clean.add_argument("libraries", nargs="*", metavar="LIBRARY",
+                       help="library folders to remove (default: every gemmgen library folder and "
+                            f"{TUNE_DIR}/)")
+    clean.add_argument("--build-dir", help=build_dir_help)
+    clean.set_defaults(func=_cmd_clean)
     tuning = sub.add_parser("tune", help="measure every candidate kernel over weight shapes x an M "
                                          "grid on the GPU and write the tuned dispatch table")
     tuning.add_argument("--shapes", nargs="+", required=True,
@@ -149,13 +363,49 @@ def main(argv: list[str] | None = None) -> int:
     tuning.add_argument("--gpus", type=int, help="GPUs to use (default: all visible; shapes are split)")
     tuning.add_argument("--fresh", action="store_true", help="discard stored measurements (no resume)")
     tuning.set_defaults(func=_cmd_tune)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _stdout_to_devnull() -> None:
+    """After EPIPE: point fd 1 at /dev/null, so the interpreter's final flush of what is still
+    buffered does not fail a second time ("Exception ignored ... BrokenPipeError")."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stdout (e.g. captured in tests)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _run(argv: list[str] | None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit:
+        sys.stdout.flush()  # --help / --version into a closed pipe: handled in main
+        raise
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at interpreter exit
+        return status
     except GemmgenError as exc:
+        sys.stdout.flush()
         print(f"gemmgen: error: {exc}", file=sys.stderr)
         return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        # `gemmgen list | head -5`: the reader has all it wanted. Exit like a C tool killed by
+        # SIGPIPE would (141), quietly: no traceback, no "Exception ignored" at exit.
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

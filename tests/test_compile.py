@@ -144,7 +144,8 @@ def test_line_only_edit_publishes_new_bindings_without_compiling(built):
 
 def test_failed_build_keeps_the_published_library(built, tmp_path):
     fake = tmp_path / "nvcc"
-    fake.write_text("#!/bin/sh\necho 'fake nvcc: failing on purpose' >&2\nexit 1\n")
+    fake.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'Cuda compilation tools, "
+                    "release 13.0, V13.0.88'; exit 0; fi\necho 'fake nvcc: failing on purpose' >&2\nexit 1\n")
     fake.chmod(0o755)
     published = os.readlink(built.current)
     try:

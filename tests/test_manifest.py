@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -208,7 +209,8 @@ CASES = [
     ("missing-rule-key", [("        use: small\n", "")],
      "use", 'when: "m <= 64"', r"missing required key in dispatch\[0\]"),
     ("family-not-a-mapping", [("families:\n", "families:\n  - just a string\n")],
-     "families[0]", None, r"expected a mapping, got str"),
+     "families[0]", "- just a string", r"expected a mapping \(key: value lines\) with keys op, "
+                                       r"got a string 'just a string'"),
 ]
 
 
@@ -374,14 +376,15 @@ def test_invalid_yaml(write_manifest, text, line, match):
 
 
 @pytest.mark.parametrize("text, key, match", [
-    ("", "manifest", r"expected a mapping, got NoneType"),
-    ("- 1\n- 2\n", "manifest", r"expected a mapping, got LocatedList"),
+    ("", "manifest", r"the file is empty; expected a mapping with keys library, arch, families$"),
+    ("- 1\n- 2\n", "manifest", r"expected a mapping .*, got a list \[1, 2\]$"),
 ])
 def test_document_not_a_mapping(write_manifest, text, key, match):
     path = write_manifest(text)
     with pytest.raises(ManifestError, match=match) as info:
         load_manifest(path)
     assert info.value.key == key and info.value.file == str(path)
+    assert info.value.line == 1
 
 
 def test_missing_manifest_file(tmp_path):
@@ -467,3 +470,145 @@ def test_family_without_dispatch_is_kernels_only(case, fp8_family):
     exec(render_bindings(manifest, kernels, "0" * 16, "libx.so"), namespace)
     assert list(namespace["DISPATCH"]) == sorted(namespace["DISPATCH"])
     assert ("scaled_mm", "e4m3", "bf16", "ScaledEpilogue") in namespace["DISPATCH"]
+
+
+# ---- a scalar, a list or nothing where a mapping belongs: reported at the parent's line of it
+_SM80_SPLIT = """\
+library: demo80
+arch: sm80
+families:
+  - name: int8
+    op: scaled_mm
+    dtypes: [{a: int8, d: bf16}]
+    epilogues: [ScaledEpilogue]
+    configs:
+      - name: only
+        tile: [128, 128, 64]
+        warp: [64, 64, 64]
+        stages: 5
+        split_k: 4
+"""
+
+NOT_A_MAPPING = [
+    ("config-entry-scalar", [("      - name: large\n        tile: [128, 128, 128]\n        cluster: [2, 1, 1]\n"
+                              "        schedule: pingpong\n        stages: auto\n", "      - large\n")],
+     "configs[1]", "      - large", r"expected a mapping .*with keys tile, cluster, schedule, got a "
+                                   r"string 'large'$"),
+    ("config-entry-empty", [("      - name: large\n        tile: [128, 128, 128]\n        cluster: [2, 1, 1]\n"
+                             "        schedule: pingpong\n        stages: auto\n", "      -  # nothing\n")],
+     "configs[1]", "# nothing", r"got nothing \(an empty value\)$"),
+    ("config-entry-list", [("      - name: large\n        tile: [128, 128, 128]\n        cluster: [2, 1, 1]\n"
+                            "        schedule: pingpong\n        stages: auto\n", "      - [128, 128]\n")],
+     "configs[1]", "- [128, 128]", r"got a list \[128, 128\]$"),
+    ("dtypes-entry-scalar", [("      - a: int8\n        b: int8\n        acc: int32\n        d: [bf16, fp16]\n",
+                              "      - int8\n")],
+     "dtypes[0]", "      - int8", r"expected a mapping .*with keys a, d, got a string 'int8'$"),
+    ("dispatch-entry-scalar", [('      - when: "true"\n        use: large\n', "      - 42\n")],
+     "dispatch[1]", "      - 42", r"with keys when, use, got an integer 42$"),
+    ("family-entry-integer", [("families:\n", "families:\n  - 7\n")],
+     "families[0]", "  - 7", r"got an integer 7$"),
+    ("exclude-entry-scalar", [("    configs:\n", "    exclude: [e4m3]\n    configs:\n")],
+     "exclude[0]", "exclude: [e4m3]", r"expected a mapping \(key: value lines\), got a string 'e4m3'$"),
+    ("exclude-scalar", [("    configs:\n", "    exclude: 3\n    configs:\n")],
+     "exclude", "exclude: 3", r"expected a non-empty list, got 3$"),
+    ("use-mapping-empty", [("use: large", "use: {}")],
+     "use", "use: {}", r"expected a config name or a mapping of config keys, got \{\}"),
+    ("library-empty", [("library: demo", "library:")],
+     "library", "library:", r"expected a lowercase identifier, got nothing \(an empty value\)$"),
+    ("library-date", [("library: demo", "library: 2024-01-01")],
+     "library", "library: 2024", r"expected a lowercase identifier, got 2024-01-01$"),
+    ("unknown-empty-key", [("arch: sm90a\n", "arch: sm90a\n'': 1\n")],
+     "''", "'': 1", r"unknown key in manifest"),
+]
+
+
+@pytest.mark.parametrize("name, edits, key, needle, match", NOT_A_MAPPING, ids=_ids(NOT_A_MAPPING))
+def test_wrong_kind_has_a_line(case, name, edits, key, needle, match):
+    for old, new in edits:
+        case.replace(old, new)
+    err = assert_manifest_error(case, key=key, needle=needle, match=match)
+    assert not re.search(r"NoneType|Located|datetime|got (str|int|list|dict)\b", str(err))
+
+
+def test_split_k_scalar_has_a_line(write_manifest):
+    path = write_manifest(_SM80_SPLIT)
+    with pytest.raises(ManifestError, match=r"expected a mapping .*with keys mode, slices, got an "
+                                            r"integer 4$") as info:
+        load_manifest(path)
+    assert (info.value.file, info.value.line, info.value.key) == (str(path), 13, "split_k")
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# nothing but a comment\n", "---\n...\n"])
+def test_empty_file_is_reported_at_line_1(write_manifest, text):
+    path = write_manifest(text)
+    with pytest.raises(ManifestError) as info:
+        load_manifest(path)
+    assert str(info.value) == (f"{path}:1: manifest: the file is empty; expected a mapping with "
+                               "keys library, arch, families")
+
+
+@pytest.mark.parametrize("text, line, match", [
+    ("library: demo\nkernels_per_file: !!int four\n", 2, r"cannot read 'four' as a value of tag !!int"),
+    ("library: demo\narch: !!timestamp never\n", 2, r"cannot read 'never' as a value of tag "
+                                                    r"!!timestamp$"),
+    ("library: demo\n[1, 2]: x\n", 2, r"a mapping key must be a plain value"),
+    ("library: demo\narch: sm\x0090a\n", 2, r"character U\+0000 is not allowed in YAML text"),
+    ("library: demo\narch: sm90a\nfamilies: [\n", 3, r"expected the node content, but found "
+                                                      r"'<stream end>'"),  # EOF: the last line
+    ("library: demo\nfamilies:\n  - " + "[" * 1000 + "\n", 3, r"nested too deeply"),
+], ids=["bad-int-tag", "bad-timestamp-tag", "list-as-key", "nul-character", "end-of-file",
+        "deep-nesting"])
+def test_yaml_errors_never_escape_and_have_a_line(write_manifest, text, line, match):
+    path = write_manifest(text)
+    with pytest.raises(ManifestError, match=match) as info:
+        load_manifest(path)
+    assert (info.value.file, info.value.line, info.value.key) == (str(path), line, "yaml")
+    assert "NoneType" not in str(info.value) and "unicode string" not in str(info.value)
+
+
+def test_non_utf8_file(tmp_path):
+    path = tmp_path / "manifest.yaml"
+    path.write_bytes(b"library: demo\narch: sm90\xff\n")
+    with pytest.raises(ManifestError, match=r"not UTF-8 text \(byte 0xff on this line\)") as info:
+        load_manifest(path)
+    assert (info.value.line, info.value.key) == (2, "yaml")
+
+
+def test_tuned_table_scalar_bucket_and_empty_file(tmp_path):
+    from gemmgen.tuning.table import load_table
+    path = tmp_path / "t.tuned.yaml"
+    path.write_text("")
+    with pytest.raises(ManifestError, match=r"the file is empty; expected a mapping with keys "
+                                            r"format, metadata, tables") as info:
+        load_table(path)
+    assert info.value.line == 1
+    path.write_text("format: 1\nmetadata: {library: w, arch: sm90a, kernel_set: x, gpu: g, "
+                    "sm_count: 1}\ntables:\n  - op: scaled_mm\n    a: int8\n    d: bf16\n"
+                    "    epilogue: ScaledEpilogue\n    shapes:\n      - n: 16\n        k: 16\n"
+                    "        buckets:\n          - 16\n")
+    with pytest.raises(ManifestError, match=r"expected a mapping .*got an integer 16") as info:
+        load_table(path)
+    assert (info.value.line, info.value.key) == (12, "bucket")
+
+
+def test_manifest_errors_doc(tmp_path):
+    """Every case of docs/manifest-errors.md still produces the key and line it documents."""
+    import json
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "manifest-errors.md").read_text()
+    examples = doc.split("## Example manifests", 1)[1]
+    base, sm80 = re.findall(r"```yaml\n(.*?)```", examples, re.S)[:2]
+    cases = [json.loads(m) for m in re.findall(r"<!-- case: (.*) -->", doc)]
+    assert len(cases) >= 60
+    for i, c in enumerate(cases):
+        if c["base"] == "text":
+            text = c["edits"]
+        else:
+            text = {"base": base, "sm80": sm80}[c["base"]]
+            for old, new in c["edits"]:
+                assert text.count(old) == 1, (old, c)
+                text = text.replace(old, new)
+        path = tmp_path / f"case{i}.yaml"
+        path.write_text(text)
+        with pytest.raises(ManifestError) as info:
+            expand(load_manifest(path))
+        assert (info.value.key, info.value.line) == (c["key"], c["line"]), (c, str(info.value))

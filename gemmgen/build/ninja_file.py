@@ -19,11 +19,18 @@ def _quote(args: Sequence[str]) -> str:
 
 
 def ninja_file(*, python: str, nvcc: str, compile_flags: Sequence[str], link_flags: Sequence[str],
-               sources: Sequence[str], shared_object: str, allow_wgmma_serialization: bool) -> str:
+               sources: Sequence[str], shared_object: str, allow_wgmma_serialization: bool,
+               toolchain_id: str | None = None) -> str:
     """The build.ninja of one library; `sources` are .cu names under src/, outputs under obj/.
 
     The shared object is linked to a temporary name and renamed, so a failed link never leaves
     a half-written library; nvcc depfiles make header edits rebuild the kernels that include them.
+
+    `toolchain_id` (a hash of the nvcc version, the CUTLASS headers and the flags; see
+    builder.toolchain_identity) becomes `-DGEMMGEN_TOOLCHAIN=<id>` on every compile command:
+    ninja keys each object by its command line, so another compiler or other headers at the
+    same paths recompile every object instead of linking objects of the old toolchain. (The
+    link needs no key of its own: when every object is rebuilt, the link reruns.)
     """
     guard = [python, str(NVCC_GUARD)]
     if allow_wgmma_serialization:
@@ -33,7 +40,7 @@ def ninja_file(*, python: str, nvcc: str, compile_flags: Sequence[str], link_fla
         "ninja_required_version = 1.10",
         f"guard = {_quote(guard)}",
         f"nvcc = {_quote([nvcc])}",
-        f"cflags = {_quote(compile_flags)}",
+        f"cflags = {_quote([*compile_flags, *([f'-DGEMMGEN_TOOLCHAIN={toolchain_id}'] if toolchain_id else [])])}",
         f"ldflags = {_quote(link_flags)}",
         "",
         "rule cu",

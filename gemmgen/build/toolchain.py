@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -62,19 +63,81 @@ def cutlass_source_root() -> tuple[Path, str]:
     return root, version
 
 
+# sm90a (wgmma, TMA) needs CUDA 12.0; the shipped manifests are tested with 12.8 and newer.
+MIN_CUDA = (12, 0)
+TESTED_CUDA = "12.8"
+FALLBACK_NVCC = Path("/usr/local/cuda/bin/nvcc")  # where the CUDA installers put it
+_INSTALL_HINT = (f"install CUDA {TESTED_CUDA}+ (https://developer.nvidia.com/cuda-downloads) and "
+                 "put its bin/ on PATH or set CUDACXX to its nvcc")
+
+
+def nvcc_release(version_text: str) -> tuple[int, int] | None:
+    """(major, minor) from `nvcc --version` ("Cuda compilation tools, release 13.0, V13.0.88")."""
+    match = re.search(r"release (\d+)\.(\d+)", version_text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _locate_nvcc(cudacxx: str, path: str) -> str:
+    """The nvcc to use: $CUDACXX (a path, or a name looked up on PATH), else nvcc on PATH, else
+    FALLBACK_NVCC. Each way of not finding a runnable one is a one-line BuildError."""
+    if cudacxx:
+        if os.sep not in cudacxx:  # a bare name, e.g. CUDACXX=nvcc
+            found = shutil.which(cudacxx, path=path)
+            if found is None:
+                raise BuildError(f"CUDACXX={cudacxx} is not on PATH: set CUDACXX to the full path of "
+                                 f"nvcc, or unset it to use nvcc from PATH ({_INSTALL_HINT})")
+            return found
+        candidate = Path(cudacxx)
+        if not candidate.exists():
+            raise BuildError(f"CUDACXX={cudacxx} does not exist: set CUDACXX to the nvcc of a CUDA "
+                             f"{TESTED_CUDA}+ toolkit, e.g. /usr/local/cuda/bin/nvcc, or unset it")
+        if candidate.is_dir() or not os.access(candidate, os.X_OK):
+            raise BuildError(f"CUDACXX={cudacxx} is not an executable file: set CUDACXX to the nvcc "
+                             f"of a CUDA {TESTED_CUDA}+ toolkit, e.g. /usr/local/cuda/bin/nvcc")
+        return cudacxx
+    found = shutil.which("nvcc", path=path)
+    if found is not None:
+        return found
+    if FALLBACK_NVCC.is_file() and os.access(FALLBACK_NVCC, os.X_OK):
+        return str(FALLBACK_NVCC)
+    raise BuildError(f"nvcc not found: {_INSTALL_HINT}")
+
+
 @functools.cache
-def find_toolchain() -> Toolchain:
-    nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc")
-    if nvcc is None:
-        for candidate in ("/usr/local/cuda/bin/nvcc",):
-            if Path(candidate).exists():
-                nvcc = candidate
-    if nvcc is None:
-        raise BuildError("nvcc not found: put the CUDA toolkit's bin/ on PATH or set CUDACXX")
-    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
-    version = out.strip().splitlines()[-1] if out.strip() else "unknown"
+def _find_toolchain(cudacxx: str, path: str) -> Toolchain:
+    nvcc = _locate_nvcc(cudacxx, path)
+    try:
+        proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True, errors="replace",
+                              check=False, timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BuildError(f"cannot run `{nvcc} --version` ({exc.__class__.__name__}: "
+                         f"{exc}): {_INSTALL_HINT}") from None
+    out = proc.stdout.strip()
+    if proc.returncode != 0:
+        said = (proc.stderr.strip() or out).splitlines()
+        raise BuildError(f"`{nvcc} --version` failed (exit status {proc.returncode}"
+                         + (f": {said[-1]}" if said else "") + f"): {_INSTALL_HINT}")
+    release = nvcc_release(out)
+    if release is None:
+        last = out.splitlines()[-1] if out else "nothing"
+        raise BuildError(f"`{nvcc} --version` printed no CUDA release (got {last!r}); is it "
+                         f"nvcc? {_INSTALL_HINT}")
+    if release < MIN_CUDA:
+        raise BuildError(f"{nvcc} is CUDA {release[0]}.{release[1]}; gemmgen needs CUDA "
+                         f"{MIN_CUDA[0]}.{MIN_CUDA[1]} or newer for sm90a ({TESTED_CUDA}+ tested): "
+                         f"{_INSTALL_HINT}")
+    version = out.splitlines()[-1]
     root, cutlass_version = cutlass_source_root()
     return Toolchain(nvcc, version, root, cutlass_version)
+
+
+def find_toolchain() -> Toolchain:
+    """nvcc (checked to run and to be new enough) and the CUTLASS headers; memoized per
+    ($CUDACXX, $PATH). Every problem is a BuildError of one line saying what to install or set."""
+    return _find_toolchain(os.environ.get("CUDACXX", ""), os.environ.get("PATH", os.defpath))
+
+
+find_toolchain.cache_clear = _find_toolchain.cache_clear  # type: ignore[attr-defined]
 
 
 def max_parallel_jobs(gib_per_job: float = 4.0) -> int:

@@ -31,7 +31,7 @@ from ..errors import ManifestError
 from ..family import OpFamily, Variant
 from .dispatch_rules import Condition, ConditionError, RuleTableError, check_rule_table, parse_condition
 from .kernel_config import ConfigEntry
-from .yaml_lines import LocatedDict, Reader, load_checked
+from .yaml_lines import LocatedDict, Reader, key_name, show
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _TOP_KEYS = {"library", "arch", "kernels_per_file", "families"}
@@ -79,18 +79,19 @@ class Manifest:
 def load_manifest(path: str | Path) -> Manifest:
     """Parse and validate `path`. Raises ManifestError (file:line: key: message) on any problem."""
     path_str = str(path)
-    doc = load_checked(path_str, "manifest")
     reader = Reader(path_str)
-    top = reader.mapping(doc, "manifest", _TOP_KEYS, {"library", "arch", "families"})
+    doc = reader.load("manifest")
+    top = reader.top(doc, "manifest", _TOP_KEYS, ("library", "arch", "families"))
     library = top["library"]
     if not isinstance(library, str) or not _NAME_RE.match(library):
-        raise reader.error(top, "library", f"expected a lowercase identifier, got {library!r}")
+        raise reader.error(top, "library", f"expected a lowercase identifier, got {show(library)}")
     arch = reader.choice(top, "arch", arch_policy.PREFERENCE)
     per_file = top.get("kernels_per_file", 4)
     if not isinstance(per_file, int) or isinstance(per_file, bool) or not 1 <= per_file <= 16:
-        raise reader.error(top, "kernels_per_file", f"expected an integer in [1, 16], got {per_file!r}")
+        raise reader.error(top, "kernels_per_file", f"expected an integer in [1, 16], got {show(per_file)}")
     families_node = reader.sequence(top, "families")
-    families = tuple(_read_family(reader, node, i, arch) for i, node in enumerate(families_node))
+    families = tuple(_read_family(reader, node, i, arch, families_node.line_of(i))
+                     for i, node in enumerate(families_node))
     names = [f.name for f in families]
     for i, name in enumerate(names):
         if name in names[:i]:
@@ -98,11 +99,11 @@ def load_manifest(path: str | Path) -> Manifest:
     return Manifest(str(Path(path).resolve()), library, arch, per_file, families)
 
 
-def _read_family(reader: Reader, node: Any, index: int, arch: str) -> Family:
+def _read_family(reader: Reader, node: Any, index: int, arch: str, line: int) -> Family:
     where = f"families[{index}]"
     if not isinstance(node, LocatedDict) or "op" not in node:
         every = set().union(*(f.family_keys for f in registry.all_families()))
-        reader.mapping(node, where, _GENERIC_FAMILY_KEYS | every, {"op"})  # raises
+        reader.mapping(node, where, _GENERIC_FAMILY_KEYS | every, {"op"}, line=line)  # raises
     op = reader.choice(node, "op", registry.known_ops())
     plugin = registry.for_op(op)
     assert plugin is not None
@@ -110,7 +111,7 @@ def _read_family(reader: Reader, node: Any, index: int, arch: str) -> Family:
                          {"op", "configs"} | plugin.required_family_keys)
     name = fam.get("name", f"family{index}")
     if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise reader.error(fam, "name", f"expected a lowercase identifier, got {name!r}")
+        raise reader.error(fam, "name", f"expected a lowercase identifier, got {show(name)}")
     if arch not in plugin.arches:
         raise reader.error(fam, "op", f"op {op!r} ({plugin.name} family) builds kernels for "
                                       f"{', '.join(plugin.arches)}; this manifest's arch is {arch}")
@@ -150,15 +151,16 @@ def _match_config(reader: Reader, rule: LocatedDict, plugin: OpFamily, arch: str
         found = [i for i, e in enumerate(configs) if e.name == use]
         known = ", ".join(e.name for e in configs if e.name) or "none"
         if not found:
-            raise reader.error(rule, "use", f"no config named {use!r} in this family; names: {known}")
+            raise reader.error(rule, "use", f"no config named {show(use)} in this family; names: {known}")
         return found[0]
     if not isinstance(use, LocatedDict) or not use:
-        raise reader.error(rule, "use", f"expected a config name or a mapping of config keys, got {use!r}")
+        raise reader.error(rule, "use", f"expected a config name or a mapping of config keys, got {show(use)}")
     allowed = plugin.config_keys(arch) - {"name"}
     for key in use:
         if key not in allowed:
-            raise reader.error(use, str(key), f"unknown config key in dispatch `use`; allowed: "
-                                              f"{', '.join(sorted(allowed))}")
+            raise ManifestError(reader.path, use.line_of(key), key_name(key),
+                                f"unknown config key in dispatch `use`; allowed: "
+                                f"{', '.join(sorted(allowed))}")
 
     def matches(entry: ConfigEntry) -> bool:
         actual = plugin.config_fields(entry)
@@ -183,12 +185,13 @@ def _read_dispatch(reader: Reader, fam: LocatedDict, plugin: OpFamily, arch: str
     rules_node = reader.sequence(fam, "dispatch")
     rules = []
     for i, node in enumerate(rules_node):
-        rule = reader.mapping(node, f"dispatch[{i}]", _RULE_KEYS, {"when", "use"})
+        rule = reader.mapping(node, f"dispatch[{i}]", _RULE_KEYS, ("when", "use"),
+                              line=rules_node.line_of(i))
         when = rule["when"]
         if isinstance(when, bool):
             when = "true" if when else "false"
         if not isinstance(when, str):
-            raise reader.error(rule, "when", f"expected a condition string such as 'm <= 16', got {when!r}")
+            raise reader.error(rule, "when", f"expected a condition string such as 'm <= 16', got {show(when)}")
         try:
             condition = parse_condition(when, plugin.variables)
         except ConditionError as exc:

@@ -148,8 +148,12 @@ def write_tree(directory: Path, files: Mapping[str, str], owned_suffixes: Sequen
         if path.exists() and path.read_text() == text:
             continue
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        try:
+            tmp.write_text(text)
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)  # a failed write leaves no temporary (a build also
+            # removes those of a killed one)
         written.append(name)
     removed = []
     for path in sorted(directory.iterdir()):

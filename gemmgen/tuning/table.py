@@ -33,7 +33,7 @@ import yaml
 
 from ..errors import ManifestError
 from ..generator.kernel_config import RASTER_ORDERS, SWIZZLES, RuntimeKnobs
-from ..generator.yaml_lines import LocatedDict, Reader, load_checked
+from ..generator.yaml_lines import LocatedDict, Reader
 
 FORMAT = 1
 TABLE_SUFFIX = ".tuned.yaml"
@@ -147,8 +147,8 @@ def _positive_int(reader: Reader, node: LocatedDict, key: str) -> int:
     return value
 
 
-def _read_bucket(reader: Reader, node, previous: int) -> Bucket:
-    b = reader.mapping(node, "bucket", _BUCKET_KEYS, {"m_max", "kernel"})
+def _read_bucket(reader: Reader, node, previous: int, line: int) -> Bucket:
+    b = reader.mapping(node, "bucket", _BUCKET_KEYS, ("m_max", "kernel"), line=line)
     m_max = _positive_int(reader, b, "m_max")
     if m_max <= previous:
         raise reader.error(b, "m_max", f"buckets must grow: {m_max} after {previous}")
@@ -168,12 +168,13 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
     """Read and validate a tuned table. With `known_kernels`, every kernel it names must be one,
     and a bucket's `split_k` other than 1 must name one of `split_k_kernels`."""
     path = str(path)
-    doc = load_checked(path, "the tuned table")
     reader = Reader(path)
-    top = reader.mapping(doc, "the table", {"format", "metadata", "tables"}, {"format", "metadata", "tables"})
+    doc = reader.load("the tuned table")
+    top = reader.top(doc, "the table", {"format", "metadata", "tables"}, ("format", "metadata", "tables"))
     if top["format"] != FORMAT:
         raise reader.error(top, "format", f"expected {FORMAT} (re-run `gemmgen tune`), got {top['format']!r}")
-    meta = reader.mapping(top["metadata"], "metadata", set(_METADATA_KEYS), _REQUIRED_METADATA)
+    meta = reader.mapping(top["metadata"], "metadata", set(_METADATA_KEYS), _REQUIRED_METADATA,
+                          line=top.line_of("metadata"))
     _positive_int(reader, meta, "sm_count")
     known = set(known_kernels) if known_kernels is not None else None
     splittable = set(split_k_kernels)
@@ -181,7 +182,7 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
     tables = reader.sequence(top, "tables")
     for ti, node in enumerate(tables):
         op = reader.mapping(node, "tables entry", {"op"} | (set(node) if isinstance(node, dict) else set()),
-                            {"op"})["op"]
+                            {"op"}, line=tables.line_of(ti))["op"]
         try:
             keys = class_fields(str(op))
         except KeyError:
@@ -194,15 +195,19 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
             raise reader.error(tables, "tables", f"{' '.join(key)} appears twice", ti)
         shapes: list[ShapeEntry] = []
         seen: dict[tuple[int, int], int] = {}
-        for snode in reader.sequence(c, "shapes"):
-            s = reader.mapping(snode, "shape", {"n", "k", "buckets"}, {"n", "k", "buckets"})
+        shape_nodes = reader.sequence(c, "shapes")
+        for si, snode in enumerate(shape_nodes):
+            s = reader.mapping(snode, "shape", {"n", "k", "buckets"}, ("n", "k", "buckets"),
+                               line=shape_nodes.line_of(si))
             n, k = _positive_int(reader, s, "n"), _positive_int(reader, s, "k")
             if (n, k) in seen:
                 raise reader.error(s, "n", f"shape ({n}, {k}) already listed at line {seen[(n, k)]}")
             seen[(n, k)] = s.line
             buckets: list[Bucket] = []
-            for bnode in reader.sequence(s, "buckets"):
-                bucket = _read_bucket(reader, bnode, buckets[-1].m_max if buckets else 0)
+            bucket_nodes = reader.sequence(s, "buckets")
+            for bi, bnode in enumerate(bucket_nodes):
+                bucket = _read_bucket(reader, bnode, buckets[-1].m_max if buckets else 0,
+                                      bucket_nodes.line_of(bi))
                 if known is not None and bucket.kernel not in known:
                     raise ManifestError(path, bucket.line, "kernel",
                                         f"{bucket.kernel} is not a kernel of this library "

@@ -245,13 +245,31 @@ def _header(library: Library, options: TuneOptions, what: str) -> list[str]:
             "Do not edit: re-run `gemmgen tune` on the target GPU; `gemmgen build` publishes it."]
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` so that a reader (or `gemmgen build`, which publishes the table)
+    sees the old file or the whole new one, never a table cut at a line boundary: a temporary in
+    the same folder, flushed and fsynced, then os.replace. The fsync costs a few ms for a file of
+    a few KB written once per tune, and keeps a power loss from leaving an empty table behind the
+    rename (not needed against a killed process, which os.replace already covers)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_table(library: Library, store: Store, options: TuneOptions) -> Path:
     path = Path(options.out) if options.out else table_path_for(manifest_of(library))
     text = render_table(metadata(library, options, library.kernel_set),
                         build_tables(library, store, options),
                         [h for h in _header(library, options, "Tuned dispatch table") if h])
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    write_atomic(path, text)
     return path
 
 
@@ -314,13 +332,13 @@ def select_and_write(library: Library, store: Store, options: TuneOptions) -> st
         f"best is >= {selection.MIN_RATIO:.0%} of the oracle at every tuned point and >= "
         f"{selection.MIN_GEOMEAN:.0%} in geomean;",
         "dispatch rules are M buckets derived from the same measurements.", *report])
-    pruned_path.write_text(header + yaml.safe_dump(_plain(doc), sort_keys=False,
-                                                   default_flow_style=None, width=110))
+    write_atomic(pruned_path, header + yaml.safe_dump(_plain(doc), sort_keys=False,
+                                                      default_flow_style=None, width=110))
     pruned_names = {spec.name for spec in expand(load_manifest(pruned_path))}
     table_text = render_table(metadata(library, options, kernel_set_hash(pruned_names)),
                               build_tables(library, store, options, allowed=kept_kernels),
                               [h for h in _header(library, options, "Tuned table of the pruned manifest") if h])
-    table_path_for(pruned_path).write_text(table_text)
+    write_atomic(table_path_for(pruned_path), table_text)
     report.append(f"kernels: {len(library.kernels)} -> {len(pruned_names)}; wrote {pruned_path} "
                   f"and {table_path_for(pruned_path)}")
     return "\n".join(report)

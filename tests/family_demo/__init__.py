@@ -93,8 +93,9 @@ class AxpbyArgs(ctypes.Structure):
 # -------------------------------------------------------------------- manifest
 def _read_variants(reader, fam) -> tuple[Variant, ...]:
     variants: list[Variant] = []
-    for i, entry in enumerate(reader.sequence(fam, "dtypes")):
-        d = reader.mapping(entry, f"dtypes[{i}]", _DTYPE_KEYS, _DTYPE_KEYS)
+    dtypes = reader.sequence(fam, "dtypes")
+    for i, entry in enumerate(dtypes):
+        d = reader.mapping(entry, f"dtypes[{i}]", _DTYPE_KEYS, _DTYPE_KEYS, line=dtypes.line_of(i))
         x = reader.choice(d, "x", DTYPES)
         for out in reader.sequence(d, "out", allow_scalar=True):
             if out not in DTYPES:
@@ -111,7 +112,7 @@ def _read_variants(reader, fam) -> tuple[Variant, ...]:
 
 
 def _read_config(reader, node, index: int, variants, line: int) -> ConfigEntry:
-    c = reader.mapping(node, f"configs[{index}]", _CONFIG_KEYS, {"block", "vector"})
+    c = reader.mapping(node, f"configs[{index}]", _CONFIG_KEYS, ("block", "vector"), line=line)
     name = c.get("name")
     if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
         raise reader.error(c, "name", f"expected a lowercase identifier, got {name!r}")

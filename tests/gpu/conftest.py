@@ -7,7 +7,8 @@ Every test in this folder is skipped (with the reason) when
 Any other error from loading the library is NOT turned into a skip: it fails the tests.
 
 Fixtures:
-  * `built_kernel`: parametrized at collection time over every built kernel (`gemmgen.list_kernels()`);
+  * `built_kernel` (W8A8) and `built_<family>_kernel` (e.g. `built_mixed_kernel`): parametrized
+    at collection time over every built kernel of that op family (`gemmgen.list_kernels()`);
     collection never fails: without GPU or library it yields one skipped case.
   * autouse: per-test seed (stable hash of the test id, so a failure reproduces), and a
     `torch.cuda.synchronize()` after each test so an asynchronous CUDA error is reported by the
@@ -67,29 +68,39 @@ def _gpu_test_environment(request):
     torch.cuda.synchronize()
 
 
+def _kernel_fixture(metafunc) -> tuple[str, str] | None:
+    """(fixture name, op family) of a `built_kernel` / `built_<family>_kernel` fixture."""
+    for name in metafunc.fixturenames:
+        if name == "built_kernel":
+            return name, "w8a8"
+        if name.startswith("built_") and name.endswith("_kernel"):
+            return name, name[len("built_"):-len("_kernel")]
+    return None
+
+
 def pytest_generate_tests(metafunc):
-    if "built_kernel" not in metafunc.fixturenames:
+    found = _kernel_fixture(metafunc)
+    if found is None:
         return
+    fixture, family = found
     try:
         reason = gpu_skip_reason()
-        names = [] if reason is not None else [k.name for k in gemmgen.list_kernels()]
+        names = [] if reason is not None else [k.name for k in gemmgen.list_kernels()
+                                               if k.spec.family == family]
     except Exception as exc:  # a broken library must fail the test, not abort the collection
-        metafunc.parametrize("built_kernel", [pytest.param(exc, id="list_kernels-failed")],
-                             indirect=True)
+        metafunc.parametrize(fixture, [pytest.param(exc, id="list_kernels-failed")], indirect=True)
         return
     if reason is not None:
         params = [pytest.param(None, id="unavailable", marks=pytest.mark.skip(reason=reason))]
     elif not names:
-        params = [pytest.param(None, id="no-kernels",
-                               marks=pytest.mark.skip(reason="the built library has no kernels"))]
+        params = [pytest.param(None, id="no-kernels", marks=pytest.mark.skip(
+            reason=f"no built kernel of op family {family!r}"))]
     else:
         params = [pytest.param(name, id=name) for name in names]
-    metafunc.parametrize("built_kernel", params, indirect=True)
+    metafunc.parametrize(fixture, params, indirect=True)
 
 
-@pytest.fixture
-def built_kernel(request):
-    """One built kernel (a `gemmgen` Kernel object), from the collection-time list."""
+def _built(request):
     value = request.param
     if isinstance(value, BaseException):
         raise value
@@ -97,3 +108,15 @@ def built_kernel(request):
     if value not in kernels:
         pytest.fail(f"kernel {value} was listed at collection time but is gone now")
     return kernels[value]
+
+
+@pytest.fixture
+def built_kernel(request):
+    """One built W8A8 kernel (a `gemmgen` Kernel object), from the collection-time list."""
+    return _built(request)
+
+
+@pytest.fixture
+def built_mixed_kernel(request):
+    """One built mixed-input kernel, from the collection-time list."""
+    return _built(request)

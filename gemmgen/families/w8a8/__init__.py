@@ -19,6 +19,7 @@ from .configs import AZP_EPILOGUES, EPILOGUES, ScaledMmSpec, Sm80TileConfig, is_
 
 _HERE = Path(__file__).resolve().parent
 _TEMPLATES = {"sm90a": "sm90_scaled_mm.cu.j2", "sm80": "sm80_scaled_mm.cu.j2"}
+_INT32_MAX = 2**31 - 1
 
 
 class W8A8Family(OpFamily):
@@ -83,8 +84,10 @@ class W8A8Family(OpFamily):
                          m: int, n: int, k: int):
         from ...dtypes import dtype_name
         for label, value in (("m", m), ("n", n), ("k", k)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{label} must be a positive int, got {value!r}")
+            # the kernels take int sizes (C++ int): 2^31 and up cannot be dispatched
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= _INT32_MAX:
+                raise ValueError(f"{label} must be an int in [1, 2^31 - 1] = [1, {_INT32_MAX}], "
+                                 f"got {value!r}")
         epilogue = epilogue or ("ScaledEpilogue" if op == "scaled_mm" else "ScaledEpilogueAzp")
         if epilogue not in EPILOGUES or (op == "scaled_mm_azp") != is_azp(epilogue):
             allowed = AZP_EPILOGUES if op == "scaled_mm_azp" else tuple(

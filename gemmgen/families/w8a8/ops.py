@@ -23,9 +23,17 @@ from .abi import RASTER_CODES, ScaledMmArgs
 _IN_DTYPES = (torch.int8, torch.float8_e4m3fn)
 _OUT_DTYPES = (torch.bfloat16, torch.float16)
 _ALIGN_BYTES = launch.ALIGN_BYTES
+# Errors name the public op the user called: scaled_mm_azp is the one that passes azp_adj (it
+# refuses None), so `azp_adj is None` picks the prefix, also through the custom op and its fake.
 _fail = launch.ArgumentErrors("scaled_mm")
+_fail_azp = launch.ArgumentErrors("scaled_mm_azp")
+_check_vector, _check_vector_azp = _fail.vector, _fail_azp.vector  # bound once, not per call
 _describe = launch.describe
-_check_vector = _fail.vector
+INT32_MAX = 2**31 - 1  # M, N, K: the C++ wrappers and CUTLASS's problem shapes take int
+# int8 x int8 products accumulate in int32: a sum of K products of up to 127 x 127 stays below
+# 2^31 up to K = 2^17 = 131072 (127 * 127 * 131072 = 2,114,060,288 < 2^31 - 1 = 2,147,483,647).
+# fp8 accumulates in fp32: no such limit.
+INT8_MAX_K = 131072
 _launch = launch.launch
 clear_caches = launch.clear_caches
 
@@ -55,80 +63,98 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a
     Works on fake tensors too (no data access), so torch.compile reports the same errors.
     NOTES: this runs on every call; it reads each tensor's metadata once and compares device
     indices as ints, because a few µs here is the whole host budget of a small-M GEMM.
+    Errors name gemmgen.scaled_mm_azp when azp_adj is given (only that op passes it), else
+    gemmgen.scaled_mm.
     """
+    if azp_adj is None:
+        fail, check_vector = _fail, _check_vector
+    else:
+        fail, check_vector = _fail_azp, _check_vector_azp
     for name, t in (("a", a), ("b", b), ("out", out)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
-            raise _fail(name, "a 2-D tensor", _describe(t) if isinstance(t, torch.Tensor) else type(t).__name__)
+            raise fail(name, "a 2-D tensor", _describe(t) if isinstance(t, torch.Tensor) else type(t).__name__)
     a_dtype = a.dtype
     if a_dtype not in _IN_DTYPES:
-        raise _fail("a", "dtype torch.int8 or torch.float8_e4m3fn", _describe(a))
+        raise fail("a", "dtype torch.int8 or torch.float8_e4m3fn", _describe(a))
     if b.dtype != a_dtype:
-        raise _fail("b", f"the dtype of a ({a_dtype})", _describe(b))
+        raise fail("b", f"the dtype of a ({a_dtype})", _describe(b))
     m, k = a.shape
     k_b, n = b.shape
     if k_b != k:
-        raise _fail("b", f"shape [K={k}, N] (column-major; pass an [N, K] weight as w.t())", _describe(b))
+        raise fail("b", f"shape [K={k}, N] (column-major; pass an [N, K] weight as w.t())", _describe(b))
+    if k > INT8_MAX_K:  # (one comparison on the fast path)
+        if k > INT32_MAX:
+            raise fail("a", f"K <= {INT32_MAX} (2^31 - 1: the kernels take int sizes)", _describe(a))
+        if a_dtype == torch.int8:
+            raise fail("a", f"K <= {INT8_MAX_K} for int8: int8 products accumulate in int32, and a "
+                            f"sum of more than {INT8_MAX_K} products of up to 127 x 127 can "
+                            "overflow it (float8_e4m3fn accumulates in float32 and has no such "
+                            "limit)", _describe(a))
+    if m > INT32_MAX or n > INT32_MAX:
+        raise fail("a" if m > INT32_MAX else "b", f"{'M' if m > INT32_MAX else 'N'} <= {INT32_MAX} "
+                   "(2^31 - 1: the kernels take int sizes)", _describe(a if m > INT32_MAX else b))
     device = a.get_device()
     if device < 0 or not a.is_cuda:
-        raise _fail("a", "a CUDA tensor", _describe(a))
+        raise fail("a", "a CUDA tensor", _describe(a))
     if b.get_device() != device:
-        raise _fail("b", f"a tensor on cuda:{device} like a", _describe(b))
+        raise fail("b", f"a tensor on cuda:{device} like a", _describe(b))
     if out.get_device() != device:
-        raise _fail("out", f"a tensor on cuda:{device} like a", _describe(out))
+        raise fail("out", f"a tensor on cuda:{device} like a", _describe(out))
     lda, a_inner = a.stride()
     b_inner, ldb = b.stride()
     if a_inner != 1 or (m > 1 and lda < k):
-        raise _fail("a", "row-major [M, K] (stride(1) == 1)", _describe(a))
+        raise fail("a", "row-major [M, K] (stride(1) == 1)", _describe(a))
     if b_inner != 1 or (n > 1 and ldb < k):
-        raise _fail("b", "column-major [K, N] (stride(0) == 1), e.g. w.t() of a row-major [N, K] weight",
-                    _describe(b))
+        raise fail("b", "column-major [K, N] (stride(0) == 1), e.g. w.t() of a row-major [N, K] weight",
+                   _describe(b))
     if k == 0 or n == 0:
-        raise _fail("b", "K > 0 and N > 0", _describe(b))
+        raise fail("b", "K > 0 and N > 0", _describe(b))
     elem = a.element_size()
     if (k * elem) % _ALIGN_BYTES:
-        raise _fail("a", f"K ({k}) a multiple of {_ALIGN_BYTES // elem} (16-byte TMA alignment)", _describe(a))
+        raise fail("a", f"K ({k}) a multiple of {_ALIGN_BYTES // elem} (16-byte TMA alignment)", _describe(a))
     if m > 1 and (lda * elem) % _ALIGN_BYTES:
-        raise _fail("a", f"row stride a multiple of {_ALIGN_BYTES // elem} elements", _describe(a))
+        raise fail("a", f"row stride a multiple of {_ALIGN_BYTES // elem} elements", _describe(a))
     if n > 1 and (ldb * elem) % _ALIGN_BYTES:
-        raise _fail("b", f"column stride a multiple of {_ALIGN_BYTES // elem} elements", _describe(b))
+        raise fail("b", f"column stride a multiple of {_ALIGN_BYTES // elem} elements", _describe(b))
     out_dtype = out.dtype
     if out_dtype not in _OUT_DTYPES:
-        raise _fail("out", "dtype torch.bfloat16 or torch.float16", _describe(out))
+        raise fail("out", "dtype torch.bfloat16 or torch.float16", _describe(out))
     out_elem = out.element_size()
     ldd, out_inner = out.stride()
     if out.shape != (m, n) or out_inner != 1 or (m > 1 and ldd < n):
-        raise _fail("out", f"row-major [M={m}, N={n}] with stride(1) == 1", _describe(out))
+        raise fail("out", f"row-major [M={m}, N={n}] with stride(1) == 1", _describe(out))
     if (n * out_elem) % _ALIGN_BYTES or (m > 1 and (ldd * out_elem) % _ALIGN_BYTES):
-        raise _fail("out", f"N and the row stride multiples of {_ALIGN_BYTES // out_elem} "
-                           "(16-byte TMA alignment)", _describe(out))
+        raise fail("out", f"N and the row stride multiples of {_ALIGN_BYTES // out_elem} "
+                          "(16-byte TMA alignment)", _describe(out))
     if scale_a is None or scale_b is None:
-        raise _fail("scale_a" if scale_a is None else "scale_b", "a float32 tensor", None)
-    _check_vector("scale_a", scale_a, torch.float32, (1, m), f"1 (per-tensor) or M={m} (per-token) elements", device)
-    _check_vector("scale_b", scale_b, torch.float32, (1, n), f"1 (per-tensor) or N={n} (per-channel) elements", device)
-    _check_vector("bias", bias, out_dtype, (n,), f"N={n} elements (per-channel, output dtype)", device)
-    _check_vector("azp_adj", azp_adj, torch.int32, (n,), f"N={n} elements", device)
-    _check_vector("azp", azp, torch.int32, (m,), f"M={m} elements (per-token zero points)", device)
+        raise fail("scale_a" if scale_a is None else "scale_b", "a float32 tensor", None)
+    check_vector("scale_a", scale_a, torch.float32, (1, m), f"1 (per-tensor) or M={m} (per-token) elements", device)
+    check_vector("scale_b", scale_b, torch.float32, (1, n), f"1 (per-tensor) or N={n} (per-channel) elements", device)
+    check_vector("bias", bias, out_dtype, (n,), f"N={n} elements (per-channel, output dtype)", device)
+    check_vector("azp_adj", azp_adj, torch.int32, (n,), f"N={n} elements", device)
+    check_vector("azp", azp, torch.int32, (m,), f"M={m} elements (per-token zero points)", device)
     if a_dtype != torch.int8 and azp_adj is not None:
-        raise _fail("a", "int8 activations for the azp epilogues", _describe(a))
+        raise fail("a", "int8 activations for the azp epilogues", _describe(a))
     return _epilogue(bias, azp_adj, azp)
 
 
 def _kernel_for(kernel: Optional[str], a: torch.Tensor, out: torch.Tensor, epilogue: str,
-                m: int, n: int, k: int, arch: Optional[str] = None) -> tuple[Kernel, RuntimeKnobs]:
+                m: int, n: int, k: int, arch: Optional[str] = None,
+                fail: launch.ArgumentErrors = _fail) -> tuple[Kernel, RuntimeKnobs]:
     """The forced kernel (checked against the call) with its manifest knobs, or dispatch's
     choice of kernel and knobs (memoized per problem)."""
     if kernel is None:
         device = a.get_device()
-        arches = launch.arches_for(device, arch, _fail)
+        arches = launch.arches_for(device, arch, fail)
         key = ("scaled_mm", dtype_name(a.dtype), dtype_name(out.dtype), epilogue)
         return launch.chosen_kernel("scaled_mm", device, arches, key, (m, n, k))
-    chosen = launch.forced_kernel(kernel, arch, _fail)
+    chosen = launch.forced_kernel(kernel, arch, fail)
     spec = chosen.spec
     want = (dtype_name(a.dtype), dtype_name(out.dtype), epilogue)
-    if (spec.family, spec.a, spec.d, spec.epilogue) != ("w8a8", *want):
-        raise _fail("kernel", f"a kernel for {want[0]} -> {want[1]} with {want[2]}",
-                    f"{kernel} ({getattr(spec, 'a', '?')} -> {getattr(spec, 'd', '?')}, "
-                    f"{getattr(spec, 'epilogue', spec.family)})")
+    if spec.family != "w8a8" or (spec.a, spec.d, spec.epilogue) != want:
+        raise fail("kernel", f"a kernel for {want[0]} -> {want[1]} with {want[2]}",
+                   f"{kernel} ({getattr(spec, 'a', '?')} -> {getattr(spec, 'd', '?')}, "
+                   f"{getattr(spec, 'epilogue', spec.family)})")
     return chosen, spec.knobs
 
 
@@ -139,27 +165,28 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
                         split_k: Optional[int] = None, knobs: Optional[RuntimeKnobs] = None) -> None:
     """The eager implementation. `knobs` (the tuner's) overrides the kernel's run-time knobs."""
     epilogue = check_arguments(out, a, b, scale_a, scale_b, bias, azp_adj, azp)
+    fail = _fail_azp if azp_adj is not None else _fail
     m, k = a.shape
     n = b.shape[1]
     if m == 0:
         if kernel is not None:
-            _kernel_for(kernel, a, out, epilogue, 1, n, k, arch)  # still reject a wrong name
+            _kernel_for(kernel, a, out, epilogue, 1, n, k, arch, fail)  # still reject a wrong name
         return
     a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), out.data_ptr()
     for name, address in (("a", a_ptr), ("b", b_ptr), ("out", d_ptr)):
         if address % _ALIGN_BYTES:
-            raise _fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
-    chosen, chosen_knobs = _kernel_for(kernel, a, out, epilogue, m, n, k, arch)
+            raise fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
+    chosen, chosen_knobs = _kernel_for(kernel, a, out, epilogue, m, n, k, arch, fail)
     knobs = knobs or chosen_knobs
     device = a.get_device()
-    launch.check_device(device, chosen, _fail)
+    launch.check_device(device, chosen, fail)
     slices = knobs.split_k_slices if split_k is None else split_k
     if not isinstance(slices, int) or isinstance(slices, bool) or not 1 <= slices <= 64:
-        raise _fail("split_k", "an int in [1, 64] (K slices)", repr(split_k))
+        raise fail("split_k", "an int in [1, 64] (K slices)", repr(split_k))
     if slices != 1 and not chosen.spec.split_k:
-        raise _fail("split_k", f"None or 1: kernel {chosen.name} was built without split-K (an "
-                               "sm80 config with `split_k: {mode: serial|parallel, slices: N}`)",
-                    f"{slices} slices" + ("" if split_k is not None else " (from the tuned table)"))
+        raise fail("split_k", f"None or 1: kernel {chosen.name} was built without split-K (an "
+                              "sm80 config with `split_k: {mode: serial|parallel, slices: N}`)",
+                   f"{slices} slices" + ("" if split_k is not None else " (from the tuned table)"))
     # NOTES: a single row (or column) has no meaningful stride and torch may report 1 for it;
     # TMA wants a leading stride of at least the row length, so pass the packed one.
     lda = a.stride(0) if m > 1 else k
@@ -196,16 +223,17 @@ def _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch, split_k
         _scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch, split_k)
 
 
-def _output(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, out: Optional[torch.Tensor]) -> torch.Tensor:
+def _output(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, out: Optional[torch.Tensor],
+            fail: launch.ArgumentErrors = _fail) -> torch.Tensor:
     if out_dtype not in _OUT_DTYPES:
-        raise _fail("out_dtype", "torch.bfloat16 or torch.float16", out_dtype)
+        raise fail("out_dtype", "torch.bfloat16 or torch.float16", out_dtype)
     if out is None:
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() != 2 or b.dim() != 2:
-            raise _fail("a" if not isinstance(a, torch.Tensor) or a.dim() != 2 else "b", "a 2-D tensor",
-                        type(a).__name__ if not isinstance(a, torch.Tensor) else tuple(a.shape))
+            raise fail("a" if not isinstance(a, torch.Tensor) or a.dim() != 2 else "b", "a 2-D tensor",
+                       type(a).__name__ if not isinstance(a, torch.Tensor) else tuple(a.shape))
         return torch.empty((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
     if out.dtype != out_dtype:
-        raise _fail("out", f"dtype {out_dtype} (out_dtype)", _describe(out))
+        raise fail("out", f"dtype {out_dtype} (out_dtype)", _describe(out))
     return out
 
 
@@ -241,7 +269,7 @@ def scaled_mm_azp(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
     zp[m, n] = azp[m] · azp_adj[n], where azp_adj[n] = Σ_k b[k, n]. bias is optional (0 if None).
     """
     if azp_adj is None:
-        raise _fail("azp_adj", "an int32 tensor of N elements", None)
-    out = _output(a, b, out_dtype, out)
+        raise _fail_azp("azp_adj", "an int32 tensor of N elements", None)
+    out = _output(a, b, out_dtype, out, _fail_azp)
     _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch, split_k)
     return out

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from ...generator.kernel_config import ConfigEntry
-from ...generator.yaml_lines import LocatedDict
+from ...generator.yaml_lines import LocatedDict, show
 from . import sm80_rules, sm90_rules
 from .configs import (ACC_FOR, DTYPES_8BIT, EPILOGUE_SCHEDULES, EPILOGUES, OUT_DTYPES,
                       RASTER_ORDERS, SCHEDULES, SM80_SWIZZLES, SPLIT_K_MODES, SWIZZLES,
@@ -43,26 +43,28 @@ def read_combos(reader, fam: LocatedDict, arch: str) -> tuple[Combo, ...]:
     pairs: list[tuple[str, str]] = []
     dtypes = reader.sequence(fam, "dtypes")
     for i, entry in enumerate(dtypes):
-        d = reader.mapping(entry, f"dtypes[{i}]", _DTYPE_KEYS, {"a", "d"})
+        d = reader.mapping(entry, f"dtypes[{i}]", _DTYPE_KEYS, ("a", "d"), line=dtypes.line_of(i))
         a = reader.choice(d, "a", DTYPES_8BIT)
         if d.get("b", a) != a:
             raise reader.error(d, "b", f"W8A8 takes the same 8-bit type for a and b; got a={a!r}, "
-                                       f"b={d['b']!r}")
+                                       f"b={show(d['b'])}")
         if d.get("acc", ACC_FOR[a]) != ACC_FOR[a]:
-            raise reader.error(d, "acc", f"{a} accumulates in {ACC_FOR[a]}; got {d['acc']!r}")
+            raise reader.error(d, "acc", f"{a} accumulates in {ACC_FOR[a]}; got {show(d['acc'])}")
         for out in reader.sequence(d, "d", allow_scalar=True):
             if out not in OUT_DTYPES:
-                raise reader.error(d, "d", f"unknown output dtype {out!r}; expected one of "
+                raise reader.error(d, "d", f"unknown output dtype {show(out)}; expected one of "
                                            f"{', '.join(OUT_DTYPES)}")
             pairs.append((a, out))
     epilogues = reader.sequence(fam, "epilogues")
     for i, epi in enumerate(epilogues):
         if epi not in EPILOGUES:
-            raise reader.error(epilogues, "epilogues", f"unknown epilogue {epi!r}; expected one "
+            raise reader.error(epilogues, "epilogues", f"unknown epilogue {show(epi)}; expected one "
                                                        f"of {', '.join(EPILOGUES)}", i)
     excludes = []
-    for i, entry in enumerate(fam.get("exclude", []) or []):
-        excludes.append(reader.mapping(entry, f"exclude[{i}]", _EXCLUDE_KEYS, set()))
+    exclude = reader.sequence(fam, "exclude") if fam.get("exclude") else []  # none: no exclusions
+    for i, entry in enumerate(exclude):
+        excludes.append(reader.mapping(entry, f"exclude[{i}]", _EXCLUDE_KEYS, set(),
+                                       line=exclude.line_of(i)))
     combos = []
     used = [False] * len(excludes)
     for a, out in pairs:
@@ -97,22 +99,23 @@ def read_combos(reader, fam: LocatedDict, arch: str) -> tuple[Combo, ...]:
 def _config_name(reader, c: LocatedDict) -> str | None:
     name = c.get("name")
     if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
-        raise reader.error(c, "name", f"expected a lowercase identifier, got {name!r}")
+        raise reader.error(c, "name", f"expected a lowercase identifier, got {show(name)}")
     return name
 
 
 def read_sm90_config(reader, node: Any, index: int, combos, line: int) -> ConfigEntry:
-    c = reader.mapping(node, f"configs[{index}]", _CONFIG_KEYS, {"tile", "cluster", "schedule"})
+    c = reader.mapping(node, f"configs[{index}]", _CONFIG_KEYS, ("tile", "cluster", "schedule"),
+                       line=line)
     name = _config_name(reader, c)
     schedule = reader.choice(c, "schedule", SCHEDULES)
     stages = c.get("stages", "auto")
     if stages == "auto":
         stages = 0
     elif not isinstance(stages, int) or isinstance(stages, bool) or not 2 <= stages <= 16:
-        raise reader.error(c, "stages", f"expected 'auto' or an integer in [2, 16], got {stages!r}")
+        raise reader.error(c, "stages", f"expected 'auto' or an integer in [2, 16], got {show(stages)}")
     swap_ab = c.get("swap_ab", False)
     if not isinstance(swap_ab, bool):
-        raise reader.error(c, "swap_ab", f"expected true or false, got {swap_ab!r}")
+        raise reader.error(c, "swap_ab", f"expected true or false, got {show(swap_ab)}")
     config = TileConfig(
         tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster"), schedule=schedule,
         epilogue_schedule=reader.choice(c, "epilogue_schedule", EPILOGUE_SCHEDULES,
@@ -128,19 +131,21 @@ def read_sm90_config(reader, node: Any, index: int, combos, line: int) -> Config
 
 
 def read_sm80_config(reader, node: Any, index: int, combos, line: int) -> ConfigEntry:
-    c = reader.mapping(node, f"configs[{index}]", _SM80_CONFIG_KEYS, {"tile", "warp", "stages"})
+    c = reader.mapping(node, f"configs[{index}]", _SM80_CONFIG_KEYS, ("tile", "warp", "stages"),
+                       line=line)
     name = _config_name(reader, c)
     stages = c["stages"]
     if not isinstance(stages, int) or isinstance(stages, bool) or not 2 <= stages <= 10:
         raise reader.error(c, "stages", f"expected an integer in [2, 10] (CUTLASS 2.x has no "
-                                        f"automatic stage count), got {stages!r}")
+                                        f"automatic stage count), got {show(stages)}")
     split_mode, slices = "none", 1
     if "split_k" in c:
-        split = reader.mapping(c["split_k"], "split_k", _SPLIT_K_KEYS, {"mode", "slices"})
+        split = reader.mapping(c["split_k"], "split_k", _SPLIT_K_KEYS, ("mode", "slices"),
+                               line=c.line_of("split_k"))
         split_mode = reader.choice(split, "mode", SPLIT_K_MODES[1:])
         slices = split["slices"]
         if not isinstance(slices, int) or isinstance(slices, bool) or not 2 <= slices <= 64:
-            raise reader.error(split, "slices", f"expected an integer in [2, 64], got {slices!r}")
+            raise reader.error(split, "slices", f"expected an integer in [2, 64], got {show(slices)}")
     config = Sm80TileConfig(
         tile=reader.triple(c, "tile"), warp=reader.triple(c, "warp"),
         instruction=reader.triple(c, "instruction", list(sm80_rules.INSTRUCTION_FOR["int8"])),

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Benchmark gemmgen's mixed-input GEMM (weight-only int4 / int8) against torch, side by side.
+
+For every M in --m and every weight shape (N, K) of the --models, on the same data:
+  bf16_mm        torch.mm(a bf16 [M,K], w bf16 [K,N]) with the dequantized weight (cuBLAS)
+  tinygemm       torch._weight_int4pack_mm(a, int4 pack, group 128, scales_and_zeros) (torch's own)
+  gemmgen_i4     gemmgen.mixed_mm(a, uint4b8 weight, group 128 bf16 scales)      (GPTQ-style)
+  gemmgen_i4z    gemmgen.mixed_mm(a, uint4 weight + zeros, group 128)              (AWQ-style)
+  gemmgen_i8     gemmgen.mixed_mm(a, int8 weight, per-channel scales)
+  floor_i4       int4 weights + group-128 scales read once at the measured copy bandwidth
+It prints µs and the speed-ups over bf16 mm; writes results.md (+ --append-results to RESULTS.md).
+
+NOTES (timing method): gemmgen.tuning.measure.gpu_time_us — a spin kernel hides the host, then a
+warm-up batch and 7 timed batches run back to back; the median per call. Every impl rotates
+through its own pool of weight copies larger than twice the L2 (weights dominate the bytes at
+small M), full-range random data. Outputs are checked against gemmgen.reference first.
+
+    python benchmarks/bench_mixed_mm.py [--m 1 16 128] [--models llama3-8b] [--append-results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import shlex
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+try:
+    import gemmgen
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import gemmgen
+from gemmgen import reference
+from gemmgen.families.mixed.packing import dequantize
+from gemmgen.tuning.measure import gpu_time_us
+
+MODELS = {"llama3-8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)],
+          "llama2-70b": [(10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)]}
+DEFAULT_M = [1, 4, 16, 32, 64, 128, 256, 1024, 4096]
+GROUP = 128
+IMPLS = ("bf16_mm", "tinygemm", "gemmgen_i4", "gemmgen_i4z", "gemmgen_i8")
+
+
+def copy_bandwidth() -> float:
+    """Bytes/s of a large device-to-device copy (read + write)."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    us = gpu_time_us(lambda i: dst.copy_(src), 1, repeats=5)
+    return 2 * src.numel() / (us * 1e-6)
+
+
+def make_weight(n: int, k: int, kind: str):
+    """One weight of `kind`, full-range random, in every representation the impls need."""
+    if kind == "i8":
+        q = torch.randint(-128, 128, (n, k), dtype=torch.int32, device="cuda")
+        scales = (torch.rand(n, 1, device="cuda") * 0.002 + 0.0005).to(torch.bfloat16)
+        return gemmgen.pack_weights(q, scales, weight_type="int8", group_size=k)
+    q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
+    scales = (torch.rand(n, k // GROUP, device="cuda") * 0.02 + 0.005).to(torch.bfloat16)
+    if kind == "i4z":
+        zeros = torch.randint(0, 16, (n, k // GROUP), dtype=torch.int32, device="cuda")
+        return gemmgen.pack_weights(q, scales, zeros, weight_type="uint4", group_size=GROUP)
+    return gemmgen.pack_weights(q, scales, weight_type="uint4b8", group_size=GROUP)
+
+
+def tinygemm_weight(packed):
+    """torch's int4 layout of a uint4b8 weight: (q - 8)·s = q·s + (−8·s), scale and zero per group."""
+    q, scales, _ = gemmgen.unpack_weights(packed)                 # q [N, K] in 0..15, scales [N, G]
+    q = q.to(torch.int32)
+    nibbles = ((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8).contiguous()  # torch's [N, K/2] input
+    w = torch._convert_weight_to_int4pack(nibbles, 8)
+    s = scales.t().float()                                         # [G, N]
+    # tinygemm dequantizes (q - 8) * scale + zero
+    scales_and_zeros = torch.stack([s, torch.zeros_like(s)], dim=2).to(torch.bfloat16).contiguous()
+    return w, scales_and_zeros
+
+
+def impl_call(impl: str, pool: list, a_pool: list, out):
+    if impl == "bf16_mm":
+        return lambda i: torch.mm(a_pool[i % len(a_pool)], pool[i % len(pool)], out=out)
+    if impl == "tinygemm":
+        return lambda i: torch._weight_int4pack_mm(a_pool[i % len(a_pool)], pool[i % len(pool)][0],
+                                                   GROUP, pool[i % len(pool)][1])
+    mixed_mm = gemmgen.mixed_mm
+    return lambda i: mixed_mm(a_pool[i % len(a_pool)], pool[i % len(pool)], out=out)
+
+
+def pool_size(weight_bytes: int, l2: int) -> int:
+    return max(2, min(32, math.ceil(2 * l2 / max(weight_bytes, 1)) + 1))
+
+
+def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float) -> list[dict]:
+    rows = []
+    base = {kind: make_weight(n, k, kind) for kind in ("i4", "i4z", "i8")}
+    dense = dequantize(base["i4"]).to(torch.bfloat16).contiguous()  # [K, N]
+    pools = {
+        "bf16_mm": [dense.clone() for _ in range(pool_size(dense.numel() * 2, l2))],
+        "gemmgen_i4": [base["i4"]] + [make_weight(n, k, "i4") for _ in range(pool_size(n * k // 2, l2) - 1)],
+        "gemmgen_i4z": [base["i4z"]] + [make_weight(n, k, "i4z") for _ in range(pool_size(n * k // 2, l2) - 1)],
+        "gemmgen_i8": [base["i8"]] + [make_weight(n, k, "i8") for _ in range(pool_size(n * k, l2) - 1)],
+    }
+    try:
+        tiny = tinygemm_weight(base["i4"])
+        pools["tinygemm"] = [tiny] * 1 + [tinygemm_weight(p) for p in pools["gemmgen_i4"][1:]]
+    except Exception as exc:  # torch's int4 kernel is optional; say why it is absent
+        print(f"  tinygemm unavailable: {type(exc).__name__}: {exc}")
+    floor_us = (n * k / 2 + n * (k // GROUP) * 2) / bandwidth * 1e6
+    for m in ms:
+        a_pool = [torch.randn(m, k, device="cuda").to(torch.bfloat16) for _ in range(4)]
+        out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        # correctness first: every gemmgen impl against the reference on its first weight
+        for impl in ("gemmgen_i4", "gemmgen_i4z", "gemmgen_i8"):
+            got = gemmgen.mixed_mm(a_pool[0], pools[impl][0]).float()
+            ref = reference.mixed_mm(a_pool[0], pools[impl][0])
+            err = ((got - ref).norm() / ref.norm()).item()
+            assert err < 2e-2, f"{impl} n={n} k={k} m={m}: relative error {err:.2e}"
+        if "tinygemm" in pools:
+            got = torch._weight_int4pack_mm(a_pool[0], pools["tinygemm"][0][0], GROUP, pools["tinygemm"][0][1])
+            ref = reference.mixed_mm(a_pool[0], base["i4"])
+            err = ((got.float() - ref).norm() / ref.norm()).item()
+            if err > 2e-2:
+                print(f"  tinygemm n={n} k={k} m={m}: relative error {err:.2e} (layout mismatch?)")
+        row = {"n": n, "k": k, "m": m, "floor_i4": floor_us}
+        for impl in IMPLS:
+            if impl in pools:
+                row[impl] = gpu_time_us(impl_call(impl, pools[impl], a_pool, out),
+                                        len(pools[impl]) * len(a_pool))
+        rows.append(row)
+        print(f"  n={n:6d} k={k:6d} m={m:5d}  " + "  ".join(
+            f"{impl} {row[impl]:8.1f}" for impl in IMPLS if impl in row) + f"  floor {floor_us:7.1f} µs",
+            flush=True)
+    return rows
+
+
+def geomean(values) -> float:
+    values = [v for v in values if v and math.isfinite(v)]
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
+
+
+def summary(rows: list[dict], ms: list[int], device: str) -> str:
+    lines = [f"## Mixed-input GEMM (weight-only) on {device}", "",
+             f"{datetime.date.today()}; `{shlex.join(['python', *sys.argv])}`; group {GROUP}; µs "
+             "geomean over the shapes; speed-up = bf16 `torch.mm` time / impl time.", "",
+             "| M | bf16 mm µs | gemmgen i4 µs | × bf16 | i4 / floor | tinygemm × bf16 | gemmgen × tinygemm "
+             "| i4+zero × bf16 | i8 per-channel × bf16 |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for m in ms:
+        sel = [r for r in rows if r["m"] == m]
+        g = {impl: geomean([r.get(impl) for r in sel]) for impl in (*IMPLS, "floor_i4")}
+        lines.append(f"| {m} | {g['bf16_mm']:.1f} | {g['gemmgen_i4']:.1f} | "
+                     f"{g['bf16_mm'] / g['gemmgen_i4']:.2f} | {g['gemmgen_i4'] / g['floor_i4']:.2f} | "
+                     f"{g['bf16_mm'] / g['tinygemm']:.2f} | {g['tinygemm'] / g['gemmgen_i4']:.2f} | "
+                     f"{g['bf16_mm'] / g['gemmgen_i4z']:.2f} | {g['bf16_mm'] / g['gemmgen_i8']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--m", type=int, nargs="+", default=DEFAULT_M)
+    p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    p.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "out"))
+    p.add_argument("--append-results", action="store_true")
+    args = p.parse_args(argv)
+    torch.manual_seed(0)
+    device = torch.cuda.get_device_name()
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    bandwidth = copy_bandwidth()
+    print(f"{device}: copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write)")
+    rows = []
+    for model in args.models:
+        for n, k in MODELS[model]:
+            rows += bench_shape(n, k, args.m, l2, bandwidth)
+    text = summary(rows, args.m, device) + f"\nCopy bandwidth measured in the run: {bandwidth / 1e12:.2f} TB/s.\n"
+    print(text)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_mixed_mm.md").write_text(text)
+    if args.append_results:
+        with open(Path(__file__).resolve().parent / "RESULTS.md", "a") as handle:
+            handle.write("\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

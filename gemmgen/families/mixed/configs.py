@@ -1,0 +1,90 @@
+"""The mixed-input family's typed, frozen configs, its kernel spec and the one function that names
+a kernel.
+
+A kernel is fixed by its activation dtype `a` (bf16/fp16: also the MMA, scale and output type),
+its stored weight type `w` (int4 or int8) and its dequant `scheme` (`scale`: stored·scale, or
+`scale_zero`: stored·scale + zero), plus its tile config. The user-facing weight types map onto
+those at pack time (see packing.py): int4 and uint4b8 → int4/scale, uint4 → int4/scale_zero,
+int8 and uint8b128 → int8/scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...generator.kernel_config import RASTER_ORDERS, SWIZZLES, KernelSpec, Origin, RuntimeKnobs  # noqa: F401
+
+ACTIVATION_DTYPES = ("bf16", "fp16")
+WEIGHT_ELEMENTS = ("int4", "int8")
+SCHEMES = ("scale", "scale_zero")
+SCHEDULES = ("warpspecialized", "pingpong", "cooperative")
+TILE_SCHEDULERS = ("persistent", "streamk")
+# The user-facing weight types and the (stored element, scheme) kernel that serves each.
+KERNEL_FOR_WEIGHT_TYPE = {"int4": ("int4", "scale"), "uint4b8": ("int4", "scale"),
+                          "uint4": ("int4", "scale_zero"), "int8": ("int8", "scale"),
+                          "uint8b128": ("int8", "scale")}
+
+_SHORT = {"bf16": "bf16", "fp16": "f16", "int4": "i4", "int8": "i8", "scale": "s",
+          "scale_zero": "sz"}
+_SHORT_SCHEDULE = {"warpspecialized": "ws", "pingpong": "pp", "cooperative": "coop"}
+
+
+@dataclass(frozen=True)
+class MixedTileConfig:
+    """Compile-time shape of one sm90 mixed-input kernel. `tile` is in the kernel's terms:
+    M runs over the weight's N, N over the tokens (M of the user's problem)."""
+
+    tile: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    schedule: str
+    stages: int  # 0 means "auto"
+    tile_scheduler: str
+
+    @property
+    def terse(self) -> str:
+        """Name fragment, e.g. `t128x16x64_c1x1x1_ws_sauto` (+ `_streamk`)."""
+        parts = ["t" + "x".join(map(str, self.tile)), "c" + "x".join(map(str, self.cluster)),
+                 _SHORT_SCHEDULE[self.schedule], f"s{self.stages}" if self.stages else "sauto"]
+        if self.tile_scheduler != "persistent":
+            parts.append(self.tile_scheduler)
+        return "_".join(parts)
+
+    @property
+    def swap_ab(self) -> bool:
+        """Always: the weight is the kernel's A (the output is tiled transposed)."""
+        return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixedMmSpec(KernelSpec):
+    """One mixed-input GEMM kernel: activation dtype, stored weight type, dequant scheme."""
+
+    family = "mixed"
+    class_fields = ("a", "w", "scheme")
+
+    a: str
+    w: str
+    scheme: str
+
+    @property
+    def name(self) -> str:
+        return kernel_name(self)
+
+    @property
+    def d(self) -> str:
+        return self.a
+
+    @property
+    def split_k(self) -> bool:
+        return self.config.tile_scheduler == "streamk"
+
+    @property
+    def unit_key(self) -> tuple:
+        return (self.a, self.config.terse)
+
+
+def kernel_name(spec: MixedMmSpec) -> str:
+    """The family's one naming function: ``{arch}_{op}_{a}_{w}_{scheme}_{tile config}``, e.g.
+    ``sm90a_mixed_mm_bf16_i4_sz_t128x16x64_c1x1x1_ws_sauto``."""
+    return "_".join([spec.arch, spec.op, _SHORT[spec.a], _SHORT[spec.w], _SHORT[spec.scheme],
+                     spec.config.terse])

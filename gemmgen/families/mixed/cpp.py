@@ -1,0 +1,33 @@
+"""C++ spellings of the mixed-input config vocabulary, used by the family's kernel template."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .configs import MixedMmSpec
+
+
+class Cpp:
+    _ELEMENT = {"bf16": "cutlass::bfloat16_t", "fp16": "cutlass::half_t", "int4": "cutlass::int4b_t",
+                "int8": "int8_t"}
+    _KERNEL = {"warpspecialized": "KernelTmaWarpSpecialized",
+               "pingpong": "KernelTmaWarpSpecializedPingpong",
+               "cooperative": "KernelTmaWarpSpecializedCooperative"}
+    _EPILOGUE = {"warpspecialized": "TmaWarpSpecialized", "pingpong": "TmaWarpSpecialized",
+                 "cooperative": "TmaWarpSpecializedCooperative"}
+    _SCHEDULER = {"persistent": "PersistentScheduler", "streamk": "StreamKScheduler"}
+
+    def element(self, dtype: str) -> str:
+        return self._ELEMENT[dtype]
+
+    def shape(self, dims: Sequence[int]) -> str:
+        return ", ".join(f"_{d}" for d in dims)
+
+    def kernel_schedule(self, k: MixedMmSpec) -> str:
+        return f"cutlass::gemm::{self._KERNEL[k.config.schedule]}"
+
+    def epilogue_schedule(self, k: MixedMmSpec) -> str:
+        return f"cutlass::epilogue::{self._EPILOGUE[k.config.schedule]}"
+
+    def tile_scheduler(self, k: MixedMmSpec) -> str:
+        return f"cutlass::gemm::{self._SCHEDULER[k.config.tile_scheduler]}"

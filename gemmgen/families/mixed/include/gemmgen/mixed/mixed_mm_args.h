@@ -1,0 +1,38 @@
+/*
+ * gemmgen/mixed/mixed_mm_args.h — the argument struct of the mixed-input GEMM family's kernels
+ * (weight-only quantization). Mirrored by MixedMmArgs in gemmgen/families/mixed/abi.py; the
+ * library exports gemmgen_mixed_mm_args_size() and the loader compares it with the mirror.
+ *
+ * out[M,N] = a[M,K] · dequant(w)[K,N] (+ bias[N]); dequant(w)[k,n] = stored[n,k] · scale[g,n]
+ * (+ zero[g,n]), g = k / group_size. The packed layout (gemmgen/families/mixed/packing.py):
+ *   w      [N, K] K-major: int4 two per byte (even k in the low nibble), or int8
+ *   scale  [K/group, N] (N contiguous), activation dtype
+ *   zero   [K/group, N] (N contiguous), activation dtype: −scale·(zero − 8), or NULL
+ */
+#pragma once
+
+#include "gemmgen/c_api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gemmgen_mixed_mm_args {
+  const void* a;          /* [M, K] activations (bf16/fp16), row stride lda */
+  const void* w;          /* packed weight [N, K], K-major, contiguous */
+  const void* scale;      /* [K/group, N] */
+  const void* zero;       /* [K/group, N] or NULL (scale-only kernels) */
+  const void* bias;       /* [N] in the output dtype, or NULL */
+  void* d;                /* [M, N] output, row stride ldd */
+  int64_t m, n, k;
+  int64_t lda, ldd;
+  int64_t group_size;     /* a multiple of the tile K that divides K, or K (per-channel) */
+  int32_t raster_order;   /* 0 heuristic, 1 along M, 2 along N (the kernel's M is the weight's N) */
+  int32_t max_swizzle_size;
+  int32_t split_k_slices; /* stream-K kernels: >1 runs a split-K decomposition */
+  int32_t reserved;
+} gemmgen_mixed_mm_args;
+
+#ifdef __cplusplus
+}
+#endif

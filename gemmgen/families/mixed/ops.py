@@ -1,0 +1,173 @@
+"""The mixed-input family's PyTorch op: argument checks, the torch custom op, and the launch.
+
+`gemmgen.mixed_mm(a, packed, bias=None, out=None, kernel=None)` takes a `PackedWeight`; the
+custom op `gemmgen::mixed_mm_out` takes its tensors and metadata (custom ops take tensors and
+scalars only), writes into `out`, and so works under CUDA graphs and `torch.compile`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ...bindings import launch
+from ...bindings.library import Kernel
+from ...dtypes import dtype_name
+from ...generator.kernel_config import RuntimeKnobs
+from .abi import ARGS_LAYOUT, RASTER_CODES, MixedMmArgs
+from .configs import KERNEL_FOR_WEIGHT_TYPE
+from .packing import LAYOUT_VERSION, PackedWeight, pack_weights, unpack_weights  # noqa: F401 (gemmgen.*)
+from .schema import TILE_K
+
+_ACTIVATIONS = (torch.bfloat16, torch.float16)
+_ALIGN = launch.ALIGN_BYTES
+_fail = launch.ArgumentErrors("mixed_mm")
+_describe = launch.describe
+
+
+def _ptr(t: Optional[torch.Tensor]) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+def check_arguments(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor,
+                    scales: torch.Tensor, zeros: Optional[torch.Tensor],
+                    bias: Optional[torch.Tensor], weight_type: str, group_size: int,
+                    n: int, k: int) -> None:
+    """Validate every argument (shapes, dtypes, layouts, alignment) before launch; works on fake
+    tensors too, so torch.compile reports the same errors."""
+    if not isinstance(a, torch.Tensor) or a.dim() != 2:
+        raise _fail("a", "a 2-D [M, K] tensor", _describe(a))
+    if a.dtype not in _ACTIVATIONS:
+        raise _fail("a", "dtype torch.bfloat16 or torch.float16", _describe(a))
+    device = a.get_device()
+    if device < 0 or not a.is_cuda:
+        raise _fail("a", "a CUDA tensor", _describe(a))
+    m, k_a = a.shape
+    if k_a != k:
+        raise _fail("a", f"K = {k} columns (the packed weight's K)", _describe(a))
+    lda, inner = a.stride()
+    if inner != 1 or (m > 1 and lda < k):
+        raise _fail("a", "row-major [M, K] (stride(1) == 1)", _describe(a))
+    if m > 1 and (lda * a.element_size()) % _ALIGN:
+        raise _fail("a", f"a row stride that is a multiple of {_ALIGN // a.element_size()} "
+                         "elements (16-byte TMA alignment)", _describe(a))
+    if weight_type not in KERNEL_FOR_WEIGHT_TYPE:
+        raise _fail("packed", f"a weight_type in {', '.join(KERNEL_FOR_WEIGHT_TYPE)}", repr(weight_type))
+    bits = 4 if KERNEL_FOR_WEIGHT_TYPE[weight_type][0] == "int4" else 8
+    if k % TILE_K or n % 8:
+        raise _fail("packed", f"K a multiple of {TILE_K} and N a multiple of 8", f"K={k}, N={n}")
+    if not (group_size == k or (group_size > 0 and group_size % TILE_K == 0 and k % group_size == 0)):
+        raise _fail("packed", f"group_size a multiple of {TILE_K} dividing K={k}, or K "
+                              "(the kernels' tile K is 64)", group_size)
+    want = (torch.uint8, (n, k // 2)) if bits == 4 else (torch.int8, (n, k))
+    if (qweight.dtype, tuple(qweight.shape)) != want or not qweight.is_contiguous():
+        raise _fail("packed.qweight", f"a contiguous {want[0]} tensor of shape {list(want[1])}",
+                    _describe(qweight))
+    groups = k // group_size
+    for name, t in (("packed.scales", scales), ("packed.zeros", zeros)):
+        if t is None:
+            continue
+        if t.dtype != a.dtype:
+            raise _fail(name, f"dtype {a.dtype} (the activation dtype: pack the weight with "
+                              "scales of the dtype the model runs in)", _describe(t))
+        if tuple(t.shape) != (groups, n) or not t.is_contiguous():
+            raise _fail(name, f"a contiguous [{groups}, {n}] tensor", _describe(t))
+    if (zeros is not None) != (KERNEL_FOR_WEIGHT_TYPE[weight_type][1] == "scale_zero"):
+        raise _fail("packed.zeros", "zeros exactly for weight_type uint4", _describe(zeros))
+    for name, t in (("packed.qweight", qweight), ("packed.scales", scales), ("packed.zeros", zeros),
+                    ("bias", bias), ("out", out)):
+        if t is not None and t.get_device() != device:
+            raise _fail(name, f"a tensor on cuda:{device} like a", _describe(t))
+    if not isinstance(out, torch.Tensor) or out.dtype != a.dtype:
+        raise _fail("out", f"a {a.dtype} tensor (the activation dtype)", _describe(out))
+    ldd, out_inner = out.stride()
+    if tuple(out.shape) != (m, n) or out_inner != 1 or (m > 1 and ldd < n):
+        raise _fail("out", f"row-major [M={m}, N={n}] with stride(1) == 1", _describe(out))
+    if m > 1 and (ldd * out.element_size()) % _ALIGN:
+        raise _fail("out", "a row stride that is a multiple of 8 elements", _describe(out))
+    if bias is not None:
+        _fail.vector("bias", bias, a.dtype, (n,), f"N={n} elements", device)
+
+
+def _kernel_for(kernel: Optional[str], a: torch.Tensor, weight_type: str, m: int, n: int,
+                k: int) -> tuple[Kernel, RuntimeKnobs]:
+    w, scheme = KERNEL_FOR_WEIGHT_TYPE[weight_type]
+    key = ("mixed_mm", dtype_name(a.dtype), w, scheme)
+    if kernel is None:
+        device = a.get_device()
+        arches = launch.arches_for(device, None, _fail)
+        return launch.chosen_kernel("mixed_mm", device, arches, key, (m, n, k))
+    chosen = launch.forced_kernel(kernel, None, _fail)
+    if chosen.spec.dispatch_class != key:
+        raise _fail("kernel", f"a mixed_mm kernel for {key[1]} x {w} ({scheme})",
+                    f"{kernel} ({' '.join(chosen.spec.dispatch_class)})")
+    return chosen, chosen.spec.knobs
+
+
+def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, group_size: int,
+                       n: int, k: int, kernel: Optional[str] = None,
+                       knobs: Optional[RuntimeKnobs] = None) -> None:
+    """The eager implementation. `knobs` (the tuner's) overrides the kernel's run-time knobs."""
+    check_arguments(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k)
+    m = a.shape[0]
+    if m == 0:
+        if kernel is not None:
+            _kernel_for(kernel, a, weight_type, 1, n, k)  # still reject a wrong name
+        return
+    for name, t in (("a", a), ("packed.qweight", qweight), ("packed.scales", scales),
+                    ("packed.zeros", zeros), ("out", out)):
+        if t is not None and t.data_ptr() % _ALIGN:
+            raise _fail(name, "a 16-byte aligned data pointer", f"address {t.data_ptr():#x}")
+    chosen, chosen_knobs = _kernel_for(kernel, a, weight_type, m, n, k)
+    knobs = knobs or chosen_knobs
+    device = a.get_device()
+    launch.check_device(device, chosen, _fail)
+    buffer = launch.args_buffer(MixedMmArgs)
+    ARGS_LAYOUT.pack_into(buffer, 0, a.data_ptr(), qweight.data_ptr(), scales.data_ptr(),
+                          _ptr(zeros), _ptr(bias), out.data_ptr(), m, n, k,
+                          a.stride(0) if m > 1 else k, out.stride(0) if m > 1 else n, group_size,
+                          RASTER_CODES[knobs.raster], knobs.swizzle, knobs.split_k_slices, 0)
+    launch.raise_on_status(launch.launch(chosen, buffer, device), chosen)
+
+
+@torch.library.custom_op("gemmgen::mixed_mm_out", mutates_args=("out",), device_types="cuda")
+def mixed_mm_out(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+                 zeros: Optional[torch.Tensor], bias: Optional[torch.Tensor], weight_type: str,
+                 group_size: int, n: int, k: int, kernel: Optional[str] = None) -> None:
+    """out = a @ dequant(packed weight) (+ bias); see gemmgen.mixed_mm."""
+    _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k, kernel)
+
+
+@mixed_mm_out.register_fake
+def _mixed_mm_out_fake(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k,
+                       kernel=None) -> None:
+    check_arguments(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k)
+
+
+def mixed_mm(a: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor] = None,
+             out: Optional[torch.Tensor] = None, *, kernel: Optional[str] = None) -> torch.Tensor:
+    """out[M, N] = a[M, K] @ dequant(packed)[K, N] (+ bias[N]), in a's dtype.
+
+    a: [M, K] bfloat16 or float16, row-major. packed: a `gemmgen.PackedWeight` (from
+    `gemmgen.pack_weights`, `PackedWeight.from_gptq` or `.from_awq`) for sm90a whose scales have
+    a's dtype. bias: [N] in a's dtype. out: optional [M, N] row-major output. kernel: force a
+    kernel by name (default: dispatch picks by M, N, K).
+    """
+    if not isinstance(packed, PackedWeight):
+        raise _fail("packed", "a gemmgen.PackedWeight (see gemmgen.pack_weights)", type(packed).__name__)
+    if packed.layout_version != LAYOUT_VERSION or packed.arch != "sm90a":
+        raise _fail("packed", f"a weight packed for sm90a with layout version {LAYOUT_VERSION} "
+                              "(re-pack it with gemmgen.pack_weights(..., arch='sm90a'))",
+                    f"arch {packed.arch!r}, layout version {packed.layout_version}")
+    if not isinstance(a, torch.Tensor) or a.dim() != 2:
+        raise _fail("a", "a 2-D [M, K] tensor", _describe(a))
+    if out is None:
+        out = torch.empty((a.shape[0], packed.n), dtype=a.dtype, device=a.device)
+    args = (out, a, packed.qweight, packed.scales, packed.zeros, bias, packed.weight_type,
+            packed.group_size, packed.n, packed.k, kernel)
+    if launch.through_custom_op(a):
+        torch.ops.gemmgen.mixed_mm_out(*args)
+    else:
+        _mixed_mm_out_impl(*args)
+    return out

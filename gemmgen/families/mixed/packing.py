@@ -1,0 +1,436 @@
+"""Packs logical integer weights into the layout the mixed-input (weight-only) GEMM kernels read,
+and back: `pack_weights`, `unpack_weights`, `dequantize`, and the `PackedWeight` that carries a
+packed weight with its metadata. The layout is defined once here (`Sm90Layout`).
+
+The semantics (what a packed weight means, whatever the layout)::
+
+    out[M, N] = a[M, K] @ dequant(w)[K, N] (+ bias[N])
+    dequant(w)[k, n] = scale[g, n] * (q[n, k] - offset)      symmetric types, g = k // group_size
+    dequant(w)[k, n] = scale[g, n] * (q[n, k] - zero[g, n])  uint4 (asymmetric, AWQ-style)
+
+    weight_type  q range    offset  zeros
+    int4         -8..7      0       -
+    uint4b8      0..15      8       -        (GPTQ symmetric 4-bit)
+    uint4        0..15      -       0..15    (AWQ / GPTQ asymmetric 4-bit)
+    int8         -128..127  0       -
+    uint8b128    0..255     128     -        (GPTQ symmetric 8-bit)
+
+Per-channel quantization is one group spanning K (`group_size=None` or `group_size == K`; the
+packed weight stores group_size = K).
+
+Packed layout, version 1, arch "sm90a" (what the CUTLASS 3.x Hopper kernels read; N = output
+features, K = input features, G = K / group_size):
+
+- stored value (a signed int that the kernel converts to the activation dtype):
+  int4 -> q; uint4b8 -> q - 8; uint4 -> q - 8; int8 -> q; uint8b128 -> q - 128.
+  Every 4-bit type stores -8..7 and every 8-bit type -128..127.
+- `qweight`: 4-bit types: torch.uint8 [N, K/2]; row n holds k = 0..K-1 of output feature n;
+  byte j holds element (n, 2j) in its LOW nibble and (n, 2j+1) in its HIGH nibble, each nibble
+  the two's-complement int4 of the stored value. 8-bit types: torch.int8 [N, K], the stored
+  value. Contiguous (K fastest): the kernel's B operand is K-major.
+- `scales`: [G, N] contiguous (N fastest), in the scale dtype (float16 or bfloat16: the dtype of
+  the activations this weight serves).
+- `zeros` (uint4 only, else None): [G, N] contiguous in the scale dtype, holding
+  ``zp = scale * (8 - zero)`` (= -scale * (zero - 8)), computed in float32 and rounded once to
+  the scale dtype. The kernel computes ``stored * scale + zp``; with stored = q - 8 that is
+  ``scale * (q - 8) + scale * (8 - zero) = scale * (q - zero)``, exact up to the one rounding
+  of zp (relative error <= 2^-11 for float16, 2^-8 for bfloat16, of |scale * (8 - zero)|).
+  `unpack_weights` recovers the integer zero as ``round(8 - zp / scale)`` in float32: the
+  rounding error of zp is at most 8 * 2^-8 = 1/32 of a step, far below 1/2, so the recovery is
+  exact for every zero 0..15 and every finite non-zero scale whose zp does not overflow
+  (subnormal scales included: zp is then an exact multiple of the same subnormal step).
+  Scales that are 0 (zero unrecoverable) or make zp overflow are refused when packing uint4.
+
+Alignment (checked by `pack_weights`): K a multiple of 64 (the sm90a kernels' tile K for 16-bit
+activations; this also makes K even for the 4-bit types), N a multiple of 8 (16-byte TMA alignment
+of the scales, zeros and the output rows in a 16-bit dtype), group_size a multiple of 64 that
+divides K, or K itself.
+
+The sm80 layout (TRT-LLM's interleaved one) is not built yet; `ARCH_LAYOUTS` lists those that are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from ... import arch as arch_policy
+
+WEIGHT_TYPES = ("int4", "uint4b8", "uint4", "int8", "uint8b128")
+LAYOUT_VERSION = 1
+ARCH_LAYOUTS = ("sm90a",)
+
+TILE_K = 64          # the sm90a kernels' tile K for 16-bit activations: K and group_size multiples
+N_ALIGN = 8          # 16 bytes of a 16-bit dtype: TMA alignment of scales / zeros / output rows
+
+_SCALE_DTYPES = (torch.float16, torch.bfloat16)
+_INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+# weight_type -> (bits, lowest logical q, highest logical q, offset subtracted to store it)
+_TYPES: dict[str, tuple[int, int, int, int]] = {
+    "int4": (4, -8, 7, 0),
+    "uint4b8": (4, 0, 15, 8),
+    "uint4": (4, 0, 15, 8),       # stored = q - 8; the zero point goes into `zeros` as zp
+    "int8": (8, -128, 127, 0),
+    "uint8b128": (8, 0, 255, 128),
+}
+_ZERO_RANGE = (0, 15)           # uint4 zero points
+
+
+def _describe(t) -> str:
+    if not isinstance(t, torch.Tensor):
+        return f"{type(t).__name__} {t!r}" if isinstance(t, (int, float, str)) else type(t).__name__
+    return f"{t.dtype} tensor of shape {tuple(t.shape)} on {t.device}"
+
+
+def _error(where: str, argument: str, expected: str, got: object) -> ValueError:
+    """The one message format of argument errors (as the ops': gemmgen.<op>: argument ...)."""
+    return ValueError(f"gemmgen.{where}: argument '{argument}': expected {expected}; got {got}")
+
+
+def _dtype_list(dtypes) -> str:
+    return ", ".join(str(d) for d in dtypes)
+
+
+def bits_of(weight_type: str) -> int:
+    """4 or 8: the width of one weight element of `weight_type`."""
+    return _TYPES[weight_type][0]
+
+
+def q_range(weight_type: str) -> tuple[int, int]:
+    """The logical values q of `weight_type` may take (inclusive)."""
+    _, low, high, _ = _TYPES[weight_type]
+    return low, high
+
+
+def default_arch(device=None) -> str:
+    """The packed layout for the GPU that will run the kernels: the one place that decides it.
+
+    `device`: the device of the weight; a CPU tensor (or None) asks about the current CUDA
+    device, if any. Capability 9.0 -> "sm90a"; no GPU -> "sm90a"; every other GPU -> "sm90a" too
+    until another layout exists (the best kernel arch for the GPU when it has a layout here).
+    """
+    device = torch.device(device) if device is not None else None
+    capability = None
+    if device is not None and device.type == "cuda":
+        capability = torch.cuda.get_device_capability(device)
+    elif torch.cuda.is_available():
+        capability = torch.cuda.get_device_capability()
+    if capability is not None:
+        best = arch_policy.best_arch_for(capability)
+        if best in ARCH_LAYOUTS:
+            return best
+    return ARCH_LAYOUTS[0]
+
+
+def _check_arch(where: str, arch) -> str:
+    if arch == "sm80":
+        raise _error(where, "arch", f"one of {', '.join(ARCH_LAYOUTS)} or None: the sm80 "
+                     "(TRT-LLM interleaved) layout is not built yet", repr(arch))
+    if arch not in ARCH_LAYOUTS:
+        raise _error(where, "arch", f"one of {', '.join(ARCH_LAYOUTS)} or None", repr(arch))
+    return arch
+
+
+class Sm90Layout:
+    """Layout version 1 for arch "sm90a" (see the module docstring): the one definition that
+    `pack_weights` writes, `unpack_weights` reads, and the C++ kernels consume."""
+
+    version = 1
+    arch = "sm90a"
+
+    @staticmethod
+    def offset(weight_type: str) -> int:
+        """What is subtracted from the logical q to store it (8 for uint4: its zero is in zp)."""
+        return _TYPES[weight_type][3]
+
+    @staticmethod
+    def qweight_spec(weight_type: str, n: int, k: int) -> tuple[torch.dtype, tuple[int, int]]:
+        """(dtype, shape) of the packed qweight."""
+        return (torch.uint8, (n, k // 2)) if bits_of(weight_type) == 4 else (torch.int8, (n, k))
+
+    @staticmethod
+    def pack_q(q: torch.Tensor, weight_type: str) -> torch.Tensor:
+        """Logical q [N, K] (values in range) -> qweight."""
+        stored = q.to(torch.int16) - Sm90Layout.offset(weight_type)
+        if bits_of(weight_type) == 8:
+            return stored.to(torch.int8).contiguous()
+        nibbles = stored & 0xF                                  # two's-complement int4
+        return (nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)).to(torch.uint8).contiguous()
+
+    @staticmethod
+    def unpack_q(qweight: torch.Tensor, weight_type: str) -> torch.Tensor:
+        """qweight -> logical q, int32 [N, K]."""
+        offset = Sm90Layout.offset(weight_type)
+        if bits_of(weight_type) == 8:
+            return qweight.to(torch.int32) + offset
+        b = qweight.to(torch.int32)
+        low, high = b & 0xF, (b >> 4) & 0xF
+        both = torch.stack((low, high), dim=-1).reshape(qweight.shape[0], -1)   # k = 2j, 2j+1
+        return ((both ^ 8) - 8) + offset                        # sign-extend int4, undo offset
+
+    @staticmethod
+    def zp_from_zero(zero: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """zp = scale * (8 - zero), in float32 and rounded once to scale's dtype (same shapes)."""
+        return (scale.float() * (8 - zero.float())).to(scale.dtype)
+
+    @staticmethod
+    def zero_from_zp(zp: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """The integer zero point back from zp: round(8 - zp / scale) in float32, as int32."""
+        return torch.round(8 - zp.float() / scale.float()).to(torch.int32)
+
+
+_LAYOUTS = {"sm90a": Sm90Layout}
+
+
+@dataclass(frozen=True, eq=False)
+class PackedWeight:
+    """A weight packed for the mixed-input GEMM: the tensors the kernel reads plus what they mean.
+
+    A plain Python object (not a tensor subclass); equality is identity. Construction checks
+    that tensors and metadata agree (shapes, dtypes, devices; no data is read, so it works on
+    meta / fake tensors). Build one with `pack_weights`, `PackedWeight.from_gptq` or
+    `PackedWeight.from_awq`.
+    """
+
+    qweight: torch.Tensor
+    scales: torch.Tensor
+    zeros: Optional[torch.Tensor]
+    weight_type: str
+    group_size: int
+    k: int
+    n: int
+    layout_version: int = LAYOUT_VERSION
+    arch: str = "sm90a"
+
+    def __post_init__(self):
+        where = "PackedWeight"
+        if self.weight_type not in WEIGHT_TYPES:
+            raise _error(where, "weight_type", f"one of {', '.join(WEIGHT_TYPES)}",
+                         repr(self.weight_type))
+        _check_arch(where, self.arch)
+        if self.layout_version != LAYOUT_VERSION:
+            raise _error(where, "layout_version", f"{LAYOUT_VERSION} (the layout this gemmgen "
+                         "reads and writes)", repr(self.layout_version))
+        for name in ("k", "n", "group_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise _error(where, name, "a positive int", repr(value))
+        k, n, g = self.k, self.n, self.group_size
+        if k % g:
+            raise _error(where, "group_size", f"a divisor of k={k}", g)
+        dtype, shape = _LAYOUTS[self.arch].qweight_spec(self.weight_type, n, k)
+        tensors = (("qweight", self.qweight), ("scales", self.scales), ("zeros", self.zeros))
+        for name, t in tensors:
+            if t is not None and not isinstance(t, torch.Tensor):
+                raise _error(where, name, "a torch.Tensor", _describe(t))
+        q = self.qweight
+        if q is None or q.dtype != dtype or tuple(q.shape) != shape or not q.is_contiguous():
+            raise _error(where, "qweight", f"a contiguous {dtype} tensor of shape {list(shape)} "
+                         f"({self.weight_type}, n={n}, k={k})", _describe(q))
+        s = self.scales
+        if (s is None or s.dtype not in _SCALE_DTYPES or tuple(s.shape) != (k // g, n)
+                or not s.is_contiguous()):
+            raise _error(where, "scales", f"a contiguous float16 or bfloat16 tensor of shape "
+                         f"[K/group_size={k // g}, N={n}]", _describe(s))
+        z = self.zeros
+        if self.weight_type == "uint4":
+            if (z is None or z.dtype != s.dtype or tuple(z.shape) != (k // g, n)
+                    or not z.is_contiguous()):
+                raise _error(where, "zeros", f"a contiguous {s.dtype} tensor of shape "
+                             f"[{k // g}, {n}] (zp = scale * (8 - zero)) for uint4", _describe(z))
+        elif z is not None:
+            raise _error(where, "zeros", f"None for {self.weight_type} (only uint4 has zero "
+                         "points)", _describe(z))
+        for name, t in tensors[1:]:
+            if t is not None and t.device != q.device:
+                raise _error(where, name, f"a tensor on {q.device} like qweight", _describe(t))
+
+    @property
+    def bits(self) -> int:
+        """4 or 8."""
+        return bits_of(self.weight_type)
+
+    @property
+    def has_zeros(self) -> bool:
+        return self.zeros is not None
+
+    @property
+    def scale_dtype(self) -> torch.dtype:
+        """The dtype of the scales: the activation (and output) dtype this weight serves."""
+        return self.scales.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.qweight.device
+
+    @property
+    def num_groups(self) -> int:
+        return self.k // self.group_size
+
+    def to(self, device, non_blocking: bool = False) -> "PackedWeight":
+        """The same packed weight with every tensor on `device` (self if already there)."""
+        device = torch.device(device)
+        if self.qweight.device == device:
+            return self
+
+        def move(t):
+            return None if t is None else t.to(device, non_blocking=non_blocking)
+
+        return dataclasses.replace(self, qweight=move(self.qweight), scales=move(self.scales),
+                                   zeros=move(self.zeros))
+
+    @classmethod
+    def from_gptq(cls, qweight, qzeros, scales, g_idx=None, bits: int = 4, *,
+                  arch: Optional[str] = None) -> "PackedWeight":
+        """An AutoGPTQ / GPTQModel v1 checkpoint tensor set (see checkpoints.from_gptq)."""
+        from .checkpoints import from_gptq
+        return from_gptq(qweight, qzeros, scales, g_idx, bits, arch=arch)
+
+    @classmethod
+    def from_awq(cls, qweight, qzeros, scales, *, arch: Optional[str] = None) -> "PackedWeight":
+        """An AutoAWQ GEMM-format checkpoint tensor set (see checkpoints.from_awq)."""
+        from .checkpoints import from_awq
+        return from_awq(qweight, qzeros, scales, arch=arch)
+
+    def describe(self) -> str:
+        """One line: type, shape, groups, zeros, scale dtype, layout, device."""
+        group = "per-channel" if self.group_size == self.k else f"group {self.group_size}"
+        zeros = ", zero points" if self.has_zeros else ""
+        scale = str(self.scale_dtype).removeprefix("torch.")
+        return (f"PackedWeight {self.weight_type} [N={self.n}, K={self.k}], {group}{zeros}, "
+                f"{scale} scales, {self.arch} layout v{self.layout_version}, on {self.device}")
+
+    def __repr__(self) -> str:
+        return f"<{self.describe()}>"
+
+
+def _check_range(where: str, name: str, t: torch.Tensor, low: int, high: int, what: str) -> None:
+    lo, hi = int(t.min()), int(t.max())
+    if lo < low or hi > high:
+        raise _error(where, name, f"{what} values in {low}..{high}", f"values in {lo}..{hi}")
+
+
+def pack_weights(q: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Tensor] = None, *,
+                 weight_type: str, group_size: Optional[int], arch: Optional[str] = None
+                 ) -> PackedWeight:
+    """Pack a logical integer weight for the mixed-input GEMM (layout: see the module docstring).
+
+    q: [N, K] like nn.Linear.weight, an integer dtype holding the logical values of
+       `weight_type` (e.g. 0..15 for uint4b8).
+    scales: [N, K/group_size] (per-channel: also [N]), float16 or bfloat16; this dtype is the
+       activation dtype the packed weight serves.
+    zeros: [N, K/group_size] (per-channel: also [N]) integer zero points 0..15, uint4 only
+       (required there, refused for every other type).
+    group_size: a multiple of 64 that divides K, or K / None (per-channel).
+    arch: the packed layout; None: `default_arch(q.device)`.
+
+    Returns a PackedWeight on q's device. Every bad argument raises ValueError naming it.
+    """
+    where = "pack_weights"
+    if weight_type not in WEIGHT_TYPES:
+        raise _error(where, "weight_type", f"one of {', '.join(WEIGHT_TYPES)}", repr(weight_type))
+    if not isinstance(q, torch.Tensor) or q.dim() != 2:
+        raise _error(where, "q", "a 2-D integer tensor [N, K] (like nn.Linear.weight)",
+                     _describe(q))
+    arch = _check_arch(where, default_arch(q.device) if arch is None else arch)
+    if q.dtype not in _INT_DTYPES:
+        raise _error(where, "q", f"an integer dtype ({_dtype_list(_INT_DTYPES)})", _describe(q))
+    n, k = q.shape
+    if k <= 0 or k % TILE_K:
+        raise _error(where, "q", f"K (dim 1) a positive multiple of {TILE_K} (the sm90a kernels' "
+                     "tile K)", _describe(q))
+    if n <= 0 or n % N_ALIGN:
+        raise _error(where, "q", f"N (dim 0) a positive multiple of {N_ALIGN} (16-byte TMA "
+                     "alignment of the 16-bit scales and output rows)", _describe(q))
+    if group_size is None:
+        group_size = k
+    if (not isinstance(group_size, int) or isinstance(group_size, bool) or group_size <= 0
+            or k % group_size or (group_size != k and group_size % TILE_K)):
+        raise _error(where, "group_size", f"group_size a multiple of {TILE_K} (the sm90a "
+                     f"kernels' tile K for 16-bit activations) that divides K={k}, or K itself "
+                     "(per-channel)", repr(group_size))
+    groups = k // group_size
+
+    def grouped(name: str, t, dtypes, what: str) -> torch.Tensor:
+        """[N, G] (or [N] when per-channel) -> [N, G]; checks type, dtype, shape, device."""
+        if not isinstance(t, torch.Tensor) or t.dtype not in dtypes:
+            raise _error(where, name, f"{what} tensor ({_dtype_list(dtypes)})", _describe(t))
+        if t.dim() == 1 and groups == 1 and t.shape[0] == n:
+            t = t.reshape(n, 1)
+        if tuple(t.shape) != (n, groups):
+            per_channel = " or [N]" if groups == 1 else ""
+            raise _error(where, name, f"shape [N={n}, K/group_size={groups}]{per_channel}",
+                         _describe(t))
+        if t.device != q.device:
+            raise _error(where, name, f"a tensor on {q.device} like q", _describe(t))
+        return t
+
+    scales = grouped("scales", scales, _SCALE_DTYPES, "a float16 or bfloat16")
+    if weight_type == "uint4":
+        if zeros is None:
+            raise _error(where, "zeros", "integer zero points [N, K/group_size] for uint4", "None")
+        zeros = grouped("zeros", zeros, _INT_DTYPES, "an integer")
+    elif zeros is not None:
+        raise _error(where, "zeros", f"None for {weight_type} (symmetric: its offset is fixed; "
+                     "only uint4 takes zero points)", _describe(zeros))
+
+    low, high = q_range(weight_type)
+    _check_range(where, "q", q, low, high, weight_type)
+    if not bool(torch.isfinite(scales).all()):
+        raise _error(where, "scales", "finite values", "NaN or Inf")
+    layout = _LAYOUTS[arch]
+    scales_gn = scales.t().contiguous()
+    zp = None
+    if zeros is not None:
+        _check_range(where, "zeros", zeros, *_ZERO_RANGE, "uint4 zero-point")
+        if bool((scales == 0).any()):
+            raise _error(where, "scales", "non-zero values for uint4 (a zero point cannot be "
+                         "recovered from zp = scale * (8 - zero) when scale is 0)", "a 0")
+        zp = layout.zp_from_zero(zeros.t(), scales_gn).contiguous()
+        if not bool(torch.isfinite(zp).all()):
+            big = float(scales.float().abs().max())
+            raise _error(where, "scales", f"|scale * (8 - zero)| within {scales.dtype}'s range "
+                         "(zp = scale * (8 - zero) is stored in the scale dtype)",
+                         f"max |scale| {big:g}, which overflows")
+    return PackedWeight(qweight=layout.pack_q(q, weight_type), scales=scales_gn, zeros=zp,
+                        weight_type=weight_type, group_size=group_size, k=k, n=n,
+                        layout_version=layout.version, arch=arch)
+
+
+def unpack_weights(packed: PackedWeight
+                   ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """The exact inverse of `pack_weights`: (q, scales, zeros) on the packed weight's device.
+
+    q: int32 [N, K] logical values; scales: [N, K/group_size] in the scale dtype; zeros: int32
+    [N, K/group_size] (uint4) or None.
+    """
+    if not isinstance(packed, PackedWeight):
+        raise _error("unpack_weights", "packed", "a PackedWeight", _describe(packed))
+    layout = _LAYOUTS[packed.arch]
+    q = layout.unpack_q(packed.qweight, packed.weight_type)
+    zeros = None
+    if packed.zeros is not None:
+        zeros = layout.zero_from_zp(packed.zeros, packed.scales).t().contiguous()
+    return q, packed.scales.t().contiguous(), zeros
+
+
+def dequantize(packed: PackedWeight) -> torch.Tensor:
+    """The dequantized weight, float32 [K, N] (transposed: the B operand of a @ w).
+
+    scale * (q - offset) or scale * (q - zero), from `unpack_weights`; exact in float32 (a 16-bit
+    scale times an integer of at most 9 bits).
+    """
+    if not isinstance(packed, PackedWeight):
+        raise _error("dequantize", "packed", "a PackedWeight", _describe(packed))
+    q, scales, zeros = unpack_weights(packed)
+    g = packed.group_size
+    if zeros is not None:
+        q = q - zeros.repeat_interleave(g, dim=1)
+    else:
+        q = q - _TYPES[packed.weight_type][3]
+    w = q.float() * scales.float().repeat_interleave(g, dim=1)
+    return w.t().contiguous()

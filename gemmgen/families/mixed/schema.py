@@ -1,0 +1,142 @@
+"""The mixed-input family's manifest schema and sm90a legality rules, checked before anything
+compiles (file:line errors).
+
+    - op: mixed_mm
+      dtypes: [{a: [bf16, fp16], w: [int4, int8]}]   # activations (= output), stored weight
+      schemes: [scale, scale_zero]                      # scale_zero: int4 only (AWQ-style uint4)
+      configs:
+        - {name: decode, tile: [128, 16, 64], cluster: [1, 1, 1], schedule: warpspecialized,
+           stages: auto, tile_scheduler: persistent, raster: heuristic, swizzle: 1}
+
+`tile` is in the kernel's terms: M runs over the weight's N (output features), N over tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ...generator.kernel_config import ConfigEntry
+from ...generator.yaml_lines import LocatedDict
+from .configs import (ACTIVATION_DTYPES, RASTER_ORDERS, SCHEDULES, SCHEMES, SWIZZLES,
+                      TILE_SCHEDULERS, WEIGHT_ELEMENTS, MixedTileConfig, RuntimeKnobs)
+
+FAMILY_KEYS = frozenset({"dtypes", "schemes"})
+REQUIRED_FAMILY_KEYS = frozenset({"dtypes", "schemes"})
+CONFIG_KEYS = frozenset({"name", "tile", "cluster", "schedule", "stages", "tile_scheduler",
+                         "raster", "swizzle"})
+TILE_K = 64  # 128 bytes of 16-bit activations: one swizzle atom; group sizes are multiples of it
+SMEM_LIMIT_BYTES = 232_448
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_BITS = {"int4": 4, "int8": 8}
+
+Variant = tuple[str, str, str]  # (a, w, scheme)
+
+
+def _names(reader, node: LocatedDict, key: str, allowed: tuple[str, ...]) -> list[str]:
+    values = reader.sequence(node, key, allow_scalar=True)
+    for value in values:
+        if value not in allowed:
+            raise reader.error(node, key, f"unknown value {value!r}; expected one of "
+                                          f"{', '.join(allowed)}")
+    return list(values)
+
+
+def read_variants(reader, fam: LocatedDict) -> tuple[Variant, ...]:
+    pairs: list[tuple[str, str]] = []
+    dtypes = reader.sequence(fam, "dtypes")
+    for i, entry in enumerate(dtypes):
+        d = reader.mapping(entry, f"dtypes[{i}]", ("a", "w"), ("a", "w"), line=dtypes.line_of(i))
+        for a in _names(reader, d, "a", ACTIVATION_DTYPES):
+            for w in _names(reader, d, "w", WEIGHT_ELEMENTS):
+                pairs.append((a, w))
+    schemes = _names(reader, fam, "schemes", SCHEMES)
+    variants = []
+    for a, w in pairs:
+        for scheme in schemes:
+            if scheme == "scale_zero" and w != "int4":
+                continue  # zero points serve the 4-bit AWQ-style weights only
+            variants.append((a, w, scheme))
+    if "scale_zero" in schemes and not any(w == "int4" for _, w in pairs):
+        raise reader.error(fam, "schemes", "scale_zero (zero points) serves int4 weights only; "
+                                           "no dtypes entry has w: int4")
+    if len(set(variants)) != len(variants):
+        raise reader.error(fam, "dtypes", "the same (a, w, scheme) combination is listed twice")
+    return tuple(variants)
+
+
+def estimate_smem(config: MixedTileConfig, w: str, with_zero: bool) -> tuple[int, int]:
+    """(bytes per mainloop stage, bytes for the epilogue), an upper-side estimate."""
+    tm, tn, tk = config.tile
+    scale_bytes = tm * 2 * (2 if with_zero else 1)
+    stage = tm * tk * _BITS[w] // 8 + tn * tk * 2 + scale_bytes + 16
+    epi_m = min(tm, 128 if config.schedule == "cooperative" else 64)
+    epilogue = 2 * epi_m * min(tn, 32) * 2 + tm * 2 + 1024
+    return stage, epilogue
+
+
+def check_config(config: MixedTileConfig, variants: tuple[Variant, ...]) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    tm, tn, tk = config.tile
+    if tm % 64 or not 64 <= tm <= 256:
+        problems.append(("tile", "tile M (over the weight's N) must be 64, 128, 192 or 256 (a "
+                                 f"wgmma is 64 rows); got {tm}"))
+    if tn % 8 or not 8 <= tn <= 256:
+        problems.append(("tile", f"tile N (over tokens) must be a multiple of 8 in [8, 256]; got {tn}"))
+    if tk != TILE_K:
+        problems.append(("tile", f"tile K must be {TILE_K} for 16-bit activations (one 128-byte "
+                                 "swizzle atom; group sizes are multiples of it); got " f"{tk}"))
+    for dim, value in zip("MNK", config.cluster):
+        if value < 1 or value & (value - 1):
+            problems.append(("cluster", f"cluster {dim} must be a power of two >= 1; got {value}"))
+    if config.cluster[2] != 1 or config.cluster[0] * config.cluster[1] > 16:
+        problems.append(("cluster", f"cluster K must be 1 and a cluster holds at most 16 CTAs; "
+                                    f"got {'x'.join(map(str, config.cluster))}"))
+    if config.schedule == "cooperative" and tm % 128:
+        problems.append(("schedule", "cooperative splits tile M across two consumer warpgroups, "
+                                     f"so tile M must be a multiple of 128; got {tm}"))
+    if config.tile_scheduler == "streamk" and config.schedule != "cooperative":
+        problems.append(("tile_scheduler", "stream-K needs the cooperative schedule; got "
+                                           f"schedule {config.schedule!r}"))
+    if not problems:
+        for _, w, scheme in variants:
+            stage, epilogue = estimate_smem(config, w, scheme == "scale_zero")
+            stages = config.stages or 2
+            total = stages * stage + epilogue
+            if total > SMEM_LIMIT_BYTES:
+                what = f"{config.stages} stages" if config.stages else "the minimum of 2 stages (stages: auto)"
+                problems.append(("stages", f"{what} of tile {'x'.join(map(str, config.tile))} ({w}, "
+                                           f"{scheme}) need about {stages} x {stage} + {epilogue} = "
+                                           f"{total} bytes of shared memory, over the sm90 limit of "
+                                           f"{SMEM_LIMIT_BYTES}"))
+                break
+    return problems
+
+
+def read_config(reader, node: Any, index: int, variants: tuple[Variant, ...], line: int) -> ConfigEntry:
+    c = reader.mapping(node, f"configs[{index}]", CONFIG_KEYS, ("tile", "cluster", "schedule"),
+                       line=line)
+    name = c.get("name")
+    if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
+        raise reader.error(c, "name", f"expected a lowercase identifier, got {name!r}")
+    stages = c.get("stages", "auto")
+    if stages == "auto":
+        stages = 0
+    elif not isinstance(stages, int) or isinstance(stages, bool) or not 2 <= stages <= 16:
+        raise reader.error(c, "stages", f"expected 'auto' or an integer in [2, 16], got {stages!r}")
+    config = MixedTileConfig(
+        tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster"),
+        schedule=reader.choice(c, "schedule", SCHEDULES), stages=stages,
+        tile_scheduler=reader.choice(c, "tile_scheduler", TILE_SCHEDULERS, "persistent"))
+    knobs = RuntimeKnobs(raster=reader.choice(c, "raster", RASTER_ORDERS, "heuristic"),
+                         swizzle=reader.choice(c, "swizzle", SWIZZLES, 1))
+    for key, message in check_config(config, variants):
+        raise reader.error(c, key, message)
+    return ConfigEntry(name, config, knobs, line)
+
+
+def config_fields(entry: ConfigEntry) -> dict[str, Any]:
+    cfg, knobs = entry.config, entry.knobs
+    return {"tile": list(cfg.tile), "cluster": list(cfg.cluster), "schedule": cfg.schedule,
+            "stages": cfg.stages if cfg.stages else "auto", "tile_scheduler": cfg.tile_scheduler,
+            "raster": knobs.raster, "swizzle": knobs.swizzle}

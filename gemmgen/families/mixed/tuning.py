@@ -1,0 +1,107 @@
+"""How the tuner measures the mixed-input family: the classes it tunes, seeded inputs for one
+problem (a pool of random packed weights larger than twice the L2), one timed call of a
+candidate, and which run-time knobs are worth trying."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+
+import torch
+
+from ...generator.kernel_config import RASTER_ORDERS, SWIZZLES
+from ...tuning.measure import Candidate, gpu_time_us
+from . import ops
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+WEIGHT_TYPE_FOR = {("int4", "scale"): "int4", ("int4", "scale_zero"): "uint4",
+                   ("int8", "scale"): "int8"}
+SPLIT_K_SLICES = (1, 2, 4, 8)
+GROUP_SIZE = 128
+
+
+@dataclass
+class Problem:
+    """A pool of (activations, packed weight tensors) to rotate through, and the output."""
+
+    pool: list[tuple]
+    weight_type: str
+    group_size: int
+    n: int
+    k: int
+    out: torch.Tensor
+
+
+def classes(built: set[tuple[str, ...]], options) -> list[tuple[str, ...]]:
+    """Every built (mixed_mm, a, w, scheme) class, filtered by `--dtypes` (activation dtypes)."""
+    return sorted(c for c in built if not options.dtypes or c[1] in options.dtypes)
+
+
+def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
+                 l2_bytes: int | None = None) -> Problem:
+    """Full-range random packed weights (every nibble/byte value occurs), scales in
+    [1e-3, 1e-2], zeros for the zero-point scheme; group size 128 (K if K < 128)."""
+    _, a, w, scheme = cls
+    dtype = TORCH_DTYPES[a]
+    group = GROUP_SIZE if k % GROUP_SIZE == 0 else k
+    l2 = l2_bytes or torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    weight_bytes = n * k // (2 if w == "int4" else 1)
+    per_item = weight_bytes + 2 * m * k
+    count = max(2, min(64, math.ceil(2 * l2 / per_item) + 1))
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{seed}:{cls}:{m}:{n}:{k}".encode()))
+    pool = []
+    for _ in range(count):
+        x = torch.randn(m, k, device="cuda", generator=gen).to(dtype)
+        if w == "int4":
+            q = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda", generator=gen)
+        else:
+            q = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda", generator=gen)
+        scales = (torch.rand(k // group, n, device="cuda", generator=gen) * 9e-3 + 1e-3).to(dtype)
+        zeros = ((torch.rand(k // group, n, device="cuda", generator=gen) - 0.5) * 0.1).to(dtype) \
+            if scheme == "scale_zero" else None
+        pool.append((x, q, scales, zeros))
+    out = torch.empty(m, n, dtype=dtype, device="cuda")
+    return Problem(pool, WEIGHT_TYPE_FOR[(w, scheme)], group, n, k, out)
+
+
+def time_candidate(candidate: Candidate, problem: Problem) -> float:
+    p = problem
+    knobs = candidate.knobs
+
+    def call(i: int) -> None:
+        x, q, scales, zeros = p.pool[i]
+        ops._mixed_mm_out_impl(p.out, x, q, scales, zeros, None, p.weight_type, p.group_size,
+                               p.n, p.k, candidate.kernel, knobs)
+    return gpu_time_us(call, len(p.pool))
+
+
+def knob_variants(kernel) -> list[Candidate]:
+    """The manifest default first; raster × swizzle; split counts for stream-K kernels."""
+    variants = [Candidate.of(kernel)]
+    variants += [Candidate(kernel.name, r, s) for r in RASTER_ORDERS for s in SWIZZLES]
+    if kernel.spec.split_k:
+        variants += [Candidate(kernel.name, split_k=s) for s in SPLIT_K_SLICES]
+    seen: set[Candidate] = set()
+    return [c for c in variants if not (c in seen or seen.add(c))]
+
+
+def output_tiles(kernel, m: int, n: int) -> int:
+    tile_m, tile_n = kernel.config.tile[0], kernel.config.tile[1]
+    return math.ceil(n / tile_m) * math.ceil(m / tile_n)
+
+
+def knobs_worth_trying(kernel, m: int, n: int, sm_count: int) -> bool:
+    return kernel.spec.split_k or output_tiles(kernel, m, n) > sm_count
+
+
+class _Hooks:
+    classes = staticmethod(classes)
+    make_problem = staticmethod(make_problem)
+    time_candidate = staticmethod(time_candidate)
+    knob_variants = staticmethod(knob_variants)
+    knobs_worth_trying = staticmethod(knobs_worth_trying)
+    output_tiles = staticmethod(output_tiles)
+
+
+HOOKS = _Hooks()

@@ -1,0 +1,199 @@
+"""GPU tests of the mixed-input family (`gemmgen.mixed_mm`): every built kernel, the dispatch
+path over M, every weight type and group size, bias on/off, GPTQ/AWQ-imported weights, CUDA
+graphs and torch.compile — each against `gemmgen.reference.mixed_mm` in float32 on fresh random
+data, with the output poisoned (NaN) first so an unwritten element fails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gemmgen
+import gemmgen.families.mixed.ops  # noqa: F401  (registers torch.ops.gemmgen.mixed_mm_out)
+from gemmgen import reference
+from gemmgen.families.mixed.configs import KERNEL_FOR_WEIGHT_TYPE
+from gemmgen.families.mixed.packing import q_range
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+WEIGHT_TYPES_FOR = {}
+for _wt, _kernel in KERNEL_FOR_WEIGHT_TYPE.items():
+    WEIGHT_TYPES_FOR.setdefault(_kernel, []).append(_wt)
+
+
+def random_packed(n: int, k: int, weight_type: str, group_size: int, dtype: torch.dtype):
+    """Full-range random logical weights, scales ~ 1/sqrt(K)-sized, zeros for uint4."""
+    low, high = q_range(weight_type)
+    q = torch.randint(low, high + 1, (n, k), dtype=torch.int32, device="cuda")
+    groups = k // group_size
+    scales = (torch.rand(n, groups, device="cuda") * 0.02 + 0.005).to(dtype)
+    zeros = (torch.randint(0, 16, (n, groups), dtype=torch.int32, device="cuda")
+             if weight_type == "uint4" else None)
+    return gemmgen.pack_weights(q, scales, zeros, weight_type=weight_type, group_size=group_size,
+                                arch="sm90a")
+
+
+def check(out: torch.Tensor, a: torch.Tensor, packed, bias=None) -> None:
+    """Every element written (no NaN left from the poison) and close to the float32 reference."""
+    assert not out.isnan().any(), "unwritten output elements (NaN poison left)"
+    ref = reference.mixed_mm(a, packed, bias)
+    err = (out.float() - ref).norm() / ref.norm().clamp_min(1e-6)
+    # bf16 output rounding is ~2^-9 relative; zero points are stored as -scale*(zero-8) in the
+    # activation dtype (one more rounding); allow 1e-2 in the norm and 3e-2 per element.
+    assert err < 1e-2, f"relative error {err:.2e}"
+    torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2 * ref.abs().max().item())
+
+
+def run(m: int, n: int, k: int, weight_type: str, group_size: int, dtype, *, bias: bool,
+        kernel: str | None = None):
+    packed = random_packed(n, k, weight_type, group_size, dtype)
+    a = torch.randn(m, k, device="cuda").to(dtype)
+    b = torch.randn(n, device="cuda").to(dtype) if bias else None
+    out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+    gemmgen.mixed_mm(a, packed, b, out=out, kernel=kernel)
+    check(out, a, packed, b)
+
+
+# ------------------------------------------------------------------------- 1. every kernel
+
+def test_every_built_kernel(built_mixed_kernel):
+    """Each kernel, forced by name: every weight type it serves, group 64/128/per-channel,
+    several M (incl. non-multiples of the tile), bias on and off."""
+    spec = built_mixed_kernel.spec
+    dtype = DTYPES[spec.a]
+    for weight_type in WEIGHT_TYPES_FOR[(spec.w, spec.scheme)]:
+        for m, n, k, group in ((1, 256, 512, 128), (37, 384, 1024, 64), (200, 512, 768, 768)):
+            run(m, n, k, weight_type, group, dtype, bias=m % 2 == 0, kernel=built_mixed_kernel.name)
+            run(m, n, k, weight_type, group, dtype, bias=m % 2 == 1, kernel=built_mixed_kernel.name)
+
+
+# ------------------------------------------------------------------------- 2. dispatch path
+
+@pytest.mark.parametrize("weight_type", ["uint4b8", "uint4", "int8"])
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+def test_dispatch_over_m(weight_type, dtype_name):
+    """The kernel dispatch picks, M from 1 to 4096 including non-powers of two."""
+    dtype = DTYPES[dtype_name]
+    packed = random_packed(1024, 2048, weight_type, 128, dtype)
+    for m in (1, 2, 5, 16, 17, 31, 64, 100, 255, 512, 1000, 4096):
+        a = torch.randn(m, 2048, device="cuda").to(dtype)
+        out = torch.full((m, 1024), float("nan"), dtype=dtype, device="cuda")
+        gemmgen.mixed_mm(a, packed, out=out)
+        check(out, a, packed)
+
+
+@pytest.mark.parametrize("n,k", [(4096, 4096), (6144, 4096), (4096, 14336), (14336, 4096)])
+def test_llama_shapes(n, k):
+    for m in (1, 16, 128):
+        run(m, n, k, "uint4b8", 128, torch.bfloat16, bias=False)
+    run(33, n, k, "uint4", 128, torch.float16, bias=True)
+    run(8, n, k, "int8", k, torch.bfloat16, bias=False)  # per-channel int8
+
+
+@pytest.mark.parametrize("group", [64, 128, 256, "K"])
+@pytest.mark.parametrize("weight_type", ["int4", "uint4b8", "uint4", "int8", "uint8b128"])
+def test_every_scheme_and_group(weight_type, group):
+    k = 1024
+    run(24, 768, k, weight_type, k if group == "K" else group, torch.bfloat16, bias=True)
+
+
+def test_strided_activations_and_output():
+    """Row strides beyond K / N are honoured (16-byte aligned)."""
+    packed = random_packed(512, 1024, "uint4", 128, torch.bfloat16)
+    big = torch.randn(40, 1024 + 64, device="cuda").to(torch.bfloat16)
+    a = big[:, :1024]
+    out_big = torch.full((40, 512 + 16), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = out_big[:, :512]
+    gemmgen.mixed_mm(a, packed, out=out)
+    check(out, a, packed)
+    assert out_big[:, 512:].isnan().all(), "wrote outside the output view"
+
+
+# ------------------------------------------------------------------------- 3. checkpoints
+
+def _gptq_pack(values: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
+    """Pack values in [0, 2**bits) along `dim` (0: rows, as GPTQ's qweight; 1: columns, as its
+    qzeros) into int32 words, low bits first (an independent writer of the checkpoint format)."""
+    per = 32 // bits
+    v = values.to(torch.int64).cpu()
+    if dim == 0:
+        v = v.reshape(v.shape[0] // per, per, v.shape[1]).permute(0, 2, 1)
+    else:
+        v = v.reshape(v.shape[0], v.shape[1] // per, per)
+    word = torch.zeros(v.shape[:2], dtype=torch.int64)
+    for i in range(per):
+        word |= v[..., i] << (bits * i)
+    word = torch.where(word >= 2**31, word - 2**32, word)
+    return word.to(torch.int32).cuda()
+
+
+def test_gptq_import_runs_through_the_op():
+    k, n, group = 1024, 512, 128
+    q = torch.randint(0, 16, (k, n), device="cuda")                # GPTQ's [K, N] orientation
+    zeros = torch.randint(1, 16, (k // group, n), device="cuda")  # v1 stores zero - 1: 0 cannot be
+    scales = (torch.rand(k // group, n, device="cuda") * 0.02 + 0.005).half()
+    packed = gemmgen.PackedWeight.from_gptq(_gptq_pack(q, 4, 0), _gptq_pack(zeros - 1, 4, 1),
+                                            scales, bits=4)
+    a = torch.randn(19, k, device="cuda").half()
+    out = gemmgen.mixed_mm(a, packed)
+    ref = a.float() @ ((q - zeros.repeat_interleave(group, 0)).float()
+                       * scales.float().repeat_interleave(group, 0))
+    torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2 * ref.abs().max().item())
+
+
+# ------------------------------------------------------------------------- 4. graphs, compile
+
+def test_cuda_graph_replay_with_new_inputs():
+    packed = random_packed(1024, 1024, "uint4b8", 128, torch.bfloat16)
+    a = torch.randn(8, 1024, device="cuda").to(torch.bfloat16)
+    out = torch.empty(8, 1024, dtype=torch.bfloat16, device="cuda")
+    gemmgen.mixed_mm(a, packed, out=out)  # warm-up outside capture (dispatch, smem attribute)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gemmgen.mixed_mm(a, packed, out=out)
+    for _ in range(3):
+        a.copy_(torch.randn(8, 1024, device="cuda").to(torch.bfloat16))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, a, packed)
+
+
+def test_torch_compile_fullgraph():
+    packed = random_packed(512, 1024, "uint4", 128, torch.float16)
+    bias = torch.randn(512, device="cuda").half()
+
+    @torch.compile(fullgraph=True)
+    def layer(x):
+        return torch.relu(gemmgen.mixed_mm(x, packed, bias)) * 2
+
+    a = torch.randn(24, 1024, device="cuda").half()
+    out = layer(a)
+    ref = torch.relu(reference.mixed_mm(a, packed, bias)) * 2
+    torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2 * ref.abs().max().item())
+
+
+def test_opcheck():
+    packed = random_packed(256, 512, "uint4", 128, torch.bfloat16)
+    a = torch.randn(16, 512, device="cuda").to(torch.bfloat16)
+    out = torch.empty(16, 256, dtype=torch.bfloat16, device="cuda")
+    torch.library.opcheck(torch.ops.gemmgen.mixed_mm_out,
+                          (out, a, packed.qweight, packed.scales, packed.zeros, None,
+                           packed.weight_type, packed.group_size, packed.n, packed.k, None))
+
+
+# ------------------------------------------------------------------------- 5. argument errors
+
+def test_argument_errors_name_the_argument():
+    packed = random_packed(256, 512, "uint4b8", 128, torch.bfloat16)
+    a = torch.randn(4, 512, device="cuda").to(torch.bfloat16)
+    with pytest.raises(ValueError, match="packed.scales.*activation dtype"):
+        gemmgen.mixed_mm(a.half(), packed)
+    with pytest.raises(ValueError, match="argument 'a'.*K = 512"):
+        gemmgen.mixed_mm(a[:, :448], packed)
+    with pytest.raises(ValueError, match="argument 'bias'"):
+        gemmgen.mixed_mm(a, packed, torch.randn(255, device="cuda").to(torch.bfloat16))
+    with pytest.raises(ValueError, match="argument 'kernel'"):
+        gemmgen.mixed_mm(a, packed, kernel="no_such_kernel")
+    with pytest.raises(ValueError, match="argument 'packed'"):
+        gemmgen.mixed_mm(a, "not a packed weight")

@@ -1,0 +1,246 @@
+"""CPU tests of the GPTQ / AWQ checkpoint import (gemmgen/families/mixed/checkpoints.py): random
+logical weights, zeros and scales are written in each checkpoint format by an independent little
+packer here (Python ints and loops, nothing shared with checkpoints.py), imported, and the
+dequantized weight compared with s * (q - z) computed from the logical values."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from gemmgen.families.mixed.checkpoints import AWQ_ORDER, AWQ_REVERSE_ORDER, from_awq, from_gptq
+from gemmgen.families.mixed.packing import PackedWeight, dequantize, unpack_weights
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def to_int32(words: list[list[int]]) -> torch.Tensor:
+    """Unsigned 32-bit Python ints -> the int32 tensor a checkpoint stores (same bits)."""
+    return torch.tensor([[w - (1 << 32) if w >= 1 << 31 else w for w in row] for row in words],
+                        dtype=torch.int32)
+
+
+def gptq_pack_qweight(q_kn: list[list[int]], bits: int) -> torch.Tensor:
+    """[K][N] values -> int32 [K*bits/32, N]: value k of a column in word k // p, bits
+    (k % p) * bits upward."""
+    per = 32 // bits
+    k, n = len(q_kn), len(q_kn[0])
+    words = [[0] * n for _ in range(k // per)]
+    for kk in range(k):
+        for nn in range(n):
+            words[kk // per][nn] |= (q_kn[kk][nn] & ((1 << bits) - 1)) << ((kk % per) * bits)
+    return to_int32(words)
+
+
+def gptq_pack_qzeros(z_gn: list[list[int]], bits: int) -> torch.Tensor:
+    """[G][N] real zeros -> int32 [G, N*bits/32] storing zero - 1 (v1), packed along N."""
+    per = 32 // bits
+    g, n = len(z_gn), len(z_gn[0])
+    words = [[0] * (n // per) for _ in range(g)]
+    for gg in range(g):
+        for nn in range(n):
+            stored = (z_gn[gg][nn] - 1) & ((1 << bits) - 1)
+            words[gg][nn // per] |= stored << ((nn % per) * bits)
+    return to_int32(words)
+
+
+def awq_pack(v_rn: list[list[int]]) -> torch.Tensor:
+    """[R][N] 4-bit values -> int32 [R, N/8] the way AutoAWQ's GEMM packer writes them: slot i of
+    word j gets column 8j + order_map[i], order_map = [0, 2, 4, 6, 1, 3, 5, 7]."""
+    order_map = [0, 2, 4, 6, 1, 3, 5, 7]
+    r, n = len(v_rn), len(v_rn[0])
+    words = [[0] * (n // 8) for _ in range(r)]
+    for rr in range(r):
+        for j in range(n // 8):
+            for i in range(8):
+                words[rr][j] |= v_rn[rr][8 * j + order_map[i]] << (4 * i)
+    return to_int32(words)
+
+
+def logical(k: int, n: int, group: int, q_range: tuple[int, int], z_range, seed: int):
+    """Random [K][N] q, [G][N] zeros (None: not drawn), float16 scales [G, N]."""
+    rng = random.Random(seed)
+    q = [[rng.randint(*q_range) for _ in range(n)] for _ in range(k)]
+    zeros = None if z_range is None else [[rng.randint(*z_range) for _ in range(n)]
+                                          for _ in range(k // group)]
+    scales = (torch.rand(k // group, n, generator=torch.Generator().manual_seed(seed)) * 0.1
+              + 0.001).half()
+    return q, zeros, scales
+
+
+def expected(q, zeros, scales, group, offset=None) -> torch.Tensor:
+    """float64 [K, N] s * (q - z) from the logical values."""
+    k, n = len(q), len(q[0])
+    out = torch.empty(k, n, dtype=torch.float64)
+    for kk in range(k):
+        for nn in range(n):
+            z = offset if zeros is None else zeros[kk // group][nn]
+            out[kk, nn] = scales[kk // group, nn].item() * (q[kk][nn] - z)
+    return out
+
+
+# ---------------------------------------------------------------- GPTQ
+
+def test_gptq_word_by_hand():
+    q = [[v] * 8 for v in (1, 2, 3, 4, 5, 6, 7, 8)]          # K=8 rows, column n = k + 1
+    assert gptq_pack_qweight(q, 4)[0, 0].item() == 0x87654321 - (1 << 32)
+    assert gptq_pack_qzeros([[8] * 8], 4)[0, 0].item() == 0x77777777
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("k,n,group", [(256, 16, 64), (256, 32, 128), (128, 8, 128)])
+def test_gptq_symmetric_4bit_is_uint4b8(device, k, n, group):
+    q, _, scales = logical(k, n, group, (0, 15), None, seed=k + n)
+    zeros = [[8] * n for _ in range(k // group)]
+    g_idx = torch.arange(k, dtype=torch.int32) // group                     # trivial: accepted
+    packed = from_gptq(gptq_pack_qweight(q, 4).to(device), gptq_pack_qzeros(zeros, 4).to(device),
+                       scales.to(device), g_idx.to(device), bits=4)
+    assert (packed.weight_type, packed.group_size, packed.k, packed.n) == ("uint4b8", group, k, n)
+    assert not packed.has_zeros and packed.device.type == device
+    assert torch.equal(dequantize(packed).cpu().double(), expected(q, None, scales, group, 8))
+    q_back, s_back, _ = unpack_weights(packed)
+    assert q_back.cpu().tolist() == [list(col) for col in zip(*q)]          # [N, K]
+    assert torch.equal(s_back.cpu(), scales.t())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gptq_asymmetric_4bit_is_uint4_with_zeros(device):
+    k, n, group = 384, 24, 128
+    # GPTQ v1 stores zero - 1, so zero 0 cannot be written (see the test below): zeros 1..15
+    q, zeros, scales = logical(k, n, group, (0, 15), (1, 15), seed=5)
+    zeros[0][0], zeros[-1][-1] = 1, 15
+    packed = PackedWeight.from_gptq(gptq_pack_qweight(q, 4).to(device),
+                                    gptq_pack_qzeros(zeros, 4).to(device), scales.to(device))
+    assert (packed.weight_type, packed.group_size, packed.has_zeros) == ("uint4", group, True)
+    assert packed.device.type == device
+    assert torch.equal(dequantize(packed).cpu().double(), expected(q, zeros, scales, group))
+    assert unpack_weights(packed)[2].cpu().tolist() == [list(col) for col in zip(*zeros)]
+
+
+def test_gptq_per_channel():
+    k, n = 192, 16
+    q, _, scales = logical(k, n, k, (0, 15), None, seed=11)
+    packed = from_gptq(gptq_pack_qweight(q, 4), gptq_pack_qzeros([[8] * n], 4), scales)
+    assert packed.group_size == k and packed.weight_type == "uint4b8"
+    assert torch.equal(dequantize(packed).double(), expected(q, None, scales, k, 8))
+
+
+def test_gptq_symmetric_8bit_is_uint8b128():
+    k, n, group = 256, 16, 64
+    q, _, scales = logical(k, n, group, (0, 255), None, seed=3)
+    zeros = [[128] * n for _ in range(k // group)]
+    packed = from_gptq(gptq_pack_qweight(q, 8), gptq_pack_qzeros(zeros, 8), scales, bits=8)
+    assert (packed.weight_type, packed.bits, packed.has_zeros) == ("uint8b128", 8, False)
+    assert torch.equal(dequantize(packed).double(), expected(q, None, scales, group, 128))
+
+
+def test_gptq_asymmetric_8bit_is_refused():
+    k, n, group = 128, 8, 64
+    q, zeros, scales = logical(k, n, group, (0, 255), (100, 140), seed=4)
+    with pytest.raises(ValueError, match=r"gemmgen.from_gptq: argument 'qzeros': .*do not support "
+                       r"8-bit weights with zero points"):
+        from_gptq(gptq_pack_qweight(q, 8), gptq_pack_qzeros(zeros, 8), scales, bits=8)
+
+
+def test_gptq_act_order_is_refused():
+    k, n, group = 256, 8, 64
+    q, _, scales = logical(k, n, group, (0, 15), None, seed=6)
+    zeros = [[8] * n for _ in range(k // group)]
+    g_idx = torch.arange(k, dtype=torch.int32) // group
+    g_idx = g_idx[torch.randperm(k, generator=torch.Generator().manual_seed(0))]
+    with pytest.raises(ValueError, match=r"act-order \(desc_act\) GPTQ checkpoints are not "
+                       r"supported: g_idx is not k // group_size.*re-quantize without desc_act"):
+        from_gptq(gptq_pack_qweight(q, 4), gptq_pack_qzeros(zeros, 4), scales, g_idx)
+    with pytest.raises(ValueError, match=r"argument 'g_idx': expected None or an integer tensor \[K=256\]"):
+        from_gptq(gptq_pack_qweight(q, 4), gptq_pack_qzeros(zeros, 4), scales, g_idx[:10])
+
+
+def test_gptq_zero_point_zero_cannot_be_stored_in_v1():
+    k, n, group = 128, 8, 64
+    q, zeros, scales = logical(k, n, group, (0, 15), (1, 15), seed=8)
+    zeros[1][3] = 0                                     # stored -1 -> wraps to 15 -> reads 16
+    with pytest.raises(ValueError, match=r"argument 'qzeros': expected zero points 0..15 .*reads "
+                       r"back as 16"):
+        from_gptq(gptq_pack_qweight(q, 4), gptq_pack_qzeros(zeros, 4), scales)
+
+
+def test_gptq_argument_errors():
+    k, n, group = 128, 8, 64
+    q, _, scales = logical(k, n, group, (0, 15), None, seed=9)
+    qw, qz = gptq_pack_qweight(q, 4), gptq_pack_qzeros([[8] * n] * 2, 4)
+    cases = [
+        (dict(bits=3), "bits", r"4 or 8"),
+        (dict(qweight=qw.float()), "qweight", r"2-D torch.int32"),
+        (dict(qzeros=qz[:1]), "qzeros", r"shape \[K/group_size=2, N\*bits/32=1\]"),
+        (dict(scales=scales[:, :4]), "scales", r"\[K/group_size, N=8\]"),
+        (dict(scales=scales.repeat(3, 1)), "scales", r"row count that divides K=128"),
+        (dict(scales=scales.to("meta")), "scales", r"on cpu like qweight"),
+    ]
+    for changes, argument, pattern in cases:
+        args = dict(qweight=qw, qzeros=qz, scales=scales, g_idx=None, bits=4)
+        args.update(changes)
+        with pytest.raises(ValueError, match=rf"gemmgen.from_gptq: argument '{argument}': "
+                           rf"expected .*{pattern}"):
+            from_gptq(**args)
+    # group size 32 does not fit the kernels: pack_weights' error, said to come from the import
+    q32, _, s32 = logical(k, n, 32, (0, 15), None, seed=9)
+    with pytest.raises(ValueError, match=r"gemmgen.from_gptq: the checkpoint does not fit the "
+                       r"mixed-input kernels .*argument 'group_size'.*got 32"):
+        from_gptq(gptq_pack_qweight(q32, 4), gptq_pack_qzeros([[8] * n] * 4, 4), s32)
+
+
+# ---------------------------------------------------------------- AWQ
+
+def test_awq_orders():
+    assert AWQ_ORDER == (0, 2, 4, 6, 1, 3, 5, 7)
+    assert [AWQ_ORDER.index(c) for c in range(8)] == list(AWQ_REVERSE_ORDER)
+
+
+def test_awq_word_by_hand():
+    """Columns 0..7 hold 1..8: slots (low nibble first) hold columns 0,2,4,6,1,3,5,7."""
+    word = awq_pack([[1, 2, 3, 4, 5, 6, 7, 8]])[0, 0].item()
+    assert word == 0x86427531 - (1 << 32)
+    q = [[c + 1 for c in range(8)] for _ in range(64)]           # K=64, N=8, column c = c + 1
+    qweight = awq_pack(q)
+    assert (qweight == word).all()
+    packed = from_awq(qweight, awq_pack([[8] * 8]), torch.ones(1, 8, dtype=torch.float16))
+    q_back, _, z_back = unpack_weights(packed)
+    assert q_back[:, 0].tolist() == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert (z_back == 8).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("k,n,group", [(256, 16, 64), (256, 32, 128), (128, 8, 128)])
+def test_awq_import(device, k, n, group):
+    q, zeros, scales = logical(k, n, group, (0, 15), (0, 15), seed=k * n)
+    zeros[0][0], zeros[-1][-1] = 0, 15
+    packed = PackedWeight.from_awq(awq_pack(q).to(device), awq_pack(zeros).to(device),
+                                   scales.to(device))
+    assert (packed.weight_type, packed.group_size, packed.k, packed.n) == ("uint4", group, k, n)
+    assert packed.has_zeros and packed.device.type == device
+    assert torch.equal(dequantize(packed).cpu().double(), expected(q, zeros, scales, group))
+    assert unpack_weights(packed)[2].cpu().tolist() == [list(col) for col in zip(*zeros)]
+
+
+def test_awq_argument_errors():
+    k, n, group = 128, 16, 64
+    q, zeros, scales = logical(k, n, group, (0, 15), (0, 15), seed=2)
+    qw, qz = awq_pack(q), awq_pack(zeros)
+    cases = [
+        (dict(qweight=qw.to(torch.int64)), "qweight", r"2-D torch.int32"),
+        (dict(qzeros=qz[:, :1]), "qzeros", r"shape \[K/group_size=2, N/8=2\]"),
+        (dict(scales=scales.t()), "scales", r"\[K/group_size, N=16\]"),
+    ]
+    for changes, argument, pattern in cases:
+        args = dict(qweight=qw, qzeros=qz, scales=scales)
+        args.update(changes)
+        with pytest.raises(ValueError, match=rf"gemmgen.from_awq: argument '{argument}': "
+                           rf"expected .*{pattern}"):
+            from_awq(**args)
+    # N = 8 * 1 = 8 fits; K = 32 does not (the kernels' tile K is 64)
+    small = [[1] * 8 for _ in range(32)]
+    with pytest.raises(ValueError, match=r"from_awq: the checkpoint does not fit .*argument 'q'.*"
+                       r"multiple of 64"):
+        from_awq(awq_pack(small), awq_pack([[8] * 8]), torch.ones(1, 8, dtype=torch.float16))

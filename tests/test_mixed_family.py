@@ -1,0 +1,148 @@
+"""The mixed-input family on the CPU: manifest keys and rules (file:line errors), expansion and
+names, rendering, dispatch of a weight type to its kernel class, and one real nvcc build of a
+mixed-input kernel (the CI compile of this family's template)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gemmgen import families as registry
+from gemmgen.bindings.library import load_library
+from gemmgen.build import builder, toolchain
+from gemmgen.errors import ManifestError
+from gemmgen.families.mixed.abi import MixedMmArgs
+from gemmgen.generator.expand import expand
+from gemmgen.generator.manifest import load_manifest
+from gemmgen.generator.render import render_bindings, render_kernel_sources, render_library_source
+from gemmgen.settings import DEFAULT_MANIFEST_DIR
+
+MANIFEST = """\
+library: onemixed
+arch: sm90a
+kernels_per_file: 2
+families:
+  - name: mixed
+    op: mixed_mm
+    dtypes:
+      - a: bf16
+        w: int4
+    schemes: [scale_zero]
+    configs:
+      - name: decode_sk
+        tile: [128, 16, 64]
+        cluster: [1, 1, 1]
+        schedule: cooperative
+        tile_scheduler: streamk
+    dispatch:
+      - when: "true"
+        use: decode_sk
+"""
+KERNEL = "sm90a_mixed_mm_bf16_i4_sz_t128x16x64_c1x1x1_coop_sauto_streamk"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mixed.yaml"
+    path.write_text(text)
+    return path
+
+
+def _line(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_shipped_manifest_expands_to_every_variant():
+    manifest = load_manifest(DEFAULT_MANIFEST_DIR / "mixed_sm90.yaml")
+    kernels = expand(manifest)
+    classes = {k.dispatch_class for k in kernels}
+    assert classes == {("mixed_mm", a, w, s) for a in ("bf16", "fp16")
+                       for w, s in (("int4", "scale"), ("int4", "scale_zero"), ("int8", "scale"))}
+    configs = len(manifest.families[0].configs)
+    assert len(kernels) == len(classes) * configs
+    names = [k.name for k in kernels]
+    assert len(set(names)) == len(names) and all(n.startswith("sm90a_mixed_mm_") for n in names)
+
+
+@pytest.mark.parametrize("old,new,key,message", [
+    ("w: int4", "w: int2", "w", "unknown value 'int2'"),
+    ("a: bf16", "a: e4m3", "a", "unknown value 'e4m3'"),
+    ("schemes: [scale_zero]", "schemes: [zero]", "schemes", "unknown value 'zero'"),
+    ("tile: [128, 16, 64]", "tile: [128, 16, 128]", "tile", "tile K must be 64"),
+    ("tile: [128, 16, 64]", "tile: [128, 12, 64]", "tile", "multiple of 8"),
+    ("tile: [128, 16, 64]", "tile: [64, 16, 64]", "schedule", "multiple of 128"),
+    ("schedule: cooperative", "schedule: pingpong", "tile_scheduler", "stream-K needs the cooperative"),
+])
+def test_manifest_errors_name_file_line_key(tmp_path, old, new, key, message):
+    text = MANIFEST.replace(old, new)
+    assert text != MANIFEST
+    path = _write(tmp_path, text)
+    with pytest.raises(ManifestError, match=message) as info:
+        expand(load_manifest(path))
+    assert (info.value.file, info.value.key) == (str(path), key)
+    assert info.value.line == _line(text, new.split(":")[0] + ":") or key in ("schedule", "tile_scheduler")
+
+
+def test_scale_zero_needs_int4(tmp_path):
+    text = MANIFEST.replace("w: int4", "w: int8")
+    with pytest.raises(ManifestError, match="scale_zero .* int4 weights only") as info:
+        load_manifest(_write(tmp_path, text))
+    assert info.value.key == "schemes" and info.value.line == _line(text, "schemes:")
+
+
+def test_render_names_the_manifest_entry_and_checks_the_arch(tmp_path):
+    manifest = load_manifest(_write(tmp_path, MANIFEST))
+    kernels = expand(manifest)
+    assert [k.name for k in kernels] == [KERNEL]
+    (unit,) = render_kernel_sources(manifest, kernels)
+    assert '#include "gemmgen/mixed/sm90_mixed_mm.hpp"' in unit.source
+    assert "gemmgen::device_supports(9, 0, 9, 0)" in unit.source
+    assert "cutlass::int4b_t, /*with_zero=*/true" in unit.source
+    assert "family 'mixed', config 'decode_sk'" in unit.source
+    library = render_library_source(manifest, 1, "f" * 16, kernels)
+    assert "gemmgen_mixed_mm_args_size" in library and '"gemmgen/mixed/mixed_mm_args.h"' in library
+    namespace: dict = {}
+    exec(compile(render_bindings(manifest, kernels, "f" * 16, "lib.so"), "bindings.py", "exec"), namespace)
+    assert namespace["KERNELS"] == tuple(kernels)
+    assert list(namespace["DISPATCH"]) == [("mixed_mm", "bf16", "int4", "scale_zero")]
+
+
+@pytest.mark.parametrize("weight_type,cls", [("uint4b8", ("int4", "scale")), ("int4", ("int4", "scale")),
+                                             ("uint4", ("int4", "scale_zero")),
+                                             ("int8", ("int8", "scale")), ("uint8b128", ("int8", "scale"))])
+def test_weight_types_map_to_kernel_classes(weight_type, cls):
+    family = registry.for_api_op("mixed_mm")
+    key, values = family.dispatch_request("mixed_mm", a_dtype="bf16", weight_type=weight_type,
+                                          m=3, n=4096, k=4096)
+    assert key == ("mixed_mm", "bf16", *cls) and values == (3, 4096, 4096)
+
+
+def test_dispatch_request_errors():
+    family = registry.for_api_op("mixed_mm")
+    with pytest.raises(ValueError, match="weight_type"):
+        family.dispatch_request("mixed_mm", a_dtype="bf16", weight_type="int3", m=1, n=8, k=64)
+    with pytest.raises(ValueError, match="a_dtype"):
+        family.dispatch_request("mixed_mm", a_dtype="int8", weight_type="int4", m=1, n=8, k=64)
+    with pytest.raises(ValueError, match=r"m must be an int in \[1, 2\*\*31 - 1\]"):
+        family.dispatch_request("mixed_mm", a_dtype="bf16", weight_type="int4", m=2**31, n=8, k=64)
+
+
+@pytest.mark.compile
+def test_mixed_kernel_compiles_and_loads(tmp_path):
+    """One real CUTLASS 3.x mixed-input kernel: builds, loads (ABI size check), refuses to run
+    without an sm90 GPU."""
+    if not (os.environ.get("CUDACXX") or shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()):
+        pytest.skip("nvcc not found")
+    toolchain.find_toolchain.cache_clear()
+    report = builder.build_manifest(_write(tmp_path, MANIFEST), tmp_path / "build", jobs=2,
+                                    log=lambda line: None)
+    assert report.kernel_count == 1
+    library = load_library(tmp_path / "build" / "onemixed" / "current")
+    assert list(library.kernels) == [KERNEL]
+    assert library.cdll.gemmgen_mixed_mm_args_size() == ctypes.sizeof(MixedMmArgs)
+    args = MixedMmArgs()
+    assert library.kernels[KERNEL].run(ctypes.byref(args), None, 0, None) == 5  # GEMMGEN_WRONG_ARCH
+    assert KERNEL in library.last_error()

@@ -1,0 +1,497 @@
+"""CPU tests of the mixed-input weight packing (gemmgen/families/mixed/packing.py) and of the plain
+torch references (gemmgen/reference.py): pack -> unpack round trips for every weight type, the
+layout byte by byte on hand-computed cases, the zero-point conversion proved exact over every
+float16 / bfloat16 scale, dequantize against the formula, and every argument error."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gemmgen import reference
+from gemmgen.families.mixed import packing
+from gemmgen.families.mixed.packing import (ARCH_LAYOUTS, LAYOUT_VERSION, WEIGHT_TYPES, Sm90Layout,
+                                            default_arch, dequantize, pack_weights, unpack_weights)
+
+SCALE_DTYPES = (torch.float16, torch.bfloat16)
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+RANGE = {"int4": (-8, 7), "uint4b8": (0, 15), "uint4": (0, 15), "int8": (-128, 127),
+         "uint8b128": (0, 255)}
+OFFSET = {"int4": 0, "uint4b8": 8, "int8": 0, "uint8b128": 128}
+Q_DTYPES = {  # integer dtypes that hold every logical value of the type
+    "int4": (torch.int8, torch.int16, torch.int32, torch.int64),
+    "uint4b8": (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64),
+    "uint4": (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64),
+    "int8": (torch.int8, torch.int16, torch.int32, torch.int64),
+    "uint8b128": (torch.uint8, torch.int16, torch.int32, torch.int64),
+}
+
+
+def bits16(t: torch.Tensor) -> torch.Tensor:
+    """The raw bits of a float16 / bfloat16 tensor (compare exactly, -0.0 included)."""
+    return t.contiguous().view(torch.int16)
+
+
+def random_case(weight_type, n, k, group, scale_dtype, q_dtype, seed, device="cpu"):
+    """(q [N, K], scales [N, G], zeros [N, G] or None) with the type's extremes present."""
+    gen = torch.Generator().manual_seed(seed)
+    low, high = RANGE[weight_type]
+    groups = k // group
+    q = torch.randint(low, high + 1, (n, k), generator=gen, dtype=torch.int64)
+    q[0, 0], q[-1, -1] = low, high
+    magnitude = 10.0 ** (torch.rand(n, groups, generator=gen) * 6 - 4)       # 1e-4 .. 1e2
+    scales = (torch.randn(n, groups, generator=gen) * magnitude).to(scale_dtype)
+    zeros = None
+    if weight_type == "uint4":
+        scales = torch.where(scales == 0, torch.ones_like(scales), scales)
+        zeros = torch.randint(0, 16, (n, groups), generator=gen, dtype=torch.int64)
+        zeros[0, 0], zeros[-1, -1] = 0, 15
+    else:
+        scales[0, 0] = 0                       # an all-zero group is legal without zero points
+    to = lambda t: None if t is None else t.to(device)  # noqa: E731
+    return to(q.to(q_dtype)), to(scales), to(zeros)
+
+
+@st.composite
+def cases(draw):
+    weight_type = draw(st.sampled_from(WEIGHT_TYPES))
+    n = 8 * draw(st.integers(1, 12))
+    k = 64 * draw(st.integers(1, 10))
+    group = draw(st.sampled_from([g for g in (64, 128, k) if k % g == 0]))
+    return dict(weight_type=weight_type, n=n, k=k, group=group,
+                scale_dtype=draw(st.sampled_from(SCALE_DTYPES)),
+                q_dtype=draw(st.sampled_from(Q_DTYPES[weight_type])),
+                seed=draw(st.integers(0, 2**31 - 1)),
+                group_arg=draw(st.sampled_from(["value", "none"])) if group == k else "value",
+                flat=draw(st.booleans()) if group == k else False)
+
+
+def check_round_trip(c, device):
+    q, scales, zeros = random_case(c["weight_type"], c["n"], c["k"], c["group"], c["scale_dtype"],
+                                   c["q_dtype"], c["seed"], device)
+    n, k, groups = c["n"], c["k"], c["k"] // c["group"]
+    s_in, z_in = scales, zeros
+    if c["flat"]:                                       # per-channel: [N] is accepted too
+        s_in = scales.reshape(n)
+        z_in = None if zeros is None else zeros.reshape(n)
+    group_arg = None if c["group_arg"] == "none" else c["group"]
+    packed = pack_weights(q, s_in, z_in, weight_type=c["weight_type"], group_size=group_arg)
+
+    bits = 4 if "4" in c["weight_type"] else 8
+    assert (packed.weight_type, packed.group_size, packed.k, packed.n) == \
+        (c["weight_type"], c["group"], k, n)
+    assert (packed.bits, packed.layout_version, packed.arch) == (bits, LAYOUT_VERSION, "sm90a")
+    assert packed.device == q.device and packed.scale_dtype == c["scale_dtype"]
+    want_q = (torch.uint8, (n, k // 2)) if bits == 4 else (torch.int8, (n, k))
+    assert (packed.qweight.dtype, tuple(packed.qweight.shape)) == want_q
+    assert tuple(packed.scales.shape) == (groups, n) and packed.scales.is_contiguous()
+    assert packed.qweight.is_contiguous()
+    assert packed.has_zeros == (c["weight_type"] == "uint4")
+    if packed.has_zeros:
+        assert packed.zeros.dtype == c["scale_dtype"] and tuple(packed.zeros.shape) == (groups, n)
+        assert packed.zeros.is_contiguous()
+
+    q_out, s_out, z_out = unpack_weights(packed)
+    assert q_out.dtype == torch.int32 and q_out.device == q.device
+    assert torch.equal(q_out, q.to(torch.int32))
+    assert s_out.dtype == c["scale_dtype"] and torch.equal(bits16(s_out), bits16(scales))
+    if zeros is None:
+        assert z_out is None
+    else:
+        assert z_out.dtype == torch.int32 and torch.equal(z_out, zeros.to(torch.int32))
+
+
+@settings(max_examples=120, deadline=None)
+@given(cases())
+def test_round_trip_cpu(c):
+    check_round_trip(c, "cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@settings(max_examples=40, deadline=None)
+@given(cases())
+def test_round_trip_cuda(c):
+    check_round_trip(c, "cuda")
+
+
+# ---------------------------------------------------------------- the layout, by hand
+
+def test_nibble_order_uint4b8_by_hand():
+    q = torch.full((8, 64), 8, dtype=torch.int32)      # stored 0 everywhere else
+    q[0, :16] = torch.arange(16)
+    q[3, 62], q[3, 63] = 15, 0                        # last byte of row 3
+    packed = pack_weights(q, torch.ones(8, 1, dtype=torch.float16), weight_type="uint4b8",
+                          group_size=64)
+    # stored = q - 8 as two's-complement int4: q=0 -> 0x8, 1 -> 0x9, ..., 7 -> 0xF, 8 -> 0x0 ...
+    # byte j = element 2j in the low nibble, 2j+1 in the high nibble.
+    assert packed.qweight[0, :8].tolist() == [0x98, 0xBA, 0xDC, 0xFE, 0x10, 0x32, 0x54, 0x76]
+    assert packed.qweight[0, 8:].tolist() == [0] * 24
+    assert packed.qweight[3, 31].item() == 0x87 and packed.qweight[3, :31].tolist() == [0] * 31
+    assert packed.qweight[1:3].eq(0).all() and packed.qweight[4:].eq(0).all()
+
+
+def test_nibble_order_int4_by_hand():
+    q = torch.zeros(8, 64, dtype=torch.int8)
+    q[0, :6] = torch.tensor([-8, 7, -1, 0, 3, -5])
+    packed = pack_weights(q, torch.ones(8, dtype=torch.bfloat16), weight_type="int4",
+                          group_size=None)
+    assert packed.qweight[0, :3].tolist() == [0x78, 0x0F, 0xB3]
+    assert packed.group_size == 64
+
+
+def test_eight_bit_stored_values_by_hand():
+    q = torch.zeros(8, 64, dtype=torch.int16)
+    q[0, :4] = torch.tensor([0, 255, 128, 129])
+    packed = pack_weights(q + torch.where(torch.arange(64) < 4, 0, 128).to(torch.int16),
+                          torch.ones(8, 1, dtype=torch.float16), weight_type="uint8b128",
+                          group_size=64)
+    assert packed.qweight.dtype == torch.int8
+    assert packed.qweight[0, :5].tolist() == [-128, 127, 0, 1, 0]
+    q8 = torch.zeros(8, 64, dtype=torch.int8)
+    q8[0, :2] = torch.tensor([-128, 127])
+    assert pack_weights(q8, torch.ones(8, 1, dtype=torch.float16), weight_type="int8",
+                        group_size=64).qweight[0, :3].tolist() == [-128, 127, 0]
+
+
+def test_zero_points_by_hand_float16():
+    """uint4: stored = q - 8, zp = scale * (8 - zero) in the scale dtype, [G, N] N fastest."""
+    q = torch.zeros(8, 128, dtype=torch.uint8)
+    q[0, 0], q[0, 1], q[1, 64] = 3, 12, 15
+    scales = torch.ones(8, 2, dtype=torch.float16)
+    zeros = torch.full((8, 2), 8, dtype=torch.int32)
+    scales[0, 0], zeros[0, 0] = 0.5, 3          # zp = 0.5 * 5 = 2.5   = 0x4100
+    scales[1, 0], zeros[1, 0] = 0.5, 12         # zp = 0.5 * -4 = -2.0 = 0xC000
+    scales[1, 1], zeros[1, 1] = 2.0, 0          # zp = 2 * 8 = 16.0    = 0x4C00
+    packed = pack_weights(q, scales, zeros, weight_type="uint4", group_size=64)
+    zp = packed.zeros.view(torch.int16).to(torch.int32) & 0xFFFF
+    assert zp[0, 0].item() == 0x4100            # group 0, n 0
+    assert zp[0, 1].item() == 0xC000            # group 0, n 1
+    assert zp[1, 1].item() == 0x4C00            # group 1, n 1
+    assert zp[1, 0].item() == 0 and (zp[:, 2:] == 0).all()   # zero 8 -> zp 0
+    assert packed.scales[0, 0].item() == 0.5 and packed.scales[1, 1].item() == 2.0
+    # stored 3-8 = -5 -> 0xB (low), 12-8 = 4 -> 0x4 (high); q = 0 -> 0x8
+    assert packed.qweight[0, 0].item() == 0x4B and packed.qweight[0, 1].item() == 0x88
+    assert packed.qweight[1, 32].item() == 0x87
+    # what the kernel computes, stored * scale + zp, is scale * (q - zero) here (no rounding)
+    assert (3 - 8) * 0.5 + 2.5 == 0.5 * (3 - 3)
+
+
+def test_zero_point_rounding_by_hand_bfloat16():
+    """zp rounds once to the scale dtype; the zero still comes back exactly."""
+    s = 1 + 2**-7                                # bfloat16 0x3F81
+    scales = torch.full((8, 1), s, dtype=torch.bfloat16)
+    zeros = torch.full((8, 1), 1, dtype=torch.int32)
+    packed = pack_weights(torch.ones(8, 64, dtype=torch.int32), scales, zeros, weight_type="uint4",
+                          group_size=64)
+    # 7 * (1 + 2^-7) = 7.0546875 is between bfloat16 7.03125 and 7.0625 (step 2^-5): 7.0625
+    assert (packed.zeros.view(torch.int16)[0, 0].item() & 0xFFFF) == 0x40E2
+    assert packed.zeros[0, 0].item() == 7.0625
+    _, _, z = unpack_weights(packed)
+    assert (z == 1).all()
+    # the kernel's stored*scale + zp for q == zero is then 2^-7 instead of 0: the documented error
+    assert (1 - 8) * s + 7.0625 == 2**-7
+
+
+@pytest.mark.parametrize("dtype", SCALE_DTYPES)
+def test_zero_point_recovery_is_exact_for_every_scale(dtype):
+    """Every 16-bit pattern as the scale x every zero 0..15: whenever pack accepts the pair
+    (finite non-zero scale, zp finite), round(8 - zp / scale) gives the zero back exactly."""
+    scales = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
+    finite = torch.isfinite(scales) & (scales != 0)
+    scales = scales[finite]
+    assert scales.numel() > 60000                      # subnormals and extremes included
+    for zero in range(16):
+        z = torch.full(scales.shape, zero, dtype=torch.int32)
+        zp = Sm90Layout.zp_from_zero(z, scales)
+        ok = torch.isfinite(zp)
+        if zero == 8:
+            assert ok.all() and (zp == 0).all()
+        back = Sm90Layout.zero_from_zp(zp[ok], scales[ok])
+        assert torch.equal(back, z[ok]), f"zero {zero}: {scales[ok][back != z[ok]][:5]}"
+        # zp is scale * (8 - zero) rounded once: within half a unit in the last place
+        exact = scales[ok].double() * (8 - zero)
+        rel = (zp[ok].double() - exact).abs() / exact.abs().clamp_min(1e-300)
+        bound = 2.0**-11 if dtype == torch.float16 else 2.0**-8
+        normal = exact.abs() >= torch.finfo(dtype).tiny
+        assert (rel[normal] <= bound).all()
+
+
+@pytest.mark.parametrize("dtype", SCALE_DTYPES)
+def test_extreme_scales_through_the_public_api(dtype):
+    info = torch.finfo(dtype)
+    tiniest = torch.tensor(0, dtype=torch.int16).add(1).view(dtype).item()   # smallest subnormal
+    largest_ok = (info.max / 8)                      # zp = scale * 8 for zero 0 still finite
+    values = [tiniest, -tiniest, info.tiny, info.eps, 1.0, -3.0, largest_ok / 2, -largest_ok / 2]
+    scales = torch.tensor(values, dtype=torch.float32).to(dtype).reshape(8, 1)
+    zeros = torch.tensor([0, 15, 3, 7, 8, 9, 0, 15]).reshape(8, 1)
+    packed = pack_weights(torch.zeros(8, 64, dtype=torch.uint8), scales, zeros,
+                          weight_type="uint4", group_size=None)
+    _, s, z = unpack_weights(packed)
+    assert torch.equal(z, zeros.to(torch.int32)) and torch.equal(bits16(s), bits16(scales))
+    # the largest scale with zero 8 is fine (zp = 0); with zero 0 its zp overflows: refused
+    big = torch.full((8, 1), info.max, dtype=dtype)
+    pack_weights(torch.zeros(8, 64, dtype=torch.uint8), big, torch.full((8, 1), 8),
+                 weight_type="uint4", group_size=64)
+    with pytest.raises(ValueError, match=r"argument 'scales'.*overflows"):
+        pack_weights(torch.zeros(8, 64, dtype=torch.uint8), big, torch.zeros(8, 1, dtype=torch.int32),
+                     weight_type="uint4", group_size=64)
+
+
+# ---------------------------------------------------------------- dequantize
+
+@pytest.mark.parametrize("weight_type", WEIGHT_TYPES)
+@pytest.mark.parametrize("dtype", SCALE_DTYPES)
+def test_dequantize_matches_the_formula(weight_type, dtype):
+    n, k, group = 8, 192, 64
+    q, scales, zeros = random_case(weight_type, n, k, group, dtype, torch.int32, seed=7)
+    packed = pack_weights(q, scales, zeros, weight_type=weight_type, group_size=group)
+    w = dequantize(packed)
+    assert w.dtype == torch.float32 and tuple(w.shape) == (k, n)
+    for kk in range(k):
+        for nn in range(n):
+            g = kk // group
+            sub = zeros[nn, g].item() if zeros is not None else OFFSET[weight_type]
+            want = scales[nn, g].item() * (q[nn, kk].item() - sub)     # Python float64
+            assert w[kk, nn].item() == want, (kk, nn)
+
+
+# ---------------------------------------------------------------- PackedWeight
+
+def small_packed(weight_type="uint4", dtype=torch.bfloat16, group=64):
+    q, scales, zeros = random_case(weight_type, 16, 128, group, dtype, torch.int32, seed=1)
+    return pack_weights(q, scales, zeros, weight_type=weight_type, group_size=group)
+
+
+def test_packed_weight_is_a_plain_object():
+    p = small_packed()
+    assert not isinstance(p, torch.Tensor)
+    assert hash(p) == hash(p) and p == p and p != small_packed()     # identity equality
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.k = 3
+    assert {p: 1}[p] == 1
+    assert p.to("cpu") is p and p.to(torch.device("cpu")) is p
+    text = p.describe()
+    assert "\n" not in text
+    for part in ("uint4", "N=16", "K=128", "group 64", "zero points", "bfloat16", "sm90a", "v1", "cpu"):
+        assert part in text
+    assert "per-channel" in small_packed("int8", torch.float16, 128).describe()
+    assert small_packed("int8").bits == 8 and small_packed("int4").bits == 4
+    assert small_packed("int4").num_groups == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_packed_weight_to_cuda_and_back():
+    p = small_packed()
+    g = p.to("cuda")
+    assert g.device.type == "cuda" and g.zeros.device.type == "cuda" and g.k == p.k
+    back = [t.cpu() for t in unpack_weights(g)]
+    for x, y in zip(back, unpack_weights(p)):
+        assert torch.equal(x, y)
+
+
+def test_packed_weight_checks_its_fields():
+    p = small_packed()
+
+    def broken(**changes):
+        with pytest.raises(ValueError) as info:
+            dataclasses.replace(p, **changes)
+        return str(info.value)
+
+    assert "argument 'weight_type'" in broken(weight_type="uint3")
+    assert "argument 'arch'" in broken(arch="sm100")
+    assert "argument 'layout_version'" in broken(layout_version=2)
+    assert "argument 'k'" in broken(k=0)
+    assert "argument 'group_size'" in broken(group_size=48)
+    assert "argument 'qweight'" in broken(qweight=p.qweight.to(torch.int8))
+    assert "argument 'qweight'" in broken(qweight=p.qweight[:, :-1])
+    assert "argument 'scales'" in broken(scales=p.scales.float())
+    assert "argument 'scales'" in broken(scales=p.scales.t())
+    assert "argument 'zeros'" in broken(zeros=None)
+    assert "argument 'zeros'" in broken(zeros=p.zeros.to(torch.float16))
+    assert "argument 'zeros'" in broken(weight_type="uint4b8")
+    assert "argument 'scales'" in broken(scales=p.scales.to("meta"))
+    # meta tensors of the right shapes pass (the checks read no data)
+    meta = dataclasses.replace(p, qweight=p.qweight.to("meta"), scales=p.scales.to("meta"),
+                               zeros=p.zeros.to("meta"))
+    assert meta.device.type == "meta"
+
+
+def test_default_arch_and_arch_argument():
+    assert default_arch() in ARCH_LAYOUTS and default_arch("cpu") == "sm90a"
+    q = torch.zeros(8, 64, dtype=torch.int8)
+    s = torch.ones(8, 1, dtype=torch.float16)
+    assert pack_weights(q, s, weight_type="int8", group_size=64, arch=None).arch == "sm90a"
+    assert pack_weights(q, s, weight_type="int8", group_size=64, arch="sm90a").arch == "sm90a"
+    with pytest.raises(ValueError, match=r"argument 'arch'.*sm80 \(TRT-LLM interleaved\) layout is "
+                       r"not built yet.*got 'sm80'") as info:
+        pack_weights(q, s, weight_type="int8", group_size=64, arch="sm80")
+    assert "sm90a" in str(info.value)
+
+
+# ---------------------------------------------------------------- argument errors
+
+def base(**changes):
+    """Valid uint4 arguments (N=16, K=256, group 128), with some replaced."""
+    args = dict(q=torch.randint(0, 16, (16, 256), dtype=torch.int32),
+                scales=torch.rand(16, 2, dtype=torch.float32).add(0.5).to(torch.float16),
+                zeros=torch.randint(0, 16, (16, 2)), weight_type="uint4", group_size=128)
+    args.update(changes)
+    return args
+
+
+def call(args):
+    q, scales, zeros = args.pop("q"), args.pop("scales"), args.pop("zeros")
+    return pack_weights(q, scales, zeros, **args)
+
+
+Q = torch.randint(0, 16, (16, 256), dtype=torch.int32)
+ERRORS = [  # (changes, argument, a regex the message must contain)
+    (dict(weight_type="uint3"), "weight_type", r"int4, uint4b8, uint4, int8, uint8b128.*'uint3'"),
+    (dict(weight_type=None), "weight_type", r"one of"),
+    (dict(q=[[1, 2]]), "q", r"2-D integer tensor \[N, K\].*got list"),
+    (dict(q=Q[0]), "q", r"2-D.*shape \(256,\)"),
+    (dict(q=Q.float()), "q", r"integer dtype.*torch.float32"),
+    (dict(q=Q.bool()), "q", r"integer dtype.*torch.bool"),
+    (dict(q=Q[:, :96], group_size=None, scales=torch.ones(16, dtype=torch.float16),
+          zeros=torch.zeros(16)), "q", r"multiple of 64 \(the sm90a kernels' tile K\)"),
+    (dict(q=Q[:12], scales=torch.ones(12, 2, dtype=torch.float16), zeros=torch.zeros(12, 2)), "q",
+     r"multiple of 8 \(16-byte TMA alignment"),
+    (dict(q=Q.clone().fill_(16)), "q", r"uint4 values in 0\.\.15; got values in 16\.\.16"),
+    (dict(q=Q - 1, weight_type="uint4b8", zeros=None), "q", r"uint4b8 values in 0\.\.15; got values in -1\.\.14"),
+    (dict(q=Q + 120, weight_type="int8", zeros=None), "q", r"int8 values in -128\.\.127; got values in 120\.\.135"),
+    (dict(q=Q + 8, weight_type="int4", zeros=None), "q", r"int4 values in -8\.\.7; got values in 8\.\.23"),
+    (dict(q=Q - 1, weight_type="uint8b128", zeros=None), "q", r"uint8b128 values in 0\.\.255; got values in -1\.\.14"),
+    (dict(group_size=32, scales=torch.ones(16, 8, dtype=torch.float16), zeros=torch.zeros(16, 8)),
+     "group_size", r"group_size a multiple of 64 \(the sm90a kernels' tile K for 16-bit activations\) "
+     r"that divides K=256, or K itself \(per-channel\); got 32"),
+    (dict(group_size=192), "group_size", r"divides K=256.*got 192"),
+    (dict(group_size=0), "group_size", r"got 0"),
+    (dict(group_size=512), "group_size", r"got 512"),
+    (dict(group_size=128.0), "group_size", r"got 128.0"),
+    (dict(group_size=True), "group_size", r"got True"),
+    (dict(scales=torch.ones(16, 2)), "scales", r"float16 or bfloat16.*torch.float32"),
+    (dict(scales=None), "scales", r"float16 or bfloat16.*got NoneType"),
+    (dict(scales=torch.ones(2, 16, dtype=torch.float16)), "scales", r"shape \[N=16, K/group_size=2\]; got .*\(2, 16\)"),
+    (dict(scales=torch.ones(16, dtype=torch.float16)), "scales", r"shape \[N=16, K/group_size=2\]"),
+    (dict(scales=torch.ones(16, 2, dtype=torch.float16, device="meta")), "scales", r"on cpu like q"),
+    (dict(scales=torch.full((16, 2), float("nan"), dtype=torch.float16)), "scales", r"finite values; got NaN or Inf"),
+    (dict(scales=torch.full((16, 2), float("inf"), dtype=torch.bfloat16), zeros=None,
+          weight_type="int4", q=Q - 8), "scales", r"finite values"),
+    (dict(scales=torch.zeros(16, 2, dtype=torch.float16)), "scales", r"non-zero values for uint4"),
+    (dict(scales=torch.full((16, 2), 30000, dtype=torch.float16),
+          zeros=torch.zeros(16, 2, dtype=torch.int32)), "scales", r"overflows"),
+    (dict(zeros=None), "zeros", r"integer zero points \[N, K/group_size\] for uint4; got None"),
+    (dict(zeros=torch.zeros(16, 2).half()), "zeros", r"an integer tensor.*torch.float16"),
+    (dict(zeros=torch.zeros(2, 16, dtype=torch.int32)), "zeros", r"shape \[N=16, K/group_size=2\]"),
+    (dict(zeros=torch.full((16, 2), 16)), "zeros", r"uint4 zero-point values in 0\.\.15; got values in 16\.\.16"),
+    (dict(zeros=torch.full((16, 2), -1)), "zeros", r"0\.\.15; got values in -1\.\.-1"),
+    (dict(zeros=torch.zeros(16, 2, dtype=torch.int32, device="meta")), "zeros", r"on cpu like q"),
+    (dict(weight_type="uint4b8"), "zeros", r"None for uint4b8"),
+    (dict(weight_type="int8", q=Q), "zeros", r"None for int8"),
+    (dict(arch="sm80"), "arch", r"sm80 \(TRT-LLM interleaved\) layout is not built yet"),
+    (dict(arch="sm70"), "arch", r"one of sm90a or None; got 'sm70'"),
+]
+
+
+@pytest.mark.parametrize("changes,argument,pattern", ERRORS,
+                         ids=[f"{a}-{i}" for i, (_, a, _) in enumerate(ERRORS)])
+def test_pack_weights_errors_name_the_argument(changes, argument, pattern):
+    with pytest.raises(ValueError) as info:
+        call(base(**changes))
+    message = str(info.value)
+    assert message.startswith(f"gemmgen.pack_weights: argument '{argument}': expected "), message
+    assert "; got " in message
+    assert re.search(pattern, message), message
+
+
+def test_the_valid_base_packs():
+    assert call(base()).weight_type == "uint4"
+
+
+@pytest.mark.parametrize("function", [unpack_weights, dequantize])
+def test_unpack_and_dequantize_want_a_packed_weight(function):
+    with pytest.raises(ValueError, match=rf"gemmgen.{function.__name__}: argument 'packed': "
+                       r"expected a PackedWeight; got torch.float32 tensor"):
+        function(torch.zeros(3))
+
+
+def test_module_constants():
+    assert WEIGHT_TYPES == ("int4", "uint4b8", "uint4", "int8", "uint8b128")
+    assert LAYOUT_VERSION == 1 and ARCH_LAYOUTS == ("sm90a",)
+    assert packing.q_range("uint8b128") == (0, 255) and packing.bits_of("uint4") == 4
+
+
+# ---------------------------------------------------------------- gemmgen.reference
+
+@pytest.mark.parametrize("weight_type", WEIGHT_TYPES)
+def test_reference_mixed_mm_against_float64(weight_type):
+    n, k, group, m = 16, 256, 128, 5
+    dtype = torch.bfloat16
+    q, scales, zeros = random_case(weight_type, n, k, group, dtype, torch.int32, seed=3)
+    packed = pack_weights(q, scales, zeros, weight_type=weight_type, group_size=group)
+    a = torch.randn(m, k).to(dtype)
+    bias = torch.randn(n).to(dtype)
+    sub = (zeros if zeros is not None else torch.full((n, k // group), OFFSET[weight_type]))
+    w64 = ((q.double() - sub.double().repeat_interleave(group, 1))
+           * scales.double().repeat_interleave(group, 1)).t()
+    want = a.double() @ w64
+    for b in (None, bias):
+        got = reference.mixed_mm(a, packed, b)
+        assert got.dtype == torch.float32 and tuple(got.shape) == (m, n)
+        ref = want if b is None else want + b.double()
+        torch.testing.assert_close(got.double(), ref, rtol=1e-6, atol=1e-6 * ref.abs().max().item())
+    with pytest.raises(ValueError, match=r"argument 'a'.*K=256"):
+        reference.mixed_mm(a[:, :128], packed)
+    with pytest.raises(ValueError, match=r"argument 'bias'"):
+        reference.mixed_mm(a, packed, bias[:3])
+
+
+def test_reference_scaled_mm_epilogues_by_hand():
+    a = torch.tensor([[1, 2], [3, -4]], dtype=torch.int8)          # M=2, K=2
+    b = torch.tensor([[5, 6, -1], [7, 8, 2]], dtype=torch.int8)    # K=2, N=3
+    # A·B = [[19, 22, 3], [-13, -14, -11]]
+    scale_a = torch.tensor([2.0, 0.5])                             # per-token
+    scale_b = torch.tensor([0.25])                                 # per-tensor
+    bias = torch.tensor([1.0, -1.0, 0.5], dtype=torch.bfloat16)
+    azp_adj = torch.tensor([3, -2, 1], dtype=torch.int32)
+    azp = torch.tensor([2, -1], dtype=torch.int32)
+
+    def run(**kw):
+        d = reference.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, **kw)
+        assert d.dtype == torch.float64
+        return d.tolist()
+
+    # ScaledEpilogue: s_a[m] * s_b * acc
+    assert run() == [[9.5, 11.0, 1.5], [-1.625, -1.75, -1.375]]
+    # ScaledEpilogueBias: + bias[n]
+    assert run(bias=bias) == [[10.5, 10.0, 2.0], [-0.625, -2.75, -0.875]]
+    # ScaledEpilogueAzp: s_a * s_b * (acc - azp_adj[n]) + bias
+    #   acc - adj = [[16, 24, 2], [-16, -12, -12]]
+    assert run(azp_adj=azp_adj) == [[8.0, 12.0, 1.0], [-2.0, -1.5, -1.5]]
+    assert run(azp_adj=azp_adj, bias=bias) == [[9.0, 11.0, 1.5], [-1.0, -2.5, -1.0]]
+    # ScaledEpilogueAzpPerToken: s_a * s_b * (acc - azp[m] * azp_adj[n]) + bias
+    #   azp ⊗ adj = [[6, -4, 2], [-3, 2, -1]]; acc - it = [[13, 26, 1], [-10, -16, -10]]
+    assert run(azp_adj=azp_adj, azp=azp) == [[6.5, 13.0, 0.5], [-1.25, -2.0, -1.25]]
+    assert run(azp_adj=azp_adj, azp=azp, bias=bias) == [[7.5, 12.0, 1.0], [-0.25, -3.0, -0.75]]
+    # per-channel scale_b of shape [1, N]
+    d = reference.scaled_mm(a, b, torch.tensor([[1.0]]), torch.tensor([[1.0, 2.0, 3.0]]),
+                            torch.float16)
+    assert d.tolist() == [[19.0, 44.0, 9.0], [-13.0, -28.0, -33.0]]
+    with pytest.raises(ValueError, match=r"argument 'azp'.*None unless azp_adj"):
+        reference.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, azp=azp)
+    with pytest.raises(ValueError, match=r"argument 'scale_b'.*1 or N=3"):
+        reference.scaled_mm(a, b, scale_a, torch.ones(2), torch.bfloat16)
+    with pytest.raises(ValueError, match=r"argument 'out_dtype'"):
+        reference.scaled_mm(a, b, scale_a, scale_b, torch.float32)
+
+
+def test_reference_scaled_mm_fp8():
+    a = torch.tensor([[1.5, -2.0]]).to(torch.float8_e4m3fn)
+    b = torch.tensor([[0.5], [0.25]]).to(torch.float8_e4m3fn)
+    d = reference.scaled_mm(a, b, torch.tensor([2.0]), torch.tensor([4.0]), torch.bfloat16)
+    assert d.tolist() == [[2.0]]                   # 2 * 4 * (0.75 - 0.5)
