@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", nargs="+", help="input dtypes (default: every one the library builds)")
     parser.add_argument("--out", type=Path, help="also write the markdown summary here")
     args = parser.parse_args(argv)
-    library = tuning.choose_library(None)
+    library = tuning.choose_library(None, "w8a8")
     tuned_shapes = set() if library.tuned is None else {
         (s.n, s.k) for table in library.tuned.classes.values() for s in table.shapes}
     shapes = [s for s in load_many(args.shapes) if (s.n, s.k) not in tuned_shapes]

@@ -291,7 +291,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         raise GemmgenError(f"--m: {exc}") from None
     options = TuneOptions(
         shapes=shapes, m_grid=m_grid,
-        library=args.library, dtypes=tuple(args.dtypes or ()), out_dtype=args.out_dtype,
+        library=args.library, family=args.family, dtypes=tuple(args.dtypes or ()), out_dtype=args.out_dtype,
         epilogue=args.epilogue, knob_top=args.knob_top, tolerance=args.tolerance, fresh=args.fresh,
         out=args.out, select=args.select, select_dir=args.select_dir, gpus=args.gpus,
         command="gemmgen " + " ".join(args.argv),
@@ -346,6 +346,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="shape files (paths, or names in gemmgen/manifests/shapes/, e.g. llama3_8b)")
     tuning.add_argument("--m", help="comma-separated M grid (default: 1..16384, powers of two and between)")
     tuning.add_argument("--library", help="library to tune (default: the one this GPU dispatches to)")
+    tuning.add_argument("--family", help="op family to tune (e.g. w8a8, mixed): picks its library "
+                                         "when several are built")
     tuning.add_argument("--dtypes", nargs="+", help="input dtypes, e.g. int8 e4m3 (default: all built)")
     tuning.add_argument("--out-dtype", default="bf16", choices=["bf16", "fp16"],
                         help="output dtype measured (the table serves the other through the same configs)")

@@ -380,19 +380,21 @@ def tuned_table_text(manifest_path: str | Path, kernels: list[KernelSpec], log: 
     return path.read_text()
 
 
-def _intact(target: Path, names: set[str]) -> bool:
-    """A published folder whose checksum record names exactly `names`, all matching."""
+def _intact(target: Path, names: set[str], shared_object: str, so_sha256: str | None) -> bool:
+    """A published folder whose checksum record names exactly `names`, all matching (and its
+    shared object is the staging one, when its sha256 is given)."""
     try:
         record = read_checksums(target)
     except ValueError:
         return False
     return (record is not None and set(record["files"]) == names
+            and so_sha256 in (None, record["files"][shared_object]["sha256"])
             and not damaged_files(target, record, cached=False))
 
 
 def _publish(library_dir: Path, shared_object: str, bindings: str, release: str,
              tuned_table: str | None = None, *, manifest: str | None = None,
-             log: Callable[[str], None] | None = None) -> Path:
+             so_sha256: str | None = None, log: Callable[[str], None] | None = None) -> Path:
     """Publish staging/<shared object> + bindings (+ table) as lib/<release> and swap `current`
     to it. A release folder that exists but does not match its checksums (damaged, truncated,
     or published without them) is published again from staging."""
@@ -404,7 +406,7 @@ def _publish(library_dir: Path, shared_object: str, bindings: str, release: str,
     staging = published_root / f".{release}.{os.getpid()}.tmp"
     damaged = published_root / f".{release}.{os.getpid()}.damaged.tmp"
     try:
-        if not _intact(target, names):
+        if not _intact(target, names, shared_object, so_sha256):
             if target.exists() and log is not None:
                 log(f"gemmgen: {target} does not match its checksums; publishing it again")
             shutil.rmtree(staging, ignore_errors=True)
@@ -414,6 +416,9 @@ def _publish(library_dir: Path, shared_object: str, bindings: str, release: str,
             if tuned_table is not None:
                 (staging / TUNED_TABLE_FILE).write_text(tuned_table)
             record = checksums_of(staging, names, manifest)
+            if so_sha256 is not None and record["files"][shared_object]["sha256"] != so_sha256:
+                raise BuildError(f"copying staging/{shared_object} to {staging} changed its content "
+                                 "(disk full or failing?); nothing was published")
             (staging / CHECKSUMS_FILE).write_text(json.dumps(record, indent=1) + "\n")
             if target.exists():  # a damaged folder: moved aside, replaced, then removed
                 os.replace(target, damaged)
@@ -502,7 +507,7 @@ def build_manifest(manifest_path: str | Path, build_root: Path, *, jobs: int | N
         # a relink (a header edit under the same CUTLASS version) is always published.
         release = hashlib.sha256("\0".join((so_digest, bindings, tuned_table or "")).encode()).hexdigest()[:16]
         published = _publish(library_dir, so_name, bindings, release, tuned_table,
-                             manifest=str(Path(manifest_path).resolve()), log=log)
+                             manifest=str(Path(manifest_path).resolve()), so_sha256=so_digest, log=log)
         st = (library_dir / "staging" / so_name).stat()
         _write_json_atomic(library_dir / STAGING_STATE,
                            {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": so_digest})

@@ -45,6 +45,7 @@ class TuneOptions:
     shapes: list[WeightShape]
     m_grid: tuple[int, ...]
     library: str | None = None
+    family: str | None = None  # without `library`: the library holding this op family's kernels
     dtypes: tuple[str, ...] = ()  # a dtypes; empty: every one the library builds
     out_dtype: str = "bf16"
     epilogue: str = "ScaledEpilogueBias"
@@ -69,8 +70,10 @@ def gpu_identity() -> tuple[str, int]:
     return dispatch.gpu_identity(torch.cuda.current_device())
 
 
-def choose_library(name: str | None) -> Library:
-    """The library to tune: the named one, else the one whose arch this GPU runs best."""
+def choose_library(name: str | None, family: str | None = None) -> Library:
+    """The library to tune: the named one, else the one with dispatch rules for the arch this GPU
+    runs best (only libraries holding op family `family`'s kernels, when given): with several
+    families built there are several, and the caller must say which."""
     loaded = libraries()
     if name is not None:
         found = [lib for lib in loaded if lib.name == name]
@@ -78,10 +81,13 @@ def choose_library(name: str | None) -> Library:
             raise GemmgenError(f"no built library {name!r}; built: {', '.join(l.name for l in loaded)}")
         return found[0]
     arch = arch_policy.best_arch_for(torch.cuda.get_device_capability())
-    owners = [lib for lib in loaded if lib.arch == arch and lib.dispatch]
+    owners = [lib for lib in loaded if lib.arch == arch and lib.dispatch and (
+        family is None or any(k.spec.family == family for k in lib.kernels.values()))]
     if len(owners) != 1:
-        raise GemmgenError(f"{len(owners)} built {arch} libraries with dispatch rules "
-                           f"({', '.join(l.name for l in owners) or 'none'}); pick one with --library")
+        which = f" of op family {family!r}" if family else ""
+        raise GemmgenError(f"{len(owners)} built {arch} libraries{which} with dispatch rules "
+                           f"({', '.join(l.name for l in owners) or 'none'}); pick one with "
+                           "--library (or --family)")
     return owners[0]
 
 
@@ -348,7 +354,7 @@ def _worker(payload: str) -> None:
     """One GPU's share (python -m gemmgen.tuning.tune --worker JSON)."""
     spec = json.loads(payload)
     options = TuneOptions(**{**spec["options"], "shapes": [WeightShape(**s) for s in spec["options"]["shapes"]]})
-    library = choose_library(options.library)
+    library = choose_library(options.library, options.family)
     store = Store(Path(spec["store"]), part=f"gpu{spec['index']}")
     measure(library, store, options, options.shapes[spec["index"]::spec["count"]], spec["index"])
 
@@ -357,7 +363,7 @@ def tune(options: TuneOptions) -> Path:
     """Measure (resuming), then write the table (and with --select the pruned manifest)."""
     if not torch.cuda.is_available():
         raise GemmgenError("gemmgen tune measures kernels on a GPU; no CUDA device is visible")
-    library = choose_library(options.library)
+    library = choose_library(options.library, options.family)
     options.library = library.name
     path = store_path(library, options)
     if options.fresh:

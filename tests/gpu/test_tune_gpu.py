@@ -28,7 +28,7 @@ GRID = (8, 256, 4096)
 def tuned(gpu_ready, tmp_path_factory):
     """Two independent fresh tunes of the sm90a library's int8 kernels; the table texts."""
     root = tmp_path_factory.mktemp("tune")
-    library = tuning.choose_library(None)
+    library = tuning.choose_library(None, "w8a8")
     texts = []
     for run in range(2):
         options = tuning.TuneOptions(shapes=SHAPES, m_grid=GRID, library=library.name,

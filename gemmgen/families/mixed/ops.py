@@ -134,14 +134,18 @@ def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, g
 @torch.library.custom_op("gemmgen::mixed_mm_out", mutates_args=("out",), device_types="cuda")
 def mixed_mm_out(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
                  zeros: Optional[torch.Tensor], bias: Optional[torch.Tensor], weight_type: str,
-                 group_size: int, n: int, k: int, kernel: Optional[str] = None) -> None:
-    """out = a @ dequant(packed weight) (+ bias); see gemmgen.mixed_mm."""
-    _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k, kernel)
+                 group_size: int, n: int, k: int, kernel_name: Optional[str] = None) -> None:
+    """out = a @ dequant(packed weight) (+ bias); see gemmgen.mixed_mm.
+
+    NOTES: the argument is `kernel_name`, not `kernel`: inductor's fallback lowering passes a
+    defaulted argument by keyword, and `kernel` collides with FallbackKernel.create's own."""
+    _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k,
+                       kernel_name)
 
 
 @mixed_mm_out.register_fake
 def _mixed_mm_out_fake(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k,
-                       kernel=None) -> None:
+                       kernel_name=None) -> None:
     check_arguments(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k)
 
 
