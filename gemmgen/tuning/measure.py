@@ -104,6 +104,7 @@ class Record:
     split_k: int
     us: float | None
     error: str | None = None
+    settled: bool = False  # re-timed side by side with the other near-ties of its point
 
     @property
     def key(self) -> tuple:

@@ -16,6 +16,7 @@ from gemmgen.families.w8a8.abi import RASTER_CODES
 from gemmgen.generator.expand import expand
 from gemmgen.generator.manifest import load_manifest
 from gemmgen.tuning import tune as tuning
+from gemmgen.tuning.measure import Candidate
 from gemmgen.tuning.shapes import WeightShape
 from gemmgen.tuning.table import load_table, table_path_for
 
@@ -38,13 +39,35 @@ def tuned(gpu_ready, tmp_path_factory):
     return library, root, texts
 
 
-def test_two_tunes_choose_the_same_kernels(tuned):
+def test_two_tunes_choose_within_the_tolerance(tuned):
+    """What the tuner guarantees: timings are noisy, so two tunes may pick different kernels at a
+    near-tie, but the second tune's choice is within the tie tolerance of the first's when the
+    two are timed side by side (plus a margin for the noise of that check itself)."""
     library, root, texts = tuned
     tables = [load_table(root / f"run{i}.tuned.yaml", known_kernels=library.kernels) for i in range(2)]
-    assert texts[0] == texts[1], "two tunes on the same GPU wrote different tables"
     meta = tables[0].metadata
     assert (meta["gpu"], meta["sm_count"]) == dispatch.gpu_identity(None)
     assert meta["kernel_set"] == library.kernel_set
+    tolerance, margin = meta["tie_tolerance"], 0.03
+    differing = 0
+    for key, first in tables[0].classes.items():
+        second = tables[1].classes[key]
+        for shape in SHAPES:
+            for m in GRID:
+                picks = [Candidate(t.lookup(m, shape.n, shape.k).bucket.kernel,
+                                   *dataclasses.astuple(t.lookup(m, shape.n, shape.k).bucket.knobs))
+                         for t in (first, second)]
+                if picks[0] == picks[1]:
+                    continue
+                differing += 1
+                problem = tuning.make_problem(key, m, shape.n, shape.k)
+                us = tuning.retime_side_by_side(picks, lambda c: tuning.time_candidate(c, problem, key))
+                a, b = us[picks[0]], us[picks[1]]
+                assert max(a, b) <= min(a, b) * (1 + tolerance + margin), (
+                    f"{key} n={shape.n} k={shape.k} m={m}: {picks[0].label()} {a:.2f} µs vs "
+                    f"{picks[1].label()} {b:.2f} µs side by side")
+    print(f"{differing} of {len(tables[0].classes) * len(SHAPES) * len(GRID)} points picked "
+          "different candidates (each within the tolerance side by side)")
 
 
 def test_select_writes_a_buildable_pruned_manifest(tuned):
