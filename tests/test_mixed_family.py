@@ -146,3 +146,28 @@ def test_mixed_kernel_compiles_and_loads(tmp_path):
     args = MixedMmArgs()
     assert library.kernels[KERNEL].run(ctypes.byref(args), None, 0, None) == 5  # GEMMGEN_WRONG_ARCH
     assert KERNEL in library.last_error()
+
+
+def test_tuner_hooks_pick_classes_and_knobs():
+    """The mixed family's tuner hooks: every built class (filtered by --dtypes), raster × swizzle
+    for every kernel, plus split counts for stream-K kernels."""
+    from types import SimpleNamespace
+
+    from gemmgen.families.mixed import tuning as hooks
+    from gemmgen.tuning.measure import Candidate
+
+    built = {("mixed_mm", "bf16", "int4", "scale"), ("mixed_mm", "fp16", "int8", "scale")}
+    assert hooks.classes(built, SimpleNamespace(dtypes=())) == sorted(built)
+    assert hooks.classes(built, SimpleNamespace(dtypes=("bf16",))) == [("mixed_mm", "bf16", "int4", "scale")]
+    kernels = {k.name: k for k in expand(load_manifest(DEFAULT_MANIFEST_DIR / "mixed_sm90.yaml"))}
+    streamk = next(SimpleNamespace(name=n, spec=s, config=s.config) for n, s in kernels.items()
+                   if s.config.tile_scheduler == "streamk")
+    plain = next(SimpleNamespace(name=n, spec=s, config=s.config) for n, s in kernels.items()
+                 if s.config.tile_scheduler == "persistent")
+    variants = hooks.knob_variants(streamk)
+    assert variants[0] == Candidate(streamk.name) and len(variants) == len(set(variants))
+    assert {c.split_k for c in variants} == {1, 2, 4, 8}
+    assert {c.split_k for c in hooks.knob_variants(plain)} == {1}
+    assert hooks.knobs_worth_trying(streamk, 1, 4096, 132)           # split counts at small M
+    assert not hooks.knobs_worth_trying(plain, 1, 4096, 132)         # one wave: no raster/swizzle
+    assert hooks.output_tiles(plain, 1, 4096) == 4096 // plain.config.tile[0]

@@ -29,6 +29,7 @@
 
 #include "gemmgen/mixed/mixed_mm_args.h"
 #include "gemmgen/runtime_support.hpp"
+#include "gemmgen/sm90_launch.hpp"
 
 namespace gemmgen::mixed::sm90 {
 
@@ -145,51 +146,14 @@ struct MixedMm {
     return args;
   }
 
-  // Raise the kernel's dynamic shared memory limit once per device.
-  static bool allow_dynamic_shared_memory() {
-    static std::atomic<bool> done[detail::kMaxDevices] = {};
-    auto& flag = done[detail::current_device() % detail::kMaxDevices];
-    if (flag.load(std::memory_order_acquire)) {
-      return true;
-    }
-    constexpr int smem_bytes = Kernel::SharedStorageSize;
-    if constexpr (smem_bytes >= (48 << 10)) {
-      if (cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               smem_bytes) != cudaSuccess) {
-        cudaGetLastError();  // clear the error so the next call can retry
-        return false;
-      }
-    }
-    flag.store(true, std::memory_order_release);
-    return true;
-  }
-
   static size_t workspace_size(gemmgen_mixed_mm_args const* p) {
     return Gemm::get_workspace_size(make_arguments(*p));
   }
 
   static int run(gemmgen_mixed_mm_args const* p, void* workspace, size_t workspace_bytes,
                  void* stream, char const* kernel_name) {
-    auto args = make_arguments(*p);
-    cutlass::Status status = Gemm::can_implement(args);
-    if (status != cutlass::Status::kSuccess) {
-      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, cutlassGetStatusString(status));
-    }
-    if (Gemm::get_workspace_size(args) > workspace_bytes) {
-      return fail(GEMMGEN_WORKSPACE_TOO_SMALL, kernel_name, "workspace smaller than required");
-    }
-    auto cuda_stream = static_cast<cudaStream_t>(stream);
-    status = Kernel::initialize_workspace(args, workspace, cuda_stream);
-    if (status != cutlass::Status::kSuccess) {
-      return fail(GEMMGEN_INITIALIZE_FAILED, kernel_name, cutlassGetStatusString(status));
-    }
-    if (!allow_dynamic_shared_memory()) {
-      return fail(GEMMGEN_INITIALIZE_FAILED, kernel_name,
-                  "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed");
-    }
-    auto params = Kernel::to_underlying_arguments(args, workspace);
-    return launch_status(Gemm::run(params, cuda_stream), kernel_name);
+    return gemmgen::sm90::Launcher<Gemm>::run(make_arguments(*p), workspace, workspace_bytes,
+                                              stream, kernel_name);
   }
 };
 
