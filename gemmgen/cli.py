@@ -1,7 +1,7 @@
 """The `gemmgen` command: build (validate + render + compile + publish), validate, list, clean, tune.
 
-Exit status: 0 on success; 1 on a gemmgen error (one `gemmgen: error: ...` line on stderr, no
-traceback); 2 on a usage error (argparse); 141 (128 + SIGPIPE, what a C tool killed by SIGPIPE
+Exit status: 0 on success; 1 on a gemmgen error (`gemmgen: error: ...` on stderr, no traceback;
+a manifest with several independent mistakes lists each on its own `file:line: key:` line); 2 on a usage error (argparse); 141 (128 + SIGPIPE, what a C tool killed by SIGPIPE
 reports) when the reader of stdout went away, e.g. `gemmgen list | head -5`: quietly, no traceback.
 """
 
@@ -96,15 +96,17 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from .build.builder import tuned_table_text
+    from .build.builder import tuned_table_status
     from .tuning.table import table_path_for
 
     for path, kernels in _validated(_manifests(args.manifests)):
         table = table_path_for(path)
         note = ""
         if table.exists():  # validated like `gemmgen build` does: file:line errors, staleness
-            note = f"; tuned table {table.name}: " + ("OK" if tuned_table_text(path, kernels, print)
-                                                       else "stale, not used")
+            _, status, message = tuned_table_status(path, kernels)
+            if message is not None and status == "stale, not used":
+                print(message)  # a partial table: its status says all
+            note = f"; tuned table {table.name}: {status}"
         print(f"{path}: OK, {len(kernels)} kernels{note}")
         if args.verbose:
             for spec in kernels:
@@ -114,12 +116,25 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from .bindings import library as binding_library
+    from .errors import LibraryNotBuiltError
 
+    if args.manifests is not None:  # from the manifests alone: nothing needs to be built
+        if args.build_dir:
+            raise GemmgenError("--manifests reads the manifests, not a build directory; drop --build-dir")
+        _print_libraries(binding_library.manifest_libraries(args.manifests), args.dispatch)
+        return 0
     with settings.using_build_dir(args.build_dir):
         if args.build_dir:
             binding_library.reload()  # what this process loaded came from the other directory
         try:
-            _print_libraries(binding_library.libraries(), args.dispatch)
+            try:
+                loaded = binding_library.libraries()
+            except LibraryNotBuiltError as exc:
+                if not args.dispatch:
+                    raise
+                raise LibraryNotBuiltError(f"{exc} To see what dispatch would choose without a "
+                                           "build: `gemmgen list --dispatch --manifests`") from None
+            _print_libraries(loaded, args.dispatch)
         finally:
             if args.build_dir:
                 binding_library.reload()
@@ -127,20 +142,31 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _print_libraries(libraries, dispatch: bool) -> None:
+    from .dispatch import rule_label
+
     for library in libraries:
-        print(f"{library.name} ({library.arch}, {len(library.kernels)} kernels) at {library.directory}")
+        where = (f"from {library.manifest} (not built)" if getattr(library, "manifest", None)
+                 else f"at {library.directory}")
+        print(f"{library.name} ({library.arch}, {len(library.kernels)} kernels) {where}")
         for name in sorted(library.kernels):
             print(f"  {name}")
         if dispatch:
             table = library.tuned
             if table is not None:
+                fit = table.fit
                 shapes = sum(len(c.shapes) for c in table.classes.values())
+                state = (fit.note().removeprefix("tuned table ") if fit is not None
+                         else f"{shapes} (class, N, K) entries")
                 print(f"  tuned table: {table.path} ({table.metadata['gpu']}, "
-                      f"{table.metadata['sm_count']} SMs; {shapes} (class, N, K) entries)")
+                      f"{table.metadata['sm_count']} SMs; {state})")
+                for key, shape, bucket in (fit.dropped if fit is not None else ()):
+                    print(f"    dropped: {' '.join(key)} (n={shape.n}, k={shape.k}): {bucket.dropped}; "
+                          "the rules serve that M range")
             for key, rules in sorted(library.dispatch.items()):
                 print(f"  dispatch {' '.join(key)}:")
-                for condition, name, line in rules:
-                    print(f"    {condition.source:<28} -> {name}  (line {line})")
+                for index, (condition, name, line) in enumerate(rules):
+                    label = f"{rule_label(index, len(rules), line)}:"
+                    print(f"    {label:<24} {condition.source!r:<30} -> {name}")
 
 
 # ---------------------------------------------------------------------------------- clean
@@ -329,8 +355,13 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("manifests", nargs="*")
     validate.add_argument("-v", "--verbose", action="store_true", help="list kernel names")
     validate.set_defaults(func=_cmd_validate)
-    listing = sub.add_parser("list", help="list the built kernels")
-    listing.add_argument("--dispatch", action="store_true", help="also print the dispatch rules")
+    listing = sub.add_parser("list", help="list the built kernels (--manifests: the kernels the "
+                                          "manifests would build)")
+    listing.add_argument("--dispatch", action="store_true",
+                         help="also print the dispatch rules and the tuned table (what is kept of it)")
+    listing.add_argument("--manifests", nargs="*", metavar="MANIFEST",
+                         help="read the manifests (default: the shipped ones) and the tuned tables "
+                              "beside them instead of the built libraries: nothing needs building")
     listing.add_argument("--build-dir", help=build_dir_help)
     listing.set_defaults(func=_cmd_list)
     clean = sub.add_parser("clean", help="remove what `gemmgen build` (and `gemmgen tune`) left in "

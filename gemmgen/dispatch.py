@@ -1,14 +1,22 @@
 """Dispatch: which compiled kernel (and run-time knobs) serves a problem, looked up from Python.
 
 The chain, first hit wins: the tuned table `gemmgen tune` measured (exact (N, K), then the
-nearest measured shape; only when its GPU and kernel set match) → the manifest's ordered
-`dispatch` rules → a guaranteed default. Each fallback is logged once at WARNING with its
-reason. Tables and rules are parsed once at library load; lookups are memoized per problem.
+nearest measured shape; only when its GPU matches; a table tuned for another kernel set serves
+the entries whose kernels all still exist, see `gemmgen.tuning.table.fit_table`) → the
+manifest's ordered `dispatch` rules → a guaranteed default. Each fallback is logged once at
+WARNING with its reason. Tables and rules are parsed once at library load; lookups are memoized
+per problem.
 
     gemmgen.dispatch.lookup("scaled_mm", a_dtype=torch.int8, out_dtype=torch.bfloat16,
                             epilogue="ScaledEpilogueBias", m=37, n=4096, k=4096)
-    gemmgen.dispatch.explain(...)      # which rule chose it, and why
+    gemmgen.dispatch.explain(...)      # for which arch/GPU, which rule chose it, and why
     gemmgen.dispatch.kernels()         # every built kernel
+
+`source="manifests"` (or `manifests=[paths]`) on `choose`/`lookup`/`explain`/`kernels` answers
+from the manifests alone (default: the shipped ones) and the tuned tables beside them, before
+anything is built: the same decisions a build of them would make, but the kernels cannot run.
+Rules are numbered from 1 in messages, as they stand in the manifest (`Choice.rule_index` is
+0-based).
 
 Generic over op families: the op's family turns the keyword problem description into a
 dispatch class (op, *class fields) and the values of its dispatch variables; rules are matched
@@ -24,7 +32,8 @@ from dataclasses import dataclass
 
 from . import arch as arch_policy
 from . import families as registry
-from .bindings.library import Kernel, Library, all_kernels, libraries
+from .bindings import library as _library_module
+from .bindings.library import Kernel, Library, all_kernels, libraries, manifest_sources
 from .dtypes import dtype_name  # noqa: F401  (part of this module's API)
 from .generator.kernel_config import RuntimeKnobs
 
@@ -50,6 +59,7 @@ class Choice:
 
 _warned: set[str] = set()
 _untuned_noted: set[str] = set()
+_SOURCES = ("built", "manifests")
 
 
 def _warn_once(message: str) -> None:
@@ -76,18 +86,39 @@ def _device_identity(index: int) -> tuple[str, int]:
     return props.name, props.multi_processor_count
 
 
+def gpu_capability(device: int | None = None) -> tuple[int, int] | None:
+    """Compute capability of a CUDA device (None: the current one), or None without CUDA."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return _device_capability(torch.cuda.current_device() if device is None else device)
+
+
+@functools.lru_cache(maxsize=16)
+def _device_capability(index: int) -> tuple[int, int]:
+    import torch
+    return tuple(torch.cuda.get_device_capability(index))
+
+
 def _usable_table(library: Library, device: int | None):
-    """The library's tuned table if it may serve this GPU; else None (warned once, with why).
-    The GPU is asked for its identity only here, when there is a table to check."""
+    """(the library's tuned table if it may serve this GPU, else None; why not, or None).
+    Warned once when a table is not used. The GPU is asked for its identity only here, when
+    there is a table to check."""
     table = library.tuned
     if table is None:
-        return None
+        return None, None
     why = table.mismatch(gpu=gpu_identity(device), kernel_set=library.kernel_set)
     if why is not None:
         _warn_once(f"gemmgen: the tuned table of library {library.name!r} ({table.path}) is not "
                    f"used: {why}. Dispatch falls back to the manifest's rules; re-run `gemmgen tune`.")
-        return None
-    return table
+        return None, why
+    if table.fit is not None and library.name not in _untuned_noted:
+        _untuned_noted.add(library.name)
+        log.info("gemmgen: library %r: %s (%s)", library.name, table.fit.note(), table.path)
+    return table, None
 
 
 def _sibling(library: Library, measured: Kernel, key: tuple[str, ...]) -> Kernel | None:
@@ -107,22 +138,38 @@ def _proxy_class(table, key: tuple[str, ...]):
     return next((t for c, t in sorted(table.classes.items()) if c[:2] == key[:2]), None)
 
 
-def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k: int) -> Choice | None:
+def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k: int,
+                device: int | None = None) -> tuple[Choice | None, str | None]:
+    """(the table's choice or None, a note for the reason of the rule that serves instead)."""
     what = " ".join(key)
     exact_class = table.classes.get(key)
     ctable = exact_class or _proxy_class(table, key)
     if ctable is None:
         _warn_once(f"gemmgen: the tuned table of library {library.name!r} has no {key[1]} entries; "
                    f"{what} uses the manifest's rules")
-        return None
+        return None, None
     hit = ctable.lookup(m, n, k)
+    if hit is None:
+        return None, None
+    if hit.dropped:  # a hole left by fitting a table tuned for another kernel set
+        shape = "measured shape" if hit.exact_shape else "nearest measured shape"
+        note = (f"tuned table ({table.path}:{hit.shape.line}), {shape} (n={hit.shape.n}, "
+                f"k={hit.shape.k}): {hit.dropped}, so the rules serve this M range")
+        _warn_once(f"gemmgen: library {library.name!r}: {note} ({' '.join(ctable.key)} at n={n}, "
+                   f"k={k}; re-run `gemmgen tune`)")
+        return None, note
     measured = library.kernels[hit.bucket.kernel]
     kernel = measured if exact_class else _sibling(library, measured, key)
     if kernel is None:
         _warn_once(f"gemmgen: tuned kernel {measured.name} has no {' '.join(key[2:])} sibling in "
                    f"library {library.name!r}; {what} uses the manifest's rules")
-        return None
+        return None, None
     where = f"{table.path}:{hit.bucket.line}"
+    if table.fit is not None:
+        where += "; " + table.fit.summary()
+    if gpu_identity(device) is None:
+        where += (f"; measured on {table.metadata['gpu']} ({table.metadata['sm_count']} SMs), "
+                  "not checked: no GPU visible")
     if hit.exact_shape:
         shape = f"measured shape (n={n}, k={k})"
     else:
@@ -135,34 +182,53 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
     reason = (f"tuned table ({where}): {shape}, bucket m <= {hit.bucket.m_max}{proxy}; raster "
               f"{knobs.raster}, swizzle {knobs.swizzle}"
               + (f", split_k {knobs.split_k_slices}" if knobs.split_k_slices != 1 else ""))
-    return Choice(kernel, knobs, "table", reason)
+    return Choice(kernel, knobs, "table", reason), None
+
+
+def rule_label(index: int, count: int, line: int | None, file: str | None = None) -> str:
+    """A rule as the manifest names it: 'rule 3 of 5 (line 68)' (index is 0-based), or with the
+    file: 'rule 3 of 5 (w8a8_sm90.yaml:68)'."""
+    where = f"{file}:{line}" if file else f"line {line}"
+    return f"rule {index + 1} of {count} ({where})"
 
 
 def _describe_values(variables: tuple[str, ...], values: tuple[int, ...]) -> str:
     return ", ".join(f"{name}={value}" for name, value in zip(variables, values))
 
 
+def _serving_libraries(source) -> tuple[Library, ...]:
+    return libraries() if source is None else _library_module._manifest_libraries(source)
+
+
+def _known_kernels(source) -> dict[str, Kernel]:
+    if source is None:
+        return all_kernels()
+    return {n: k for lib in _serving_libraries(source) for n, k in lib.kernels.items()}
+
+
 @functools.lru_cache(maxsize=8192)
 def _choose(arches: tuple[str, ...], key: tuple[str, ...], values: tuple[int, ...],
-            device: int | None, tuned: bool) -> Choice:
+            device: int | None, tuned: bool, source: tuple | None = None) -> Choice:
     """The lookup chain, first hit wins: tuned table (exact shape, then nearest shape) → the
-    manifest's rules → a guaranteed default (the first config of the family that builds it)."""
+    manifest's rules → a guaranteed default (the first config of the family that builds it).
+    `source`: None for the built libraries, else `manifest_sources(...)` of the manifests."""
     family = registry.for_op(key[0])
     tunable = family is not None and family.variables[:3] == ("m", "n", "k")
     for arch in arches:
-        serving = [lib for lib in libraries() if lib.arch == arch and any(
+        serving = [lib for lib in _serving_libraries(source) if lib.arch == arch and any(
             kern.spec.dispatch_class == key for kern in lib.kernels.values())]
         if not serving:
             continue
         owner = next((lib for lib in serving if key in lib.dispatch), serving[0])
-        table = _usable_table(owner, device) if tuned and tunable else None
+        table, unusable = _usable_table(owner, device) if tuned and tunable else (None, None)
         if tuned and owner.tuned is None and owner.name not in _untuned_noted:
             # INFO, not WARNING: nothing fell back; the library never had a table
             _untuned_noted.add(owner.name)
             log.info("gemmgen: library %r has no tuned table; dispatch uses the manifest's rules "
                      "(measure one with `gemmgen tune` on this GPU)", owner.name)
+        note = None
         if table is not None:
-            choice = _from_table(owner, table, key, *values[:3])
+            choice, note = _from_table(owner, table, key, *values[:3], device)
             if choice is not None:
                 return choice
         rules = owner.dispatch.get(key)
@@ -170,10 +236,12 @@ def _choose(arches: tuple[str, ...], key: tuple[str, ...], values: tuple[int, ..
             for index, (condition, name, line) in enumerate(rules):
                 if condition.matches(*values):
                     kernel = owner.kernels[name]
-                    why = ("" if tuned and owner.tuned is not None else
+                    why = ("" if tuned and owner.tuned is not None and unusable is None else
+                           f" (tuned table not used: {unusable})" if tuned and unusable else
                            " (no tuned table)" if tuned else " (tuned table not consulted)")
-                    reason = (f"rule {index} ({condition.source!r}, {kernel.spec.origin.file}:{line}) "
-                              f"is the first that matches{why}")
+                    label = rule_label(index, len(rules), line, kernel.spec.origin.file)
+                    reason = (f"{note + '; ' if note else ''}{label}: {condition.source!r} is the "
+                              f"first that matches{why}")
                     return Choice(kernel, kernel.spec.knobs, "rule", reason, condition.source, index, line)
             # check_rule_table proved the table has no gap at build time
             raise AssertionError(f"dispatch table for {key} has a gap at "
@@ -185,17 +253,24 @@ def _choose(arches: tuple[str, ...], key: tuple[str, ...], values: tuple[int, ..
         return Choice(kernel, kernel.spec.knobs, "default",
                       f"default: no table entry or rule serves {' '.join(key)}, so the first "
                       f"config of the family ({kernel.spec.origin.file}:{kernel.spec.origin.line}) serves it")
-    built = sorted({(k.spec.arch, *k.spec.dispatch_class[1:]) for k in all_kernels().values()
+    built = sorted({(k.spec.arch, *k.spec.dispatch_class[1:]) for k in _known_kernels(source).values()
                     if k.spec.op == key[0]})
     described = family.describe_class(key) if family is not None else " ".join(key)
     fields = ", ".join(("arch", *family.spec_type.class_fields)) if family is not None else "arch, ..."
+    if source is not None:
+        raise ValueError(f"no kernel of the manifests {', '.join(p for p, *_ in source)} for "
+                         f"{'/'.join(arches)} computes {described}; they build ({fields}): {built}.")
     raise ValueError(f"no built kernel for {'/'.join(arches)} computes {described}; built "
                      f"({fields}): {built}. Add it to a manifest and run `gemmgen build`.")
 
 
-def _arches(arch) -> tuple[str, ...]:
+def _arches(arch, device: int | None = None) -> tuple[str, ...]:
+    """The arches to try, fastest first: the ones asked for, else those that run on the GPU
+    (gemmgen/arch.py), else, with no GPU visible, the arch preference."""
     if arch is None:
-        return ARCH_PREFERENCE
+        capability = gpu_capability(device)
+        found = arch_policy.arches_for(capability) if capability is not None else ()
+        return found or ARCH_PREFERENCE
     arches = (arch,) if isinstance(arch, str) else tuple(arch)
     for name in arches:
         if name not in ARCH_PREFERENCE:
@@ -203,47 +278,86 @@ def _arches(arch) -> tuple[str, ...]:
     return arches
 
 
+def _source(source: str, manifests) -> tuple | None:
+    """None for the built libraries; the manifests' key (`manifest_sources`) otherwise."""
+    if manifests is not None:
+        return manifest_sources(manifests)
+    if source not in _SOURCES:
+        raise ValueError(f"unknown source {source!r}; expected one of {', '.join(_SOURCES)}")
+    return manifest_sources(None) if source == "manifests" else None
+
+
 def choose_class(key: tuple[str, ...], values: tuple[int, ...], *, arch=None, tuned: bool = True,
                  device: int | None = None) -> Choice:
     """The dispatch decision for a dispatch class and its variable values (what the ops call)."""
-    return _choose(_arches(arch), key, values, device, tuned)
+    return _choose(_arches(arch, device), key, values, device, tuned, None)
 
 
 def choose(op: str = "scaled_mm", *, arch=None, tuned: bool = True, device: int | None = None,
-           **problem) -> Choice:
+           source: str = "built", manifests=None, **problem) -> Choice:
     """The dispatch decision for a problem: kernel, knobs, and which link of the chain chose it.
 
     `problem` is the op family's description of a problem (W8A8: a_dtype, out_dtype, epilogue,
     m, n, k). `arch` ("sm90a", "sm80" or a preference list) picks the kernel arch; by default
-    the first of ARCH_PREFERENCE whose libraries serve the problem. `tuned=False` skips the
-    tuned table (the manifest's rules only). `device` is the CUDA device whose identity a tuned
-    table must match (default: the current one; without CUDA the table is used unchecked).
+    the first arch that runs on the GPU (ARCH_PREFERENCE order; all of it when no GPU is
+    visible) whose libraries serve the problem. `tuned=False` skips the tuned table (the
+    manifest's rules only). `device` is the CUDA device whose identity a tuned table must match
+    (default: the current one; without CUDA the table is used unchecked). `source="manifests"`
+    answers from the shipped manifests (`manifests=[paths]`: those) without a build.
     """
     key, values = registry.for_api_op(op).dispatch_request(op, **problem)
-    return _choose(_arches(arch), key, values, device, tuned)
+    return _choose(_arches(arch, device), key, values, device, tuned, _source(source, manifests))
 
 
-def lookup(op: str = "scaled_mm", *, arch=None, tuned: bool = True, **problem) -> Kernel:
-    """The kernel dispatch picks: `.name`, `.config`, and callable like the op."""
-    return choose(op, arch=arch, tuned=tuned, **problem).kernel
+def lookup(op: str = "scaled_mm", *, arch=None, tuned: bool = True, source: str = "built",
+           manifests=None, **problem) -> Kernel:
+    """The kernel dispatch picks: `.name`, `.config`, and callable like the op (not when it
+    comes from the manifests: nothing is built)."""
+    return choose(op, arch=arch, tuned=tuned, source=source, manifests=manifests, **problem).kernel
 
 
-def explain(op: str = "scaled_mm", *, arch=None, tuned: bool = True, **problem) -> str:
-    """One paragraph: which link of the chain (tuned table, rule, default) chose which kernel
-    and knobs for this problem, and why."""
+def _context(arch, arches: tuple[str, ...], kernel: Kernel, device: int | None) -> str:
+    """For which arch and GPU a decision is: 'for sm90a on NVIDIA H200 (cc 9.0)', or 'for sm90a
+    (no GPU visible: assuming the arch preference sm90a, sm80)'."""
+    chosen = kernel.spec.arch
+    capability = gpu_capability(device)
+    asked = f"arch {'/'.join(arches)} asked for" if arch is not None else None
+    if capability is None:
+        detail = f"{asked}; no GPU visible" if asked else (
+            f"no GPU visible: assuming the arch preference {', '.join(arches)}")
+    else:
+        identity = gpu_identity(device)
+        name = identity[0] if identity else "the GPU"
+        runs = "" if arch_policy.arches_for(capability) else (
+            f", which no gemmgen arch runs: assuming the arch preference {', '.join(arches)}")
+        detail = f"cc {capability[0]}.{capability[1]}{runs}" + (f"; {asked}" if asked else "")
+        return f"for {chosen} on {name} ({detail})" + _from_manifest(kernel)
+    return f"for {chosen} ({detail})" + _from_manifest(kernel)
+
+
+def _from_manifest(kernel: Kernel) -> str:
+    manifest = kernel.library.manifest
+    return f", from the manifest {manifest} (not built)" if manifest else ""
+
+
+def explain(op: str = "scaled_mm", *, arch=None, tuned: bool = True, source: str = "built",
+            manifests=None, **problem) -> str:
+    """One paragraph: for which arch and GPU, which link of the chain (tuned table, rule,
+    default) chose which kernel and knobs for this problem, and why."""
     family = registry.for_api_op(op)
     key, values = family.dispatch_request(op, **problem)
-    c = _choose(_arches(arch), key, values, None, tuned)
+    arches = _arches(arch)
+    c = _choose(arches, key, values, None, tuned, _source(source, manifests))
     split = f", split_k {c.knobs.split_k_slices}" if c.knobs.split_k_slices != 1 else ""
-    return (f"{_describe_values(family.variables, values)}: {c.reason}; it picks {c.kernel.name} "
-            f"(config {c.kernel.spec.origin.config!r}, raster {c.knobs.raster}, swizzle "
-            f"{c.knobs.swizzle}{split}).")
+    return (f"{_context(arch, arches, c.kernel, None)}, {_describe_values(family.variables, values)}: "
+            f"{c.reason}; it picks {c.kernel.name} (config {c.kernel.spec.origin.config!r}, raster "
+            f"{c.knobs.raster}, swizzle {c.knobs.swizzle}{split}).")
 
 
-def kernels(op: str | None = None) -> list[Kernel]:
-    """Every built kernel, sorted by name; `op` keeps the kernels of one user op (e.g.
-    'scaled_mm_azp': the azp epilogues)."""
-    found = sorted(all_kernels().values(), key=lambda kernel: kernel.name)
+def kernels(op: str | None = None, *, source: str = "built", manifests=None) -> list[Kernel]:
+    """Every built kernel (`source="manifests"`: every kernel of the manifests), sorted by name;
+    `op` keeps the kernels of one user op (e.g. 'scaled_mm_azp': the azp epilogues)."""
+    found = sorted(_known_kernels(_source(source, manifests)).values(), key=lambda kernel: kernel.name)
     if op is None:
         return found
     family = registry.for_api_op(op)

@@ -18,6 +18,38 @@ class ManifestError(GemmgenError, ValueError):
         where = f"{self.file}:{line}" if line else self.file
         super().__init__(f"{where}: {key}: {message}")
 
+    def __reduce__(self):  # picklable (e.g. from a worker process) with its fields
+        return type(self), (self.file, self.line, self.key, self.detail)
+
+
+class ManifestErrors(ManifestError):
+    """Every independent error of one manifest, as a compiler lists them: `errors` holds them
+    (each a plain ManifestError, sorted by line, duplicates dropped); `file`, `line`, `key` and
+    `detail` are the first one's, so code that handles a single ManifestError keeps working;
+    `str()` is one `file:line: key: message` line per error, the first error's first."""
+
+    def __init__(self, errors):
+        flat: list[ManifestError] = []
+        for error in errors:
+            for one in (error.errors if isinstance(error, ManifestErrors) else (error,)):
+                if not any(_same(one, seen) for seen in flat):
+                    flat.append(one)
+        if not flat:
+            raise ValueError("ManifestErrors needs at least one error")
+        # stable: errors on one line keep the order they were found in; no line (the file) first
+        flat.sort(key=lambda e: (e.line is not None, e.line or 0))
+        self.errors = tuple(flat)
+        first = flat[0]
+        self.file, self.line, self.key, self.detail = first.file, first.line, first.key, first.detail
+        GemmgenError.__init__(self, "\n".join(str(e) for e in flat))
+
+    def __reduce__(self):  # picklable (e.g. across processes) like its errors
+        return type(self), (self.errors,)
+
+
+def _same(a: ManifestError, b: ManifestError) -> bool:
+    return (a.file, a.line, a.key, a.detail) == (b.file, b.line, b.key, b.detail)
+
 
 class BuildError(GemmgenError, RuntimeError):
     """The compile or link of a kernel library failed; the previous library stays published."""
@@ -29,3 +61,19 @@ class LibraryNotBuiltError(GemmgenError, RuntimeError):
 
 class KernelLaunchError(GemmgenError, RuntimeError):
     """A kernel refused the problem or failed to launch; carries CUTLASS's or CUDA's reason."""
+
+
+def describe_argument(value) -> str:
+    """A value as argument errors show it: a tensor's dtype, shape and device, else its type
+    (and the value itself for a plain int, float or str). Needs no torch import."""
+    if hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value, "device"):
+        return f"{value.dtype} tensor of shape {tuple(value.shape)} on {value.device}"
+    if isinstance(value, (int, float, str)):
+        return f"{type(value).__name__} {value!r}"
+    return type(value).__name__
+
+
+def argument_error(where: str, argument: str, expected: str, got: object) -> ValueError:
+    """The one message format of argument errors: `gemmgen.<where>: argument '<argument>':
+    expected <expected>; got <got>`."""
+    return ValueError(f"gemmgen.{where}: argument '{argument}': expected {expected}; got {got}")

@@ -168,7 +168,8 @@ def test_failed_build_keeps_the_published_library(built, tmp_path):
 
 def test_tuned_table_is_published_with_the_library(built):
     """`<manifest>.tuned.yaml` beside the manifest ships in the published folder (no compile);
-    a table tuned for another kernel set is warned about and left out."""
+    a table tuned for another kernel set ships where it still fits (a note says it is partial),
+    and one of which nothing fits is warned about and left out."""
     path = table_path_for(built.manifest)
     shape = ShapeEntry(4096, 4096, (Bucket(4096, KERNEL, RuntimeKnobs("along_n", 2)),))
     meta = {"library": "one", "arch": "sm90a", "kernel_set": kernel_set_hash([KERNEL]),
@@ -181,6 +182,11 @@ def test_tuned_table_is_published_with_the_library(built):
         assert library.tuned is not None and library.tuned.kernel_names() == {KERNEL}
         assert library.tuned.mismatch(gpu=("NVIDIA H200", 132), kernel_set=library.kernel_set) is None
         path.write_text(render_table({**meta, "kernel_set": "0" * 16}, [ClassTable(KEY, (shape,))]))
+        report, log = built.again()
+        assert any("tuned table partial" in line for line in log)  # an edited manifest keeps it
+        assert load_library(built.current).tuned.kernel_names() == {KERNEL}
+        gone = ShapeEntry(4096, 4096, (Bucket(4096, KERNEL + "_gone", RuntimeKnobs()),))
+        path.write_text(render_table({**meta, "kernel_set": "0" * 16}, [ClassTable(KEY, (gone,))]))
         report, log = built.again()
         assert any("tuned for another kernel set" in line for line in log)
         assert load_library(built.current).tuned is None

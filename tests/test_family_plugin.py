@@ -387,7 +387,9 @@ def test_dispatch_picks_the_kernel_its_rules_say(built, use, x, out, n, batch, t
     assert choice.knobs == RuntimeKnobs()
     assert dispatch.lookup("axpby", x_dtype=x, out_dtype=out, n=n, batch=batch) is choice.kernel
     text = dispatch.explain("axpby", x_dtype=x, out_dtype=out, n=n, batch=batch)
-    assert text.startswith(f"n={n}, batch={batch}: rule {rule} (")
+    # rules are numbered from 1, as they stand in the manifest; the arch the answer is for first
+    assert text.startswith("for sm90a (no GPU visible: assuming the arch preference sm90a, sm80), "
+                           f"n={n}, batch={batch}: rule {rule + 1} of 3 (")
     assert f"it picks {_name(x, out, terse)}" in text
     assert f"{manifest.path}:{choice.line}" in text
 

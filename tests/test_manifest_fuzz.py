@@ -318,3 +318,51 @@ def test_fuzz_conditions(text, variables):
         assert str(exc)
     else:
         assert isinstance(condition, Condition)
+
+
+# ------------------------------------------------------------- every error of a manifest
+# load_manifest reports every independent error at once (ManifestErrors, see
+# docs/manifest-errors.md): each listed error keeps the single-error contract above, and the
+# exception's own fields and first line are those of the first (lowest-line) error.
+from gemmgen.errors import ManifestErrors  # noqa: E402
+
+
+@st.composite
+def heavily_mutated_trees(draw):
+    """A base's tree with 2-6 of its leaves (scalars) replaced: several independent mistakes."""
+    tree = copy.deepcopy(draw(st.sampled_from(TREES)))
+    leaves = [p for p in _paths(tree) if p and not isinstance(_get(tree, p), (dict, list))]
+    for path in draw(st.lists(st.sampled_from(leaves), min_size=2, max_size=6, unique=True)):
+        _get(tree, path[:-1])[path[-1]] = copy.deepcopy(draw(scalars | values))
+    return yaml.dump(tree, Dumper=_DUMPER, default_flow_style=draw(st.sampled_from([False, None])),
+                     sort_keys=False, allow_unicode=True)
+
+
+def _check_every_error(text: str, base_dir: Path) -> None:
+    error = _check(text, base_dir)  # the single-error contract, for the first error
+    if error is None or not isinstance(error, ManifestErrors):
+        return  # valid, or an error of expand() (fail-fast: duplicates, dispatch ownership)
+    path = Path(error.file)
+    read_back = path.read_bytes().decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    last_line = max(1, len(read_back.splitlines()))
+    errors = error.errors
+    assert errors, str(error)
+    assert (error.file, error.line, error.key, error.detail) == (
+        errors[0].file, errors[0].line, errors[0].key, errors[0].detail)
+    assert str(error) == "\n".join(str(e) for e in errors)
+    lines = [e.line for e in errors]
+    assert lines == sorted(lines, key=lambda line: line or 0), lines
+    assert len({(e.line, e.key, e.detail) for e in errors}) == len(errors), str(error)
+    for e in errors:
+        assert not isinstance(e, ManifestErrors), str(error)
+        assert e.file == error.file, str(error)
+        assert isinstance(e.line, int) and 1 <= e.line <= last_line, (e.line, last_line, str(e))
+        assert isinstance(e.key, str) and e.key.strip(), str(e)
+        assert str(e).startswith(f"{e.file}:{e.line}: {e.key}: "), str(e)
+        assert e.detail and not _TYPE_NAME_RE.search(e.detail), str(e)
+
+
+@_FUZZ
+@given(text=heavily_mutated_trees() | mutated_trees() | mutated_texts())
+def test_fuzz_every_error_has_a_line(tmp_path, text):
+    _check_every_error(text, tmp_path)

@@ -25,7 +25,7 @@ from ..errors import GemmgenError, LibraryNotBuiltError, ManifestError
 from ..family import OpFamily
 from ..generator.dispatch_rules import Condition, parse_condition
 from ..generator.kernel_config import KernelSpec
-from ..tuning.table import TUNED_TABLE_FILE, TunedTable, kernel_set_hash, load_table
+from ..tuning.table import TUNED_TABLE_FILE, TunedTable, fit_table, kernel_set_hash, load_table
 
 BINDINGS_FILE = "bindings.py"
 # Written last into every published folder: sha256 and size of each file published beside it, and
@@ -64,6 +64,12 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         """Run this kernel through its family's public op (e.g. the arguments of
         `gemmgen.scaled_mm`, or `gemmgen.scaled_mm_azp` for the azp epilogues)."""
+        if self.library.manifest is not None:
+            raise LibraryNotBuiltError(
+                f"kernel {self.name} was read from the manifest {self.library.manifest} (dispatch "
+                f"from the manifests), not loaded from a built library: it has no code to run. "
+                f"Build it with `gemmgen build {self.library.manifest}` and look it up without "
+                "source='manifests'.")
         return self.family.call_kernel(self, *args, **kwargs)
 
     def __repr__(self) -> str:
@@ -82,12 +88,21 @@ class Library:
     dispatch: dict[tuple[str, ...], tuple[tuple[Condition, str, int], ...]]
     bindings: ModuleType
     tuned: TunedTable | None = None  # the measured table `gemmgen tune` wrote, if published
+    # Set for a library read from its manifest alone (`manifest_library`): nothing built, its
+    # kernels have no C entry points (calling one raises LibraryNotBuiltError).
+    manifest: str | None = None
+
+    @property
+    def built(self) -> bool:
+        return self.manifest is None
 
     @property
     def kernel_set(self) -> str:
         return kernel_set_hash(self.kernels)
 
     def last_error(self) -> str:
+        if self.cdll is None:
+            return ""
         return self.cdll.gemmgen_last_error().decode(errors="replace")
 
 
@@ -211,16 +226,34 @@ def _import_bindings(path: Path) -> ModuleType:
 
 def _load_tuned_table(path: Path, specs) -> TunedTable | None:
     """The published tuned table, checked against the kernels; one that does not fit is dropped
-    with a warning (dispatch then uses the manifest's rules), never breaking the library."""
+    with a warning (dispatch then uses the manifest's rules), never breaking the library.
+
+    A table tuned for this kernel set must name only its kernels (file:line otherwise). One tuned
+    for another kernel set (the manifest changed since `gemmgen tune`) is fitted entry by entry
+    (`fit_table`): the shape entries whose kernels all still exist serve; the rest go to the
+    rules. Only a table with no entry left is dropped."""
     if not path.exists():
         return None
+    log = logging.getLogger("gemmgen.dispatch")
+    names = [s.name for s in specs]
     try:
-        return load_table(path, known_kernels=[s.name for s in specs],
-                          split_k_kernels=[s.name for s in specs if s.split_k])
+        table = load_table(path)
+        if table.metadata["kernel_set"] == kernel_set_hash(names):
+            return load_table(path, known_kernels=names,
+                              split_k_kernels=[s.name for s in specs if s.split_k])
     except ManifestError as exc:
-        logging.getLogger("gemmgen.dispatch").warning(
-            "gemmgen: ignoring the tuned table %s: %s; dispatch uses the manifest's rules", path, exc)
+        log.warning("gemmgen: ignoring the tuned table %s: %s; dispatch uses the manifest's rules",
+                    path, exc)
         return None
+    fitted = fit_table(table, specs)
+    if not fitted.fit.usable:
+        why = fitted.fit.dropped[0][2].dropped if fitted.fit.dropped else "it has no shape entries"
+        log.warning("gemmgen: ignoring the tuned table %s: it was tuned for another kernel set and "
+                    "none of its %d buckets fits this library (e.g. %s); dispatch uses the "
+                    "manifest's rules. Re-run `gemmgen tune`.", path, fitted.fit.buckets, why)
+        return None
+    log.info("gemmgen: %s: %s", path, fitted.fit.note())
+    return fitted
 
 
 def _check_abi(cdll: ctypes.CDLL, so_path: Path, family: OpFamily, record: dict | None = None) -> None:
@@ -294,6 +327,93 @@ def _load_checked(directory: Path, record: dict | None) -> Library:
     return library
 
 
+def _dispatch_of(manifest, kernels) -> dict:
+    """The manifest's expanded dispatch rules, as a built library's bindings hold them (see
+    `render_bindings`): class key -> ((condition, kernel name, manifest line), ...)."""
+    names = {(k.dispatch_class, k.config): k.name for k in kernels}
+    dispatch = {}
+    for family in manifest.families:
+        if not family.dispatch:
+            continue
+        for variant in family.variants:
+            key = (family.op, *(value for _, value in variant))
+            dispatch[key] = tuple((rule.condition, names[(key, family.configs[rule.config_index].config)],
+                                   rule.line) for rule in family.dispatch)
+    return dict(sorted(dispatch.items()))
+
+
+def manifest_library(path: str | os.PathLike) -> Library:
+    """A library as `gemmgen build` would publish it from the manifest at `path`, read from the
+    manifest alone (validated and expanded) with the tuned table beside it, for dispatch
+    decisions before anything is built. Its kernels cannot run (no shared object)."""
+    from ..generator.expand import expand
+    from ..generator.manifest import load_manifest
+    from ..tuning.table import table_path_for
+
+    path = Path(path)
+    manifest = load_manifest(path)
+    specs = expand(manifest)
+    tuned = _load_tuned_table(table_path_for(path), specs)
+    library = Library(manifest.library, manifest.arch, path.resolve().parent, "", None, {},
+                      _dispatch_of(manifest, specs), None, tuned, manifest=str(path))
+    library.kernels.update({spec.name: Kernel(spec, library, None, None) for spec in specs})
+    return library
+
+
+def _check_owners(loaded, where: str) -> None:
+    """No two libraries of one arch may both carry dispatch rules for one dispatch class."""
+    owners: dict[tuple, str] = {}
+    for library in loaded:
+        for key in library.dispatch:
+            owned = (library.arch, *key)
+            if owned in owners:
+                raise GemmgenError(
+                    f"libraries {owners[owned]!r} and {library.name!r} in {where} both carry "
+                    f"{library.arch} dispatch rules for {' '.join(key)}: which one serves it would "
+                    "be arbitrary. Drop the `dispatch` list from one manifest's family (its kernels "
+                    "stay callable by name) and rebuild it.")
+            owners[owned] = library.name
+
+
+def _file_state(path: Path) -> tuple:
+    try:
+        st = path.stat()
+    except OSError:
+        return (None,)
+    return (st.st_size, st.st_mtime_ns)
+
+
+def manifest_sources(paths=None) -> tuple:
+    """A hashable key for `manifest_libraries(paths)`: each manifest (default: the shipped ones)
+    with the state of it and of its tuned table, so an edit is read again."""
+    from ..tuning.table import table_path_for
+
+    chosen = [Path(p) for p in paths] if paths else settings.default_manifests()
+    if not chosen:
+        raise GemmgenError(f"no manifests given and none found in {settings.DEFAULT_MANIFEST_DIR}")
+    return tuple((str(p), _file_state(p), _file_state(table_path_for(p)))
+                 for p in dict.fromkeys(chosen))
+
+
+@functools.lru_cache(maxsize=8)
+def _manifest_libraries(sources: tuple) -> tuple[Library, ...]:
+    loaded = tuple(manifest_library(path) for path, *_ in sources)
+    names: dict[str, str] = {}
+    for library in loaded:
+        if library.name in names:
+            raise GemmgenError(f"manifests {names[library.name]} and {library.manifest} both build "
+                               f"library {library.name!r}; give one of them another `library` name")
+        names[library.name] = library.manifest
+    _check_owners(loaded, "the manifests " + ", ".join(lib.manifest for lib in loaded))
+    return loaded
+
+
+def manifest_libraries(paths=None) -> tuple[Library, ...]:
+    """The libraries the manifests at `paths` (default: the shipped ones) would build, read from
+    the manifests alone (`manifest_library`); memoized until a manifest or table changes."""
+    return _manifest_libraries(manifest_sources(paths))
+
+
 @functools.cache
 def libraries() -> tuple[Library, ...]:
     """Every published library under the build directory (loaded once per process)."""
@@ -312,17 +432,7 @@ def libraries() -> tuple[Library, ...]:
                 f"{path.parent} names {os.readlink(path.parent) if path.parent.is_symlink() else '?'}, "
                 f"which does not exist; {repair_hint(path.parent.parent, _manifest_of_library(path.parent.parent))}")
     loaded = tuple(load_library(path.parent) for path in found)
-    owners: dict[tuple, str] = {}
-    for library in loaded:
-        for key in library.dispatch:
-            owned = (library.arch, *key)
-            if owned in owners:
-                raise GemmgenError(
-                    f"libraries {owners[owned]!r} and {library.name!r} in {root} both carry "
-                    f"{library.arch} dispatch rules for {' '.join(key)}: which one serves it would "
-                    "be arbitrary. Drop the `dispatch` list from one manifest's family (its kernels "
-                    "stay callable by name) and rebuild it.")
-            owners[owned] = library.name
+    _check_owners(loaded, str(root))
     return loaded
 
 
@@ -330,6 +440,7 @@ def reload() -> None:
     """Forget loaded libraries so the next call picks up a fresh `gemmgen build`."""
     libraries.cache_clear()
     all_kernels.cache_clear()
+    _manifest_libraries.cache_clear()
 
 
 @functools.cache

@@ -53,7 +53,7 @@ from ..generator.manifest import Manifest, load_manifest
 from ..generator.render import (BINDINGS_FILE, LIBRARY_SOURCE, TranslationUnit, include_dirs,
                                 render_bindings, render_kernel_sources, render_library_source,
                                 write_tree)
-from ..tuning.table import TUNED_TABLE_FILE, kernel_set_hash, load_table, table_path_for
+from ..tuning.table import TUNED_TABLE_FILE, fit_table, kernel_set_hash, load_table, table_path_for
 from .ninja_file import ninja_file
 from .toolchain import LINK_FLAGS, Toolchain, find_toolchain, max_parallel_jobs
 
@@ -362,22 +362,44 @@ def _compile_times(library_dir: Path, log_offset: int) -> dict[str, float]:
     return times
 
 
-def tuned_table_text(manifest_path: str | Path, kernels: list[KernelSpec], log: Callable[[str], None]) -> str | None:
-    """The manifest's `<name>.tuned.yaml`, validated, if it matches this kernel set; None if
-    there is none or it is stale (the manifest changed since `gemmgen tune`: warned, not used)."""
+def tuned_table_status(manifest_path: str | Path, kernels: list[KernelSpec]) -> tuple[str | None, str, str | None]:
+    """(the text to publish or None, a status for `gemmgen validate`, a line to log or None) of
+    the manifest's `<name>.tuned.yaml`.
+
+    A table tuned for this kernel set must name only its kernels (file:line ManifestError). One
+    tuned for another kernel set (the manifest changed since `gemmgen tune`) is published when
+    at least one bucket still fits (`fit_table`: buckets naming a kernel the library no longer
+    has are holes at load, served by the rules; new kernels are not in it); status and log line
+    say how partial it is. A table with nothing left is not published ("stale, not used")."""
     path = table_path_for(manifest_path)
     if not path.exists():
-        return None
+        return None, "none", None
     names = {k.name for k in kernels}
     table = load_table(path)
-    if table.metadata["kernel_set"] != kernel_set_hash(names):
-        log(f"gemmgen: warning: {path} was tuned for another kernel set; it is not published "
-            "and dispatch uses the manifest's rules. Re-run `gemmgen tune`.")
-        return None
-    # every kernel it names must exist, and split_k go to split-K kernels (file:line if not)
-    load_table(path, known_kernels=names,
-               split_k_kernels={k.name for k in kernels if k.split_k})
-    return path.read_text()
+    if table.metadata["kernel_set"] == kernel_set_hash(names):
+        # every kernel it names must exist, and split_k go to split-K kernels (file:line if not)
+        load_table(path, known_kernels=names,
+                   split_k_kernels={k.name for k in kernels if k.split_k})
+        return path.read_text(), "OK", None
+    fit = fit_table(table, kernels).fit
+    if not fit.usable:
+        return None, "stale, not used", (
+            f"gemmgen: warning: {path} was tuned for another kernel set and none of its "
+            f"{fit.buckets} buckets fits this one (their kernels are gone); it is not "
+            "published and dispatch uses the manifest's rules. Re-run `gemmgen tune`.")
+    return (path.read_text(), fit.note().removeprefix("tuned table "),
+            f"gemmgen: note: {path.name}: {fit.note()}")
+
+
+def tuned_table_text(manifest_path: str | Path, kernels: list[KernelSpec], log: Callable[[str], None]) -> str | None:
+    """The manifest's `<name>.tuned.yaml`, validated, to publish with the library: whole when
+    it was tuned for this kernel set, partial (logged: how many shape entries are kept, how many
+    kernels are new) when the manifest changed since; None when there is none or nothing of it
+    fits (warned)."""
+    text, _, message = tuned_table_status(manifest_path, kernels)
+    if message is not None:
+        log(message)
+    return text
 
 
 def _intact(target: Path, names: set[str], shared_object: str, so_sha256: str | None) -> bool:

@@ -6,17 +6,22 @@ scalars carry no line of their own, so a wrong scalar is reported at the line it
 for it (`LocatedDict.key_lines` / `LocatedList.item_lines`, passed as `line=`), an empty file at
 line 1, and a YAML error that PyYAML places at the end of the stream (one past the last line) at
 the last line. Only a file that cannot be read at all has no line (key `file`).
+
+`Collector` gathers the errors of independent units (a config entry, a dispatch rule, ...) so that
+a manifest's reader reports them all at once, as one ManifestErrors; inside a unit, the first error
+still ends it.
 """
 
 from __future__ import annotations
 
 import datetime
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import yaml
 
-from ..errors import ManifestError
+from ..errors import ManifestError, ManifestErrors
 
 
 class LocatedDict(dict):
@@ -37,6 +42,46 @@ class LocatedList(list):
 
     def line_of(self, index: int) -> int:
         return self.item_lines[index] if 0 <= index < len(self.item_lines) else self.line
+
+
+# ------------------------------------------------------------------ collecting errors
+FAILED = object()  # what Collector.attempt returns for a unit that raised
+
+
+class Collector:
+    """The errors of independent units, reported together: run each unit in `with
+    collector.unit():` (or through `attempt`); a ManifestError ends that unit only (a
+    ManifestErrors contributes each of its errors). `raise_if_any()` then raises them all as one
+    ManifestErrors. A unit whose input depends on a failed one must be skipped by the caller, so
+    that no error is reported that only follows from another (no cascades)."""
+
+    def __init__(self) -> None:
+        self.errors: list[ManifestError] = []
+
+    def add(self, error: ManifestError) -> None:
+        self.errors.extend(error.errors if isinstance(error, ManifestErrors) else (error,))
+
+    @contextmanager
+    def unit(self) -> Iterator[None]:
+        try:
+            yield
+        except ManifestError as exc:
+            self.add(exc)
+
+    def attempt(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """fn(*args, **kwargs), or FAILED (its error recorded) if it raised a ManifestError."""
+        try:
+            return fn(*args, **kwargs)
+        except ManifestError as exc:
+            self.add(exc)
+            return FAILED
+
+    def __bool__(self) -> bool:
+        return bool(self.errors)
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            raise ManifestErrors(self.errors)
 
 
 # ------------------------------------------------------------------ describing values

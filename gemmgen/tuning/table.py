@@ -17,6 +17,15 @@ carries the metadata that says where it was measured:
             buckets:                       # m <= m_max, first match; the last covers any m
               - {m_max: 16, kernel: <name>, raster: heuristic, swizzle: 1}
 
+A table tuned for another kernel set (the manifest changed since `gemmgen tune`) is still used,
+bucket by bucket (`fit_table`): a bucket is kept when it names a kernel the library still has (and
+asks split_k only of a split-K kernel). A bucket that fails is not removed, which would hand its M
+range to a neighbour that was never the winner there (buckets partition M: "m <= m_max, first
+match; the last covers any m"), but left as a hole: `Bucket.dropped` says why, and the problems
+whose m falls in it go to the manifest's rules; every other bucket keeps exactly the M range it
+was measured for. The same holds through the nearest-shape fallback. Kernels the table does not
+name (new configs) are never chosen by it; the rules still can.
+
 Nothing here imports torch: the table is read at library load and looked up from Python.
 """
 
@@ -24,8 +33,9 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -74,6 +84,7 @@ class Bucket:
     kernel: str
     knobs: RuntimeKnobs
     line: int = 0
+    dropped: str | None = None  # why, when fitted to a library it no longer fits (a hole)
 
 
 @dataclass(frozen=True)
@@ -91,11 +102,16 @@ class ShapeEntry:
 
 @dataclass(frozen=True)
 class Hit:
-    """What the table says for one problem: the bucket, and which measured shape it came from."""
+    """What the table says for one problem: the bucket, and which measured shape it came from.
+    A bucket with `dropped` set is a hole: the manifest's rules serve the problem."""
 
     bucket: Bucket
     shape: ShapeEntry
     exact_shape: bool
+
+    @property
+    def dropped(self) -> str | None:
+        return self.bucket.dropped
 
 
 @dataclass(frozen=True)
@@ -108,15 +124,70 @@ class ClassTable:
     def __post_init__(self):
         self._by_shape.update({(s.n, s.k): s for s in self.shapes})
 
-    def lookup(self, m: int, n: int, k: int) -> Hit:
+    def lookup(self, m: int, n: int, k: int) -> Hit | None:
         """Exact (N, K) if measured, else the nearest measured shape in log-space (ties: the
-        smaller (n, k)); then the M bucket containing m."""
+        smaller (n, k)); then the M bucket containing m. None when the class has no shape."""
         exact = self._by_shape.get((n, k))
         if exact is not None:
             return Hit(exact.bucket_for(m), exact, True)
+        if not self.shapes:
+            return None
         nearest = min(self.shapes, key=lambda s: (abs(math.log(s.n / n)) + abs(math.log(s.k / k)),
                                                    s.n, s.k))
         return Hit(nearest.bucket_for(m), nearest, False)
+
+
+@dataclass(frozen=True)
+class TableFit:
+    """How a table tuned for another kernel set was fitted to a library's kernels (`fit_table`).
+
+    `kernel_set`: the library's. `shapes_whole` of `shapes` shape entries kept every bucket,
+    `shapes_gone` lost all of them; `buckets_kept` of `buckets`. `dropped`: (class key, shape
+    entry, bucket) of each hole. `new_kernels`: the library's kernels added since the tune,
+    None when that cannot be told (the table records its kernel set as a hash only);
+    `vanished`: kernels the table names that the library no longer has."""
+
+    kernel_set: str
+    shapes: int
+    shapes_whole: int
+    shapes_gone: int
+    buckets: int
+    buckets_kept: int
+    dropped: tuple[tuple[ClassKey, ShapeEntry, Bucket], ...]
+    new_kernels: frozenset[str] | None
+    vanished: frozenset[str]
+
+    @property
+    def usable(self) -> bool:
+        return self.buckets_kept > 0
+
+    def summary(self) -> str:
+        """'partial: 16 of 16 shape entries kept' or 'partial: 8 of 16 shape entries kept whole,
+        8 in part'."""
+        text = f"partial: {self.shapes_whole} of {self.shapes} shape entries kept"
+        if self.dropped:
+            partly = self.shapes - self.shapes_whole - self.shapes_gone
+            text += f" whole, {partly} in part" + (f", {self.shapes_gone} not at all"
+                                                    if self.shapes_gone else "")
+        return text
+
+    def note(self) -> str:
+        """One line, e.g. 'tuned table partial: 16 of 16 shape entries kept; 8 new kernels are
+        not in it: re-run `gemmgen tune` to measure them'."""
+        text = "tuned table " + self.summary()
+        if self.dropped:
+            text += (f" ({self.buckets - self.buckets_kept} of {self.buckets} M buckets name kernels "
+                     "that are gone: the rules serve those M ranges)")
+        if self.new_kernels:
+            count = len(self.new_kernels)
+            return (text + f"; {count} new kernel{'s are' if count != 1 else ' is'} not in it: "
+                    "re-run `gemmgen tune` to measure them")
+        if self.new_kernels is None:
+            return (text + "; kernels added since the tune, if any, are not in it: re-run "
+                    "`gemmgen tune` to measure them")
+        if self.dropped:
+            return text + "; re-run `gemmgen tune` to measure those ranges again"
+        return text + " (only kernels it never chose were removed)"
 
 
 @dataclass(frozen=True)
@@ -124,14 +195,22 @@ class TunedTable:
     path: str
     metadata: dict
     classes: dict[ClassKey, ClassTable]
+    fit: TableFit | None = None  # set when fitted to another kernel set than it was tuned for
 
     def kernel_names(self) -> set[str]:
-        return {b.kernel for c in self.classes.values() for s in c.shapes for b in s.buckets}
+        return {b.kernel for c in self.classes.values() for s in c.shapes for b in s.buckets
+                if not b.dropped}
+
+    @property
+    def partial(self) -> bool:
+        return self.fit is not None
 
     def mismatch(self, *, gpu: tuple[str, int] | None, kernel_set: str) -> str | None:
-        """Why this table must not serve a library/GPU (None: it may). gpu: (name, SM count)."""
+        """Why this table must not serve a library/GPU (None: it may). gpu: (name, SM count).
+        A table fitted to `kernel_set` (`fit_table`) serves it, entry by entry."""
         meta = self.metadata
-        if meta["kernel_set"] != kernel_set:
+        fitted = self.fit is not None and self.fit.kernel_set == kernel_set
+        if meta["kernel_set"] != kernel_set and not fitted:
             return (f"it was measured on another kernel set ({meta['kernel_set']}, the library has "
                     f"{kernel_set}): the manifest changed since `gemmgen tune`")
         if gpu is not None and (meta["gpu"], meta["sm_count"]) != tuple(gpu):
@@ -220,6 +299,81 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
             shapes.append(ShapeEntry(n, k, tuple(buckets), s.line))
         classes[key] = ClassTable(key, tuple(shapes), c.line)
     return TunedTable(path, dict(meta), classes)
+
+
+def _why_dropped(b: Bucket, names: set[str], splittable: set[str]) -> str | None:
+    if b.kernel not in names:
+        return f"bucket m <= {b.m_max} (line {b.line}) names {b.kernel}, which is not a kernel of this library"
+    if b.knobs.split_k_slices != 1 and b.kernel not in splittable:
+        return (f"bucket m <= {b.m_max} (line {b.line}) asks split_k {b.knobs.split_k_slices} of "
+                f"{b.kernel}, which is built without split-K")
+    return None
+
+
+_MAX_KERNEL_SET_GUESSES = 1024
+
+
+def _new_kernels(table: TunedTable, specs: Sequence, names: set[str]) -> frozenset[str] | None:
+    """The library's kernels added since the tune, when the table's kernel-set hash can confirm
+    them; else None. A config added to the manifest adds kernels for all its variants, none of
+    which the table names: the guess is the kernels of some configs the table never names, and
+    it counts only when (library - them + the vanished kernels the table names) hashes to the
+    table's kernel set."""
+    target = table.metadata["kernel_set"]
+    named = table.kernel_names()
+    vanished = named - names
+    groups: dict[tuple, set[str]] = {}
+    for spec in specs:
+        origin = getattr(spec, "origin", None)
+        group = (origin.family, origin.config, origin.line) if origin is not None else (spec.name,)
+        groups.setdefault(group, set()).add(spec.name)
+    candidates = [frozenset(g) for _, g in sorted(groups.items(), key=lambda kv: str(kv[0]))
+                  if not g & named]
+    tried = 0
+    for size in range(len(candidates) + 1):
+        for combo in itertools.combinations(candidates, size):
+            tried += 1
+            if tried > _MAX_KERNEL_SET_GUESSES:
+                return None
+            added = frozenset().union(*combo)
+            if kernel_set_hash((names - added) | vanished) == target:
+                return added
+    return None
+
+
+def fit_table(table: TunedTable, specs: Sequence) -> TunedTable:
+    """`table` fitted to a library's kernels (`specs`: each with `.name` and `.split_k`).
+
+    A table tuned for this kernel set comes back as is. Otherwise every bucket that names a
+    kernel of the library (split_k only on a split-K kernel) is kept; any other bucket becomes a
+    hole (`Bucket.dropped`), whose M range the rules serve (see the module docstring). The
+    result's `fit` says what was kept, what was dropped and why, and which kernels are new;
+    `fit.usable` is False when no bucket is left."""
+    names = {s.name for s in specs}
+    library_set = kernel_set_hash(names)
+    if table.metadata["kernel_set"] == library_set or table.fit is not None:
+        return table
+    splittable = {s.name for s in specs if s.split_k}
+    classes: dict[ClassKey, ClassTable] = {}
+    dropped: list[tuple[ClassKey, ShapeEntry, Bucket]] = []
+    shapes = whole = gone = buckets = 0
+    for key, ctable in table.classes.items():
+        fitted: list[ShapeEntry] = []
+        for shape in ctable.shapes:
+            kept = [b if (why := _why_dropped(b, names, splittable)) is None else replace(b, dropped=why)
+                    for b in shape.buckets]
+            holes = [b for b in kept if b.dropped]
+            shapes += 1
+            buckets += len(kept)
+            whole += not holes
+            gone += len(holes) == len(kept)
+            entry = ShapeEntry(shape.n, shape.k, tuple(kept), shape.line)
+            dropped += [(key, entry, b) for b in holes]
+            fitted.append(entry)
+        classes[key] = ClassTable(key, tuple(fitted), ctable.line)
+    fit = TableFit(library_set, shapes, whole, gone, buckets, buckets - len(dropped), tuple(dropped),
+                   _new_kernels(table, specs, names), frozenset(table.kernel_names() - names))
+    return TunedTable(table.path, table.metadata, classes, fit)
 
 
 def _scalar(value) -> str:

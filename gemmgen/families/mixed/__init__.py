@@ -51,8 +51,12 @@ class MixedFamily(OpFamily):
     def config_keys(self, arch: str) -> frozenset[str]:
         return schema.CONFIG_KEYS
 
+    # When the family's variants have errors, the manifest reader still checks its configs,
+    # passing variants=None: all but the shared-memory estimate, which needs the variants.
+    configs_need_variants = False
+
     def read_config(self, reader, node, index: int, arch: str, variants, line: int) -> ConfigEntry:
-        plain = tuple(tuple(value for _, value in v) for v in variants)
+        plain = None if variants is None else tuple(tuple(value for _, value in v) for v in variants)
         return schema.read_config(reader, node, index, plain, line)
 
     def config_fields(self, entry: ConfigEntry) -> dict[str, Any]:

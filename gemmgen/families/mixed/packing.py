@@ -58,6 +58,7 @@ from typing import Optional
 import torch
 
 from ... import arch as arch_policy
+from ...errors import argument_error, describe_argument
 
 WEIGHT_TYPES = ("int4", "uint4b8", "uint4", "int8", "uint8b128")
 LAYOUT_VERSION = 1
@@ -80,15 +81,8 @@ _TYPES: dict[str, tuple[int, int, int, int]] = {
 _ZERO_RANGE = (0, 15)           # uint4 zero points
 
 
-def _describe(t) -> str:
-    if not isinstance(t, torch.Tensor):
-        return f"{type(t).__name__} {t!r}" if isinstance(t, (int, float, str)) else type(t).__name__
-    return f"{t.dtype} tensor of shape {tuple(t.shape)} on {t.device}"
-
-
-def _error(where: str, argument: str, expected: str, got: object) -> ValueError:
-    """The one message format of argument errors (as the ops': gemmgen.<op>: argument ...)."""
-    return ValueError(f"gemmgen.{where}: argument '{argument}': expected {expected}; got {got}")
+_describe = describe_argument
+_error = argument_error
 
 
 def _dtype_list(dtypes) -> str:

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from ...generator.kernel_config import ConfigEntry
-from ...generator.yaml_lines import LocatedDict
+from ...generator.yaml_lines import FAILED, Collector, LocatedDict
 from .configs import (ACTIVATION_DTYPES, RASTER_ORDERS, SCHEDULES, SCHEMES, SWIZZLES,
                       TILE_SCHEDULERS, WEIGHT_ELEMENTS, MixedTileConfig, RuntimeKnobs)
 
@@ -42,15 +42,25 @@ def _names(reader, node: LocatedDict, key: str, allowed: tuple[str, ...]) -> lis
     return list(values)
 
 
+def _read_dtypes(reader, entry: Any, i: int, line: int) -> list[tuple[str, str]]:
+    """The (a, w) pairs of `dtypes` entry `i`."""
+    d = reader.mapping(entry, f"dtypes[{i}]", ("a", "w"), ("a", "w"), line=line)
+    activations = _names(reader, d, "a", ACTIVATION_DTYPES)
+    weights = _names(reader, d, "w", WEIGHT_ELEMENTS)
+    return [(a, w) for a in activations for w in weights]
+
+
 def read_variants(reader, fam: LocatedDict) -> tuple[Variant, ...]:
+    """The family's (a, w, scheme) variants. Each `dtypes` entry and `schemes` is checked on its
+    own (all their errors are reported together); how they combine only once all are valid."""
+    problems = Collector()
     pairs: list[tuple[str, str]] = []
-    dtypes = reader.sequence(fam, "dtypes")
-    for i, entry in enumerate(dtypes):
-        d = reader.mapping(entry, f"dtypes[{i}]", ("a", "w"), ("a", "w"), line=dtypes.line_of(i))
-        for a in _names(reader, d, "a", ACTIVATION_DTYPES):
-            for w in _names(reader, d, "w", WEIGHT_ELEMENTS):
-                pairs.append((a, w))
-    schemes = _names(reader, fam, "schemes", SCHEMES)
+    dtypes = problems.attempt(reader.sequence, fam, "dtypes")
+    for i, entry in enumerate(dtypes if dtypes is not FAILED else ()):
+        with problems.unit():
+            pairs.extend(_read_dtypes(reader, entry, i, dtypes.line_of(i)))
+    schemes = problems.attempt(_names, reader, fam, "schemes", SCHEMES)
+    problems.raise_if_any()
     variants = []
     for a, w in pairs:
         for scheme in schemes:
@@ -113,7 +123,10 @@ def check_config(config: MixedTileConfig, variants: tuple[Variant, ...]) -> list
     return problems
 
 
-def read_config(reader, node: Any, index: int, variants: tuple[Variant, ...], line: int) -> ConfigEntry:
+def read_config(reader, node: Any, index: int, variants: tuple[Variant, ...] | None,
+                line: int) -> ConfigEntry:
+    """One `configs` entry. `variants` None (the family's dtypes or schemes have errors): every
+    check but the shared-memory estimate, which depends on the weight type and scheme."""
     c = reader.mapping(node, f"configs[{index}]", CONFIG_KEYS, ("tile", "cluster", "schedule"),
                        line=line)
     name = c.get("name")
@@ -130,7 +143,7 @@ def read_config(reader, node: Any, index: int, variants: tuple[Variant, ...], li
         tile_scheduler=reader.choice(c, "tile_scheduler", TILE_SCHEDULERS, "persistent"))
     knobs = RuntimeKnobs(raster=reader.choice(c, "raster", RASTER_ORDERS, "heuristic"),
                          swizzle=reader.choice(c, "swizzle", SWIZZLES, 1))
-    for key, message in check_config(config, variants):
+    for key, message in check_config(config, variants if variants is not None else ()):
         raise reader.error(c, key, message)
     return ConfigEntry(name, config, knobs, line)
 

@@ -51,8 +51,13 @@ class W8A8Family(OpFamily):
     def config_keys(self, arch: str) -> frozenset[str]:
         return schema.CONFIG_KEYS[arch]
 
+    # A config's checks do not depend on the family's variants (see schema.read_sm90_config /
+    # read_sm80_config): when the variants have errors, the manifest reader still checks the
+    # configs, passing variants=None.
+    configs_need_variants = False
+
     def read_config(self, reader, node, index: int, arch: str, variants, line: int) -> ConfigEntry:
-        combos = [tuple(value for _, value in v) for v in variants]
+        combos = None if variants is None else [tuple(value for _, value in v) for v in variants]
         read = schema.read_sm80_config if arch == "sm80" else schema.read_sm90_config
         return read(reader, node, index, combos, line)
 

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from ...generator.kernel_config import ConfigEntry
-from ...generator.yaml_lines import LocatedDict, show
+from ...generator.yaml_lines import FAILED, Collector, LocatedDict, show
 from . import sm80_rules, sm90_rules
 from .configs import (ACC_FOR, DTYPES_8BIT, EPILOGUE_SCHEDULES, EPILOGUES, OUT_DTYPES,
                       RASTER_ORDERS, SCHEDULES, SM80_SWIZZLES, SPLIT_K_MODES, SWIZZLES,
@@ -39,32 +39,28 @@ Combo = tuple[str, str, str]  # (a, d, epilogue)
 
 
 def read_combos(reader, fam: LocatedDict, arch: str) -> tuple[Combo, ...]:
-    """The family's (a, d, epilogue) combinations, exclusions applied, in manifest order."""
+    """The family's (a, d, epilogue) combinations, exclusions applied, in manifest order. Each
+    `dtypes` entry, `epilogues` item and `exclude` entry is checked on its own (all their errors
+    are reported together); how they combine only once they are all valid."""
+    problems = Collector()
     pairs: list[tuple[str, str]] = []
-    dtypes = reader.sequence(fam, "dtypes")
-    for i, entry in enumerate(dtypes):
-        d = reader.mapping(entry, f"dtypes[{i}]", _DTYPE_KEYS, ("a", "d"), line=dtypes.line_of(i))
-        a = reader.choice(d, "a", DTYPES_8BIT)
-        if d.get("b", a) != a:
-            raise reader.error(d, "b", f"W8A8 takes the same 8-bit type for a and b; got a={a!r}, "
-                                       f"b={show(d['b'])}")
-        if d.get("acc", ACC_FOR[a]) != ACC_FOR[a]:
-            raise reader.error(d, "acc", f"{a} accumulates in {ACC_FOR[a]}; got {show(d['acc'])}")
-        for out in reader.sequence(d, "d", allow_scalar=True):
-            if out not in OUT_DTYPES:
-                raise reader.error(d, "d", f"unknown output dtype {show(out)}; expected one of "
-                                           f"{', '.join(OUT_DTYPES)}")
-            pairs.append((a, out))
-    epilogues = reader.sequence(fam, "epilogues")
-    for i, epi in enumerate(epilogues):
+    dtypes = problems.attempt(reader.sequence, fam, "dtypes")
+    for i, entry in enumerate(dtypes if dtypes is not FAILED else ()):
+        with problems.unit():
+            pairs.extend(_read_dtypes(reader, entry, i, dtypes.line_of(i)))
+    epilogues = problems.attempt(reader.sequence, fam, "epilogues")
+    for i, epi in enumerate(epilogues if epilogues is not FAILED else ()):
         if epi not in EPILOGUES:
-            raise reader.error(epilogues, "epilogues", f"unknown epilogue {show(epi)}; expected one "
-                                                       f"of {', '.join(EPILOGUES)}", i)
+            problems.add(reader.error(epilogues, "epilogues", f"unknown epilogue {show(epi)}; "
+                                      f"expected one of {', '.join(EPILOGUES)}", i))
     excludes = []
-    exclude = reader.sequence(fam, "exclude") if fam.get("exclude") else []  # none: no exclusions
-    for i, entry in enumerate(exclude):
-        excludes.append(reader.mapping(entry, f"exclude[{i}]", _EXCLUDE_KEYS, set(),
-                                       line=exclude.line_of(i)))
+    exclude = []
+    if fam.get("exclude"):  # none: no exclusions
+        exclude = problems.attempt(reader.sequence, fam, "exclude")
+    for i, entry in enumerate(exclude if exclude is not FAILED else ()):
+        excludes.append(problems.attempt(reader.mapping, entry, f"exclude[{i}]", _EXCLUDE_KEYS,
+                                         set(), line=exclude.line_of(i)))
+    problems.raise_if_any()
     combos = []
     used = [False] * len(excludes)
     for a, out in pairs:
@@ -96,6 +92,24 @@ def read_combos(reader, fam: LocatedDict, arch: str) -> tuple[Combo, ...]:
     return tuple(combos)
 
 
+def _read_dtypes(reader, entry: Any, i: int, line: int) -> list[tuple[str, str]]:
+    """The (a, d) pairs of `dtypes` entry `i`."""
+    d = reader.mapping(entry, f"dtypes[{i}]", _DTYPE_KEYS, ("a", "d"), line=line)
+    a = reader.choice(d, "a", DTYPES_8BIT)
+    if d.get("b", a) != a:
+        raise reader.error(d, "b", f"W8A8 takes the same 8-bit type for a and b; got a={a!r}, "
+                                   f"b={show(d['b'])}")
+    if d.get("acc", ACC_FOR[a]) != ACC_FOR[a]:
+        raise reader.error(d, "acc", f"{a} accumulates in {ACC_FOR[a]}; got {show(d['acc'])}")
+    pairs = []
+    for out in reader.sequence(d, "d", allow_scalar=True):
+        if out not in OUT_DTYPES:
+            raise reader.error(d, "d", f"unknown output dtype {show(out)}; expected one of "
+                                       f"{', '.join(OUT_DTYPES)}")
+        pairs.append((a, out))
+    return pairs
+
+
 def _config_name(reader, c: LocatedDict) -> str | None:
     name = c.get("name")
     if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
@@ -104,6 +118,7 @@ def _config_name(reader, c: LocatedDict) -> str | None:
 
 
 def read_sm90_config(reader, node: Any, index: int, combos, line: int) -> ConfigEntry:
+    """One sm90a `configs` entry; `combos` None when the family's variants have errors."""
     c = reader.mapping(node, f"configs[{index}]", _CONFIG_KEYS, ("tile", "cluster", "schedule"),
                        line=line)
     name = _config_name(reader, c)
@@ -124,13 +139,17 @@ def read_sm90_config(reader, node: Any, index: int, combos, line: int) -> Config
         swap_ab=swap_ab)
     knobs = RuntimeKnobs(raster=reader.choice(c, "raster", RASTER_ORDERS, "heuristic"),
                          swizzle=reader.choice(c, "swizzle", SWIZZLES, 1))
-    out_bytes = max(_OUT_BYTES[d] for _, d, _ in combos)
+    # combos None (the family's dtypes have errors): the smallest output, so that an error here
+    # holds whatever they were meant to be (today every output type has 2 bytes)
+    out_bytes = (max(_OUT_BYTES[d] for _, d, _ in combos) if combos is not None
+                 else min(_OUT_BYTES.values()))
     for key, message in sm90_rules.check_config(config, out_bytes):
         raise reader.error(c, key, message)
     return ConfigEntry(name, config, knobs, line)
 
 
 def read_sm80_config(reader, node: Any, index: int, combos, line: int) -> ConfigEntry:
+    """One sm80 `configs` entry; `combos` None when the family's variants have errors."""
     c = reader.mapping(node, f"configs[{index}]", _SM80_CONFIG_KEYS, ("tile", "warp", "stages"),
                        line=line)
     name = _config_name(reader, c)
@@ -150,7 +169,9 @@ def read_sm80_config(reader, node: Any, index: int, combos, line: int) -> Config
         tile=reader.triple(c, "tile"), warp=reader.triple(c, "warp"),
         instruction=reader.triple(c, "instruction", list(sm80_rules.INSTRUCTION_FOR["int8"])),
         stages=stages, swizzle=reader.choice(c, "swizzle", SM80_SWIZZLES, 1), split_k=split_mode)
-    for key, message in sm80_rules.check_config(config, combos[0][0]):
+    # combos None (the family's dtypes have errors): sm80 kernels take int8 operands only
+    a = combos[0][0] if combos is not None else "int8"
+    for key, message in sm80_rules.check_config(config, a):
         raise reader.error(c, key, message)
     return ConfigEntry(name, config, RuntimeKnobs(split_k_slices=slices), line)
 

@@ -18,6 +18,17 @@
 
 namespace gemmgen::sm90 {
 
+// The run-time scheduler knobs of every CUTLASS 3.x kernel: raster order (0 heuristic, 1 along
+// M, 2 along N, in the kernel's terms) and the swizzle size (1, 2, 4 or 8).
+template <class Arguments>
+void set_scheduler_knobs(Arguments& args, int raster_order, int max_swizzle_size) {
+  using RasterOrder = decltype(args.scheduler.raster_order);
+  args.scheduler.raster_order = raster_order == 1   ? RasterOrder::AlongM
+                                : raster_order == 2 ? RasterOrder::AlongN
+                                                    : RasterOrder::Heuristic;
+  args.scheduler.max_swizzle_size = max_swizzle_size > 0 ? max_swizzle_size : 1;
+}
+
 template <class Gemm>
 struct Launcher {
   using Kernel = typename Gemm::GemmKernel;

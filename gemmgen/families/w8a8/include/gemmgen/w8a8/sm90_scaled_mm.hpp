@@ -127,11 +127,7 @@ struct ScaledMm {
          stride_b},
         {Epilogue::arguments(p), nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d}};
     args.hw_info = hardware_info();
-    using RasterOrder = decltype(args.scheduler.raster_order);
-    args.scheduler.raster_order = p.raster_order == 1   ? RasterOrder::AlongM
-                                  : p.raster_order == 2 ? RasterOrder::AlongN
-                                                        : RasterOrder::Heuristic;
-    args.scheduler.max_swizzle_size = p.max_swizzle_size > 0 ? p.max_swizzle_size : 1;
+    gemmgen::sm90::set_scheduler_knobs(args, p.raster_order, p.max_swizzle_size);
     return args;
   }
 

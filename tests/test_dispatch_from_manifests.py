@@ -1,0 +1,165 @@
+"""Dispatch decisions from the manifests alone, before anything is built (no compile, no GPU):
+`dispatch.choose/lookup/explain(..., source="manifests")` (or `manifests=[paths]`) and `gemmgen
+list --dispatch --manifests`; explain names the arch and GPU its answer is for; rules are named
+1-based with their manifest line."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gemmgen import dispatch, settings
+from gemmgen.bindings import library as binding_library
+from gemmgen.bindings.library import manifest_libraries, manifest_library
+from gemmgen.cli import main as cli_main
+from gemmgen.errors import LibraryNotBuiltError
+from gemmgen.generator.expand import expand
+from gemmgen.generator.manifest import load_manifest
+from gemmgen.generator.render import render_bindings
+
+INT8_BIAS = dict(a_dtype="int8", out_dtype="bf16", epilogue="ScaledEpilogueBias")
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    dispatch.cache_clear()
+    binding_library.reload()
+    yield
+    dispatch.cache_clear()
+    binding_library.reload()
+
+
+@pytest.fixture
+def no_built_library(monkeypatch, tmp_path):
+    """An empty build directory: nothing is built."""
+    monkeypatch.setenv(settings.BUILD_DIR_VARIABLE, str(tmp_path / "empty"))
+
+
+def test_the_rules_of_a_manifest_without_a_build(case, no_built_library):
+    path = case.write()
+    with pytest.raises(LibraryNotBuiltError):
+        dispatch.choose("scaled_mm", m=4, n=64, k=64, **INT8_BIAS)
+    for m, config, index in ((4, "small", 0), (64, "small", 0), (65, "large", 1)):
+        choice = dispatch.choose("scaled_mm", m=m, n=64, k=64, manifests=[path], **INT8_BIAS)
+        assert choice.source == "rule" and choice.kernel.spec.origin.config == config
+        assert choice.rule_index == index and choice.line == case.line(
+            'when: "m <= 64"' if index == 0 else 'when: "true"')
+        # rules are named as the manifest names them: 1-based, with their line
+        assert f"rule {index + 1} of 2 ({path}:{choice.line}): " in choice.reason
+    kernel = dispatch.lookup("scaled_mm", m=4, n=64, k=64, manifests=[path], **INT8_BIAS)
+    assert not kernel.library.built and kernel.library.manifest == str(path)
+    with pytest.raises(LibraryNotBuiltError, match=rf"{kernel.name} was read from the manifest "
+                                                   rf".*`gemmgen build {re.escape(str(path))}`"):
+        kernel(None, None, None, None)
+    assert len(dispatch.kernels("scaled_mm", manifests=[path])) == len(expand(load_manifest(path)))
+
+
+def test_the_libraries_read_from_manifests_match_the_generated_bindings(case):
+    """What `gemmgen build` would publish: the same kernels and the same expanded rules."""
+    path = case.write()
+    manifest = load_manifest(path)
+    specs = expand(manifest)
+    ns: dict = {}
+    exec(compile(render_bindings(manifest, specs, "f" * 16, "lib.so"), "<bindings>", "exec"), ns)
+    library = manifest_library(path)
+    assert (library.name, library.arch) == (ns["LIBRARY"], ns["ARCH"])
+    assert tuple(k.spec for k in library.kernels.values()) == ns["KERNELS"]
+    assert {key: tuple((c.source, name, line) for c, name, line in rules)
+            for key, rules in library.dispatch.items()} == ns["DISPATCH"]
+
+
+def test_explain_names_the_arch_and_that_no_gpu_is_visible(case):
+    path = case.write()
+    text = dispatch.explain("scaled_mm", m=4, n=64, k=64, manifests=[path], **INT8_BIAS)
+    assert text.startswith(f"for sm90a (no GPU visible: assuming the arch preference sm90a, sm80), "
+                           f"from the manifest {path} (not built), m=4, n=64, k=64: rule 1 of 2 (")
+    text = dispatch.explain("scaled_mm", m=4, n=64, k=64, arch="sm90a", manifests=[path], **INT8_BIAS)
+    assert text.startswith("for sm90a (arch sm90a asked for; no GPU visible), from the manifest")
+
+
+def test_explain_names_the_gpu_when_one_is_visible(case, monkeypatch):
+    path = case.write()
+    monkeypatch.setattr(dispatch, "gpu_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(dispatch, "gpu_identity", lambda device=None: ("NVIDIA H200", 132))
+    text = dispatch.explain("scaled_mm", m=4, n=64, k=64, manifests=[path], **INT8_BIAS)
+    assert text.startswith("for sm90a on NVIDIA H200 (cc 9.0), from the manifest")
+
+
+def test_a_gpu_of_capability_8_gets_the_sm80_kernels(monkeypatch):
+    """Without `arch`, dispatch tries the arches that run on the GPU (not sm90a on an L40S)."""
+    monkeypatch.setattr(dispatch, "gpu_capability", lambda device=None: (8, 9))
+    monkeypatch.setattr(dispatch, "gpu_identity", lambda device=None: ("NVIDIA L40S", 142))
+    choice = dispatch.choose("scaled_mm", m=37, n=4096, k=4096, source="manifests", **INT8_BIAS)
+    assert choice.kernel.spec.arch == "sm80"
+    text = dispatch.explain("scaled_mm", m=37, n=4096, k=4096, source="manifests", **INT8_BIAS)
+    assert text.startswith("for sm80 on NVIDIA L40S (cc 8.9), from the manifest ")
+
+
+def test_the_shipped_manifests_and_their_tuned_table(no_built_library):
+    """The default: the shipped manifests with the table beside w8a8_sm90.yaml (H200)."""
+    libraries = manifest_libraries()
+    assert {lib.name for lib in libraries} >= {"w8a8", "w8a8_sm80", "mixed"}
+    w8a8 = next(lib for lib in libraries if lib.name == "w8a8")
+    assert w8a8.tuned is not None and not w8a8.tuned.partial
+    choice = dispatch.choose("scaled_mm", m=37, n=4096, k=4096, source="manifests", **INT8_BIAS)
+    assert choice.source == "table" and choice.kernel.library is w8a8
+    assert "not checked: no GPU visible" in choice.reason  # used unchecked, and said so
+    rules = dispatch.choose("scaled_mm", m=37, n=4096, k=4096, source="manifests", tuned=False,
+                            **INT8_BIAS)
+    assert rules.source == "rule" and re.search(r"rule \d+ of \d+ \(.*w8a8_sm90\.yaml:\d+\): ", rules.reason)
+    sm80 = dispatch.explain("scaled_mm", m=37, n=4096, k=4096, source="manifests", arch="sm80", **INT8_BIAS)
+    assert sm80.startswith("for sm80 (arch sm80 asked for; no GPU visible), from the manifest ")
+    assert "w8a8_sm80.yaml" in sm80 and "(no tuned table)" in sm80
+
+
+def test_an_edited_manifest_is_read_again(case):
+    path = case.write()
+    assert dispatch.lookup("scaled_mm", m=4, n=64, k=64, manifests=[path], **INT8_BIAS).spec.origin.config == "small"
+    case.replace('when: "m <= 64"', 'when: "m <= 2"')
+    case.write()
+    assert dispatch.lookup("scaled_mm", m=4, n=64, k=64, manifests=[path], **INT8_BIAS).spec.origin.config == "large"
+
+
+def test_bad_source_and_two_manifests_of_one_library(case, tmp_path):
+    with pytest.raises(ValueError, match="unknown source 'everything'"):
+        dispatch.choose("scaled_mm", m=4, n=64, k=64, source="everything", **INT8_BIAS)
+    first = case.write()
+    second = tmp_path / "other.yaml"
+    second.write_text(case.text)
+    with pytest.raises(Exception, match="both build library 'demo'"):
+        dispatch.choose("scaled_mm", m=4, n=64, k=64, manifests=[first, second], **INT8_BIAS)
+
+
+# ------------------------------------------------------------------------------ CLI
+
+def test_cli_list_dispatch_from_the_manifests(case, capsys, no_built_library):
+    path = case.write()
+    assert cli_main(["list", "--dispatch", "--manifests", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"demo (sm90a, 8 kernels) from {path} (not built)\n")
+    first, second = case.line('when: "m <= 64"'), case.line('when: "true"')
+    assert re.search(rf"    rule 1 of 2 \(line {first}\): +'m <= 64' +-> sm90a_scaled_mm_i8_bf16_scaled_t64x64", out)
+    assert re.search(rf"    rule 2 of 2 \(line {second}\): +'true' +-> sm90a_scaled_mm_i8_bf16_scaled_t128x128", out)
+
+
+def test_cli_list_dispatch_without_a_build_points_at_manifests(capsys, no_built_library):
+    assert cli_main(["list", "--dispatch"]) == 1
+    err = capsys.readouterr().err
+    assert "`gemmgen build`" in err and "`gemmgen list --dispatch --manifests`" in err
+    assert err.count("\n") == 1
+    assert cli_main(["list", "--dispatch", "--manifests"]) == 0  # the shipped manifests
+    out = capsys.readouterr().out
+    assert "w8a8 (sm90a, " in out and "tuned table: " in out and "entries)" in out
+    assert cli_main(["list", "--manifests", "--build-dir", "x"]) == 1
+    assert "drop --build-dir" in capsys.readouterr().err
+
+
+def test_choice_reason_keeps_the_0_based_rule_index(case):
+    path = case.write()
+    choice = dispatch.choose("scaled_mm", m=100, n=64, k=64, manifests=[path], **INT8_BIAS)
+    assert (choice.rule_index, choice.rule) == (1, "true")
+    line = case.line('when: "true"')
+    assert choice.reason.startswith(f"rule 2 of 2 ({path}:{line}): 'true' is the first that matches "
+                                    "(no tuned table)")
+    assert dispatch.rule_label(2, 5, 68) == "rule 3 of 5 (line 68)"
