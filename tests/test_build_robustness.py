@@ -470,7 +470,11 @@ def test_load_hashes_each_file_once_per_process(stub_release, monkeypatch):
     assert len(calls) == 2
     data = bytearray(stub_release.so.read_bytes())
     data[-1] ^= 0xFF
-    stub_release.so.write_bytes(bytes(data))  # rewritten: new mtime, hashed again, and caught
+    # NOTES: replaced by a new file, not rewritten in place: this process has the old one mapped
+    # (dlopen), and changing a mapped library's pages under it crashes the process at exit.
+    replacement = stub_release.so.with_name(stub_release.so.name + ".new")
+    replacement.write_bytes(bytes(data))
+    os.replace(replacement, stub_release.so)  # new inode and mtime: hashed again, and caught
     with pytest.raises(LibraryNotBuiltError):
         binding_library.load_library(stub_release.folder)
 
