@@ -61,6 +61,10 @@ class OpFamily(ABC):
     spec_type: ClassVar[type[KernelSpec]]     # its KernelSpec subclass (class fields, naming)
     family_keys: ClassVar[frozenset[str]]     # its keys of a manifest family entry
     required_family_keys: ClassVar[frozenset[str]] = frozenset()
+    # Whether `read_config` needs the variants: when False, a family entry whose variants have
+    # an error still gets its configs checked (read_config then receives variants=None), so
+    # `gemmgen validate` reports both mistakes at once.
+    configs_need_variants: ClassVar[bool] = True
     variants_key: ClassVar[str]          # the manifest key errors about variants point at
     template_dir: ClassVar[Path]
     include_dir: ClassVar[Path]

@@ -244,3 +244,25 @@ def test_list_dispatch_names_the_dropped_buckets(case, tuned_case, capsys):
     assert len(dropped) == 2 and all(small in line and "the rules serve that M range" in line
                                      for line in dropped)
     assert "scaled_mm int8 bf16 ScaledEpilogueBias (n=4096, k=4096): bucket m <= 64" in dropped[0]
+
+
+def test_a_table_listing_its_kernel_set_counts_new_kernels_exactly(case):
+    """Tables `gemmgen tune` writes now list the kernel set they were tuned for: the kernels a
+    later manifest adds are counted exactly, also when a config was removed at the same time
+    (where the hash alone cannot confirm a guess)."""
+    specs = expand(load_manifest(case.write()))
+    small, large = _kernel(specs, "small"), _kernel(specs, "large")
+    meta = {"library": "demo", "arch": "sm90a", "gpu": GPU[0], "sm_count": GPU[1],
+            "kernel_set": kernel_set_hash(s.name for s in specs),
+            "kernels": sorted(s.name for s in specs)}
+    shapes = (ShapeEntry(4096, 4096, (Bucket(64, small, RuntimeKnobs()),
+                                      Bucket(4096, large, RuntimeKnobs()))),)
+    path = table_path_for(case.path)
+    path.write_text(render_table(meta, [ClassTable(KEY, shapes)]))
+    assert load_table(path).metadata["kernels"] == meta["kernels"]  # round trip
+    before = {s.name for s in specs}
+    _add_config(case)
+    after = _remove_small(case)
+    added = {s.name for s in after} - before
+    fit = fit_table(load_table(path), after).fit
+    assert added and fit.new_kernels == added

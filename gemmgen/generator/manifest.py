@@ -179,7 +179,7 @@ def _read_configs(reader: Reader, fam: LocatedDict, plugin: OpFamily, arch: str,
     (variants failed and the family's configs need them). Duplicates among the entries read are
     errors of their own."""
     if variants is FAILED:
-        if getattr(plugin, "configs_need_variants", True):
+        if plugin.configs_need_variants:
             return None
         variants = None  # the family checks what does not depend on them
     configs_node = errors.attempt(reader.sequence, fam, "configs")

@@ -49,7 +49,7 @@ FORMAT = 1
 TABLE_SUFFIX = ".tuned.yaml"
 TUNED_TABLE_FILE = "tuned.yaml"  # its name inside a published library folder
 _METADATA_KEYS = ("library", "arch", "kernel_set", "gpu", "sm_count", "cuda", "cutlass", "gemmgen",
-                  "torch", "shapes", "m_grid", "tie_tolerance")
+                  "torch", "shapes", "m_grid", "tie_tolerance", "kernels")
 _REQUIRED_METADATA = {"library", "arch", "kernel_set", "gpu", "sm_count"}
 _BUCKET_KEYS = {"m_max", "kernel", "raster", "swizzle", "split_k"}
 
@@ -144,7 +144,7 @@ class TableFit:
     `kernel_set`: the library's. `shapes_whole` of `shapes` shape entries kept every bucket,
     `shapes_gone` lost all of them; `buckets_kept` of `buckets`. `dropped`: (class key, shape
     entry, bucket) of each hole. `new_kernels`: the library's kernels added since the tune,
-    None when that cannot be told (the table records its kernel set as a hash only);
+    None when that cannot be told (an older table that records its kernel set as a hash only);
     `vanished`: kernels the table names that the library no longer has."""
 
     kernel_set: str
@@ -314,12 +314,16 @@ _MAX_KERNEL_SET_GUESSES = 1024
 
 
 def _new_kernels(table: TunedTable, specs: Sequence, names: set[str]) -> frozenset[str] | None:
-    """The library's kernels added since the tune, when the table's kernel-set hash can confirm
-    them; else None. A config added to the manifest adds kernels for all its variants, none of
+    """The library's kernels added since the tune: exact when the table lists the kernel set it
+    was tuned for (`kernels` in its metadata, written by `gemmgen tune` since session 3); for an
+    older table, when the table's kernel-set hash can confirm a guess; else None. A config added to the manifest adds kernels for all its variants, none of
     which the table names: the guess is the kernels of some configs the table never names, and
     it counts only when (library - them + the vanished kernels the table names) hashes to the
     table's kernel set."""
     target = table.metadata["kernel_set"]
+    listed = table.metadata.get("kernels")
+    if isinstance(listed, list) and kernel_set_hash(map(str, listed)) == target:
+        return frozenset(names - set(map(str, listed)))  # the tune wrote its kernel set: exact
     named = table.kernel_names()
     vanished = named - names
     groups: dict[tuple, set[str]] = {}

@@ -269,7 +269,10 @@ def build_tables(library: Library, store: Store, options: TuneOptions,
     return tables
 
 
-def metadata(library: Library, options: TuneOptions, kernel_set: str) -> dict:
+def metadata(library: Library, options: TuneOptions, kernel_set: str,
+             kernels: set[str] | None = None) -> dict:
+    """The table's metadata; `kernels` (default: the library's) is the kernel set `kernel_set`
+    hashes, listed so that a table can tell exactly which kernels a later manifest added."""
     gpu, sms = gpu_identity()
     try:
         from importlib.metadata import version
@@ -280,7 +283,8 @@ def metadata(library: Library, options: TuneOptions, kernel_set: str) -> dict:
             "sm_count": sms, "cuda": str(torch.version.cuda or "unknown"), "cutlass": cutlass,
             "gemmgen": __version__, "torch": str(torch.__version__),
             "shapes": options.shape_sources or sorted({s.model for s in options.shapes}),
-            "m_grid": list(options.m_grid), "tie_tolerance": options.tolerance}
+            "m_grid": list(options.m_grid), "tie_tolerance": options.tolerance,
+            "kernels": sorted(kernels) if kernels is not None else sorted(library.kernels)}
 
 
 def manifest_of(library: Library) -> Path:
@@ -383,7 +387,7 @@ def select_and_write(library: Library, store: Store, options: TuneOptions) -> st
     write_atomic(pruned_path, header + yaml.safe_dump(_plain(doc), sort_keys=False,
                                                       default_flow_style=None, width=110))
     pruned_names = {spec.name for spec in expand(load_manifest(pruned_path))}
-    table_text = render_table(metadata(library, options, kernel_set_hash(pruned_names)),
+    table_text = render_table(metadata(library, options, kernel_set_hash(pruned_names), pruned_names),
                               build_tables(library, store, options, allowed=kept_kernels),
                               [h for h in _header(library, options, "Tuned table of the pruned manifest") if h])
     write_atomic(table_path_for(pruned_path), table_text)
