@@ -71,7 +71,10 @@ class OpFamily(ABC):
     args: ClassVar[ArgsAbi]
     ops_module: ClassVar[str]            # imported on first use: registers the torch ops
     public_api: ClassVar[tuple[str, ...]] = ()  # names of ops_module exported as gemmgen.<name>
-    tuner: ClassVar[Any] = None          # a TunerHooks-like object, or None: not tunable
+    # The tuner's hooks (usually the family's tuning module): classes(built, options),
+    # make_problem(cls, m, n, k, seed=), time_candidate(candidate, problem), knob_variants(kernel),
+    # knobs_worth_trying(kernel, m, n, sm_count), output_tiles(kernel, m, n); None: not tunable.
+    tuner: ClassVar[Any] = None
 
     # ---------------------------------------------------------------- manifest
     @abstractmethod

@@ -93,15 +93,3 @@ def output_tiles(kernel, m: int, n: int) -> int:
 
 def knobs_worth_trying(kernel, m: int, n: int, sm_count: int) -> bool:
     return kernel.spec.split_k or output_tiles(kernel, m, n) > sm_count
-
-
-class _Hooks:
-    classes = staticmethod(classes)
-    make_problem = staticmethod(make_problem)
-    time_candidate = staticmethod(time_candidate)
-    knob_variants = staticmethod(knob_variants)
-    knobs_worth_trying = staticmethod(knobs_worth_trying)
-    output_tiles = staticmethod(output_tiles)
-
-
-HOOKS = _Hooks()

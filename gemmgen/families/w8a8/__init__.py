@@ -41,7 +41,7 @@ class W8A8Family(OpFamily):
     @property
     def tuner(self):
         from . import tuning  # imports torch: only when a tune runs
-        return tuning.HOOKS
+        return tuning  # the module is the hooks object (classes, make_problem, time_candidate, ...)
 
     # manifest
     def read_variants(self, reader, family_node, arch: str) -> tuple[Variant, ...]:

@@ -111,17 +111,3 @@ def knobs_worth_trying(kernel, m: int, n: int, sm_count: int) -> bool:
     tiles leave SMs idle."""
     many_waves = output_tiles(kernel, m, n) > sm_count
     return many_waves if kernel.spec.arch == "sm90a" else not many_waves
-
-
-class _Hooks:
-    """The tuner's view of this family (OpFamily.tuner)."""
-
-    classes = staticmethod(classes)
-    make_problem = staticmethod(make_problem)
-    time_candidate = staticmethod(time_candidate)
-    knob_variants = staticmethod(knob_variants)
-    knobs_worth_trying = staticmethod(knobs_worth_trying)
-    output_tiles = staticmethod(output_tiles)
-
-
-HOOKS = _Hooks()
