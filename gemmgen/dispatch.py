@@ -68,39 +68,35 @@ def _warn_once(message: str) -> None:
         log.warning("%s", message)
 
 
-def gpu_identity(device: int | None = None) -> tuple[str, int] | None:
-    """(name, SM count) of a CUDA device (None: the current one), or None without CUDA."""
+def _device_facts(device: int | None):
+    """(name, SM count, compute capability) of a CUDA device (None: the current one), or None
+    without CUDA."""
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency
         return None
     if not torch.cuda.is_available():
         return None
-    return _device_identity(torch.cuda.current_device() if device is None else device)
+    return _facts_of(torch.cuda.current_device() if device is None else device)
 
 
 @functools.lru_cache(maxsize=16)
-def _device_identity(index: int) -> tuple[str, int]:
+def _facts_of(index: int) -> tuple[str, int, tuple[int, int]]:
     import torch
     props = torch.cuda.get_device_properties(index)
-    return props.name, props.multi_processor_count
+    return props.name, props.multi_processor_count, (props.major, props.minor)
+
+
+def gpu_identity(device: int | None = None) -> tuple[str, int] | None:
+    """(name, SM count) of a CUDA device (None: the current one), or None without CUDA."""
+    facts = _device_facts(device)
+    return None if facts is None else facts[:2]
 
 
 def gpu_capability(device: int | None = None) -> tuple[int, int] | None:
     """Compute capability of a CUDA device (None: the current one), or None without CUDA."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return None
-    if not torch.cuda.is_available():
-        return None
-    return _device_capability(torch.cuda.current_device() if device is None else device)
-
-
-@functools.lru_cache(maxsize=16)
-def _device_capability(index: int) -> tuple[int, int]:
-    import torch
-    return tuple(torch.cuda.get_device_capability(index))
+    facts = _device_facts(device)
+    return None if facts is None else facts[2]
 
 
 def _usable_table(library: Library, device: int | None):
