@@ -568,10 +568,6 @@ def test_unchecked_offsets_need_no_values():
         group_offsets(gl, "count", 100, check=True)
 
 
-def test_module_is_no_family_yet():
-    import gemmgen.families.moe as moe
-    from gemmgen import families
-    assert not hasattr(moe, "FAMILY")
-    assert "moe" not in [f.name for f in families.all_families()]
+def test_group_list_types_and_quant_max():
     assert grouping.GROUP_LIST_TYPES == ("count", "cumsum")
     assert reference.QUANT_MAX == {torch.int8: 127, FP8: 448}

@@ -120,3 +120,9 @@ def built_kernel(request):
 def built_mixed_kernel(request):
     """One built mixed-input kernel, from the collection-time list."""
     return _built(request)
+
+
+@pytest.fixture
+def built_moe_kernel(request):
+    """One built MoE (grouped_matmul_swiglu_quant) kernel, from the collection-time list."""
+    return _built(request)

@@ -1,16 +1,99 @@
-"""The MoE grouped-GEMM op family, `grouped_matmul_swiglu_quant` (like Ascend's
-aclnnGroupedMatmulSwigluQuantV2): per-expert GEMM of token rows grouped by expert, dequant,
-SwiGLU and per-token quantization. BEING BUILT: no kernels, manifest keys or torch op yet, and no
-`FAMILY` attribute here, so the family registry (gemmgen.families) skips this folder.
+"""The MoE op family, `grouped_matmul_swiglu_quant` (like Ascend's
+aclnnGroupedMatmulSwigluQuantV2): the first half of a quantized MoE expert layer. Token rows
+grouped by expert, one GEMM per expert (int8 or fp8 e4m3, per-token x_scale and per-channel
+weight scales), SwiGLU, and dynamic per-token quantization of the result; sm90a (CUTLASS 3.x
+pointer-array grouped GEMM).
 
-What exists (CPU groundwork, exact and tested in tests/test_moe_reference.py):
+Files: `configs.py` (configs, spec, naming), `schema.py` (manifest keys and legality rules),
+`grouping.py` (group lists: offsets and checks), `packing.py` (the packed weight layout),
+`templates/` + `include/` (sources: group setup on the device, the grouped GEMM, SwiGLU + quant),
+`abi.py` (argument struct), `ops.py` (argument checks, torch op).
 
-- `grouping.py`: `group_offsets` (a group list, counts or cumsum, to the row range [start, end)
-  of every expert, torch ops only, no host sync unless checking), `check_group_list` (the one
-  value check, which syncs; errors name the first bad entry), `stack_weights` (a stacked
-  [E, ...] tensor or a list of E per-expert tensors to one stacked tensor).
-- `gemmgen/reference.py`: `grouped_matmul_swiglu_quant` (the plain torch definition of the op:
-  A8W8 int8, fp8 e4m3, A8W4 per-channel and per-group), `grouped_matmul_dequant` (its first
-  step alone: the dequantized float32 GEMM result C) and `swiglu_quant_reference` (its last two
-  steps: SwiGLU and per-token quantization of a given C).
+Dispatch variables: `tokens_per_expert` (ceil(M / E), the mean rows per expert: the per-expert
+counts live on the device and are never read by the host), `experts` (E), `n`, `k`.
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ...family import ArgsAbi, OpFamily, Variant
+from ...generator.kernel_config import ConfigEntry, Origin
+from . import schema
+from .abi import MoeArgs
+from .configs import ELEMENTS, MoeSpec
+
+_HERE = Path(__file__).resolve().parent
+_INT32_MAX = 2**31 - 1
+
+
+class MoeFamily(OpFamily):
+    name = "moe"
+    ops = ("grouped_matmul_swiglu_quant",)
+    api_ops = ("grouped_matmul_swiglu_quant",)
+    arches = ("sm90a",)
+    variables = ("tokens_per_expert", "experts", "n", "k")
+    spec_type = MoeSpec
+    family_keys = schema.FAMILY_KEYS
+    required_family_keys = schema.REQUIRED_FAMILY_KEYS
+    variants_key = "dtypes"
+    configs_need_variants = False
+    template_dir = _HERE / "templates"
+    include_dir = _HERE / "include"
+    args = ArgsAbi("gemmgen_moe_args", "gemmgen/moe/moe_args.h", MoeArgs)
+    ops_module = "gemmgen.families.moe.ops"
+    public_api = ("grouped_matmul_swiglu_quant", "pack_moe_weights", "MoeWeight")
+
+    # manifest
+    def read_variants(self, reader, family_node, arch: str) -> tuple[Variant, ...]:
+        return tuple((("x", x),) for (x,) in schema.read_variants(reader, family_node))
+
+    def config_keys(self, arch: str) -> frozenset[str]:
+        return schema.CONFIG_KEYS
+
+    def read_config(self, reader, node, index: int, arch: str, variants, line: int) -> ConfigEntry:
+        return schema.read_config(reader, node, index, line)
+
+    def config_fields(self, entry: ConfigEntry) -> dict[str, Any]:
+        return schema.config_fields(entry)
+
+    def duplicate_config_note(self, arch: str) -> str:
+        return " (raster and swizzle are run-time knobs and do not make a new kernel)"
+
+    # kernels and sources
+    def make_spec(self, *, library: str, arch: str, op: str, variant: Variant,
+                  entry: ConfigEntry, origin: Origin) -> MoeSpec:
+        return MoeSpec(library=library, arch=arch, op=op, config=entry.config, knobs=entry.knobs,
+                       origin=origin, **dict(variant))
+
+    def kernel_template(self, arch: str) -> str:
+        return "sm90_grouped_swiglu_quant.cu.j2"
+
+    def template_context(self, arch: str) -> dict[str, Any]:
+        from .cpp import Cpp
+        return {"cpp": Cpp()}
+
+    # dispatch and ops
+    def dispatch_request(self, op: str, *, x_dtype, m: int, experts: int, n: int, k: int):
+        from ...dtypes import dtype_name
+        for label, value in (("m", m), ("experts", experts), ("n", n), ("k", k)):
+            low = 0 if label == "m" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= _INT32_MAX:
+                raise ValueError(f"{label} must be an int in [{low}, 2^31 - 1], got {value!r}")
+        x = dtype_name(x_dtype)
+        if x not in ELEMENTS:
+            raise ValueError("x_dtype must be torch.int8 or torch.float8_e4m3fn for "
+                             f"grouped_matmul_swiglu_quant; got {x_dtype!r}")
+        tokens_per_expert = max(1, -(-m // experts))
+        return (op, x), (tokens_per_expert, experts, n, k)
+
+    def describe_class(self, key) -> str:
+        op, x = key
+        return f"{op} {x} x {x} -> {x} q"
+
+    def call_kernel(self, kernel, *args, **kwargs):
+        return self.load_ops().grouped_matmul_swiglu_quant(*args, kernel=kernel.name, **kwargs)
+
+
+FAMILY = MoeFamily()

@@ -119,14 +119,15 @@ def group_offsets(group_list: torch.Tensor, group_list_type: str, m: int, *,
     return _group_offsets("group_offsets", group_list, group_list_type, m, check)
 
 
-def check_group_list(group_list: torch.Tensor, group_list_type: str, m: int) -> None:
+def check_group_list(group_list: torch.Tensor, group_list_type: str, m: int, *,
+                     where: str = "check_group_list") -> None:
     """Raise ValueError unless `group_list` is a valid group list for x with m rows: a 1-D int64
     tensor [E], E >= 1, of counts >= 0 summing to at most m ("count"), or of end offsets
     0 <= group_list[0] <= group_list[1] <= ... <= m ("cumsum"). The message names the first bad
-    entry (group_list[i] = v). The only function here that reads the values back to the host
-    (a device sync)."""
-    _check_metadata("check_group_list", group_list, group_list_type, m)
-    _check_values("check_group_list", group_list, group_list_type, m)
+    entry (group_list[i] = v), prefixed "gemmgen.<where>". The only function here that reads the
+    values back to the host (a device sync)."""
+    _check_metadata(where, group_list, group_list_type, m)
+    _check_values(where, group_list, group_list_type, m)
 
 
 def _stack_weights(where: str, weight, argument: str) -> torch.Tensor:

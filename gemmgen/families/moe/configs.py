@@ -1,0 +1,80 @@
+"""The MoE family's typed, frozen configs, its kernel spec and the one function that names a
+kernel.
+
+A kernel is fixed by its element type `x` (int8 or e4m3: the activations, the weights and the
+quantized output q) and its tile config, which also fixes the type of the intermediate C (the
+scaled GEMM result that SwiGLU reads): fp32, or bf16 to halve its bytes. Dispatch picks among every config of an element
+type, so the intermediate is a config choice, not part of the op's contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...generator.kernel_config import RASTER_ORDERS, SWIZZLES, KernelSpec, Origin, RuntimeKnobs  # noqa: F401
+
+ELEMENTS = ("int8", "e4m3")
+INTERMEDIATES = ("fp32", "bf16")
+SCHEDULES = ("pingpong", "cooperative")
+
+_SHORT = {"int8": "i8", "e4m3": "e4m3", "fp32": "f32", "bf16": "bf16"}
+_SHORT_SCHEDULE = {"pingpong": "pp", "cooperative": "coop"}
+
+
+@dataclass(frozen=True)
+class MoeTileConfig:
+    """Compile-time shape of one sm90 grouped GEMM. With `swap_ab` the tile is in the kernel's
+    terms C_iᵀ = W_i · X_iᵀ: tile M runs over the weight's N, tile N over an expert's tokens."""
+
+    tile: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    schedule: str
+    stages: int  # 0 means "auto"
+    swap_ab: bool
+    intermediate: str  # fp32 or bf16: the element type of C
+
+    @property
+    def terse(self) -> str:
+        """Name fragment, e.g. `f32_t128x16x128_c1x1x1_pp_sauto_swap`."""
+        parts = [_SHORT[self.intermediate], "t" + "x".join(map(str, self.tile)), "c" + "x".join(map(str, self.cluster)),
+                 _SHORT_SCHEDULE[self.schedule], f"s{self.stages}" if self.stages else "sauto"]
+        if self.swap_ab:
+            parts.append("swap")
+        return "_".join(parts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoeSpec(KernelSpec):
+    """One grouped_matmul_swiglu_quant kernel of element type `x`."""
+
+    family = "moe"
+    class_fields = ("x",)
+
+    x: str
+
+    @property
+    def name(self) -> str:
+        return kernel_name(self)
+
+    @property
+    def d(self) -> str:
+        return self.x
+
+    @property
+    def c(self) -> str:
+        """The intermediate's element type."""
+        return self.config.intermediate
+
+    @property
+    def split_k(self) -> bool:
+        return False
+
+    @property
+    def unit_key(self) -> tuple:
+        return (self.x, self.config.terse)
+
+
+def kernel_name(spec: MoeSpec) -> str:
+    """The family's one naming function: ``{arch}_{op}_{x}_{config}``, e.g.
+    ``sm90a_grouped_matmul_swiglu_quant_i8_f32_t128x16x128_c1x1x1_pp_sauto_swap``."""
+    return "_".join([spec.arch, spec.op, _SHORT[spec.x], spec.config.terse])

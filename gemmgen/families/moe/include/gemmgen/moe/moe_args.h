@@ -1,0 +1,38 @@
+/*
+ * gemmgen/moe/moe_args.h — the argument struct of the MoE family's kernels
+ * (grouped_matmul_swiglu_quant). Mirrored by MoeArgs in gemmgen/families/moe/abi.py; the library
+ * exports gemmgen_moe_args_size() and the loader compares it with the mirror.
+ *
+ * For expert i owning rows [start_i, end_i) of x (from group_list, clamped on the device so that
+ * a bad list never indexes out of bounds; see gemmgen/families/moe/grouping.py):
+ *   c[rows_i, :] = (x[rows_i] · W_i) ⊙ x_scale[rows_i] ⊙ w_scale[i]        (the grouped GEMM)
+ *   S = swish(c[:, :N/2]) ⊙ c[:, N/2:];  q_scale = max|S_row| / QMAX;  q = round(S / q_scale)
+ * Rows past the last group get q = 0, q_scale = 0.
+ */
+#pragma once
+
+#include "gemmgen/c_api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gemmgen_moe_args {
+  const void* x;             /* [M, K] int8 / e4m3, row-major, contiguous */
+  const void* w;             /* [E, N, K] packed weights: expert-major, K contiguous */
+  const float* w_scale;      /* [E, N] per-channel weight scales */
+  const float* x_scale;      /* [M] per-token activation scales */
+  const int64_t* group_list; /* [E] rows per expert (count) or end offsets (cumsum) */
+  void* c;                   /* [M, N] intermediate: the scaled GEMM result (fp32 or bf16) */
+  void* q;                   /* [M, N/2] quantized SwiGLU output (int8 / e4m3) */
+  float* q_scale;            /* [M] per-row scales of q */
+  int64_t m, n, k, experts;
+  int32_t group_list_type;   /* 0: counts, 1: cumsum (end offsets) */
+  int32_t raster_order;      /* 0 heuristic, 1 along M, 2 along N (in the kernel's terms) */
+  int32_t max_swizzle_size;
+  int32_t reserved;
+} gemmgen_moe_args;
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,221 @@
+"""The MoE family's PyTorch op: argument checks, the torch custom op, and the launch.
+
+`gemmgen.grouped_matmul_swiglu_quant(x, weight, weight_scale, x_scale, group_list,
+group_list_type="count", check=True)` returns (q, q_scale); the custom op
+`gemmgen::grouped_matmul_swiglu_quant_out` takes the packed tensors, writes into q and q_scale,
+and so works under CUDA graphs and `torch.compile`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ...bindings import launch
+from ...bindings.library import Kernel
+from ...dtypes import dtype_name
+from ...generator.kernel_config import RuntimeKnobs
+from .abi import ARGS_LAYOUT, GROUP_LIST_CODES, RASTER_CODES, MoeArgs
+from .grouping import GROUP_LIST_TYPES, check_group_list
+from .packing import (LAYOUT_VERSION, MoeWeight, pack_moe_weights, packed_scale,  # noqa: F401
+                      packed_weight)
+
+OP = "grouped_matmul_swiglu_quant"
+_ELEMENTS = (torch.int8, torch.float8_e4m3fn)
+_ALIGN = launch.ALIGN_BYTES
+# K: every expert's first row of x starts a TMA box, so x's rows must be 16-byte aligned;
+# N: the intermediate's rows likewise (fp32 or bf16), and the epilogue stores 8-element vectors.
+K_MULTIPLE = 16
+N_MULTIPLE = 8
+_INTERMEDIATE = {"fp32": torch.float32, "bf16": torch.bfloat16}
+_fail = launch.ArgumentErrors(OP)
+_describe = launch.describe
+
+
+def _ptr(t: Optional[torch.Tensor]) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
+                    w_scale: torch.Tensor, x_scale: torch.Tensor, group_list: torch.Tensor,
+                    group_list_type: str) -> None:
+    """Validate every argument (shapes, dtypes, layouts, devices) before launch, without reading
+    any value (no sync); works on fake tensors too, so torch.compile reports the same errors."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in _ELEMENTS:
+        raise _fail("x", "a 2-D torch.int8 or torch.float8_e4m3fn tensor [M, K]", _describe(x))
+    device = x.get_device()
+    if device < 0 or not x.is_cuda:
+        raise _fail("x", "a CUDA tensor", _describe(x))
+    m, k = x.shape
+    if not x.is_contiguous():
+        raise _fail("x", "a contiguous row-major [M, K] tensor", _describe(x))
+    if not isinstance(w, torch.Tensor) or w.dim() != 3 or w.dtype != x.dtype:
+        raise _fail("weight", f"a {x.dtype} tensor [E, K, N] like x (or a packed MoeWeight)",
+                    _describe(w))
+    e, n, k_w = w.shape
+    if k_w != k:
+        raise _fail("weight", f"K = {k} rows per expert (x has K = {k} columns)",
+                    f"{_describe(w.transpose(1, 2))} (as [E, K, N])")
+    if not w.is_contiguous():
+        raise _fail("weight", "packed [E, N, K] weights (K contiguous: see "
+                    "gemmgen.pack_moe_weights)", _describe(w))
+    if k == 0 or k % K_MULTIPLE:
+        raise _fail("x", f"K a positive multiple of {K_MULTIPLE} (each expert's rows start a "
+                    "16-byte aligned TMA box)", _describe(x))
+    if n == 0 or n % N_MULTIPLE:
+        raise _fail("weight", f"N (the last dim of [E, K, N]) a positive multiple of "
+                    f"{N_MULTIPLE} (SwiGLU halves it; the intermediate's rows are "
+                    "16-byte aligned)", f"{_describe(w.transpose(1, 2))} (as [E, K, N])")
+    if (not isinstance(w_scale, torch.Tensor) or w_scale.dtype != torch.float32
+            or tuple(w_scale.shape) != (e, n) or not w_scale.is_contiguous()):
+        raise _fail("weight_scale", f"a contiguous torch.float32 tensor [E={e}, N={n}] (or a "
+                    "list of E [N] tensors)", _describe(w_scale))
+    if (not isinstance(x_scale, torch.Tensor) or x_scale.dtype != torch.float32
+            or tuple(x_scale.shape) != (m,) or not x_scale.is_contiguous()):
+        raise _fail("x_scale", f"a contiguous torch.float32 tensor [M={m}]", _describe(x_scale))
+    if (not isinstance(group_list, torch.Tensor) or group_list.dtype != torch.int64
+            or tuple(group_list.shape) != (e,) or not group_list.is_contiguous()):
+        raise _fail("group_list", f"a contiguous torch.int64 tensor [E={e}] (one entry per "
+                    "expert of weight)", _describe(group_list))
+    if group_list_type not in GROUP_LIST_TYPES:
+        raise _fail("group_list_type", "'count' or 'cumsum'", repr(group_list_type))
+    if (not isinstance(q, torch.Tensor) or q.dtype != x.dtype or tuple(q.shape) != (m, n // 2)
+            or not q.is_contiguous()):
+        raise _fail("q", f"a contiguous {x.dtype} tensor [M={m}, N/2={n // 2}]", _describe(q))
+    if (not isinstance(q_scale, torch.Tensor) or q_scale.dtype != torch.float32
+            or tuple(q_scale.shape) != (m,) or not q_scale.is_contiguous()):
+        raise _fail("q_scale", f"a contiguous torch.float32 tensor [M={m}]", _describe(q_scale))
+    for name, t in (("weight", w), ("weight_scale", w_scale), ("x_scale", x_scale),
+                    ("group_list", group_list), ("q", q), ("q_scale", q_scale)):
+        if t.get_device() != device:
+            raise _fail(name, f"a tensor on cuda:{device} like x", _describe(t))
+    if max(m, n, k) > 2**31 - 1 or e > 2**31 - 1:
+        raise _fail("x", "M, N and K below 2^31 (the kernels take int sizes)", _describe(x))
+
+
+def _kernel_for(kernel: Optional[str], x: torch.Tensor, m: int, e: int, n: int,
+                k: int) -> tuple[Kernel, RuntimeKnobs]:
+    key, values = _family().dispatch_request(OP, x_dtype=x.dtype, m=m, experts=e, n=n, k=k)
+    if kernel is None:
+        device = x.get_device()
+        arches = launch.arches_for(device, None, _fail, tensor="x")
+        return launch.chosen_kernel(OP, device, arches, key, values)
+    chosen = launch.forced_kernel(kernel, None, _fail)
+    if chosen.spec.dispatch_class != key:
+        raise _fail("kernel", f"a {OP} kernel for {key[1]}",
+                    f"{kernel} ({' '.join(chosen.spec.dispatch_class)})")
+    return chosen, chosen.spec.knobs
+
+
+def _family():
+    from . import FAMILY
+    return FAMILY
+
+
+def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
+                               group_list_type: str, check: bool = False,
+                               kernel: Optional[str] = None,
+                               knobs: Optional[RuntimeKnobs] = None) -> None:
+    """The eager implementation. `check` reads the group list back (a sync) and raises on a bad
+    one; `knobs` (the tuner's) overrides the kernel's run-time knobs."""
+    check_arguments(q, q_scale, x, w, w_scale, x_scale, group_list, group_list_type)
+    m, k = x.shape
+    e, n, _ = w.shape
+    if check:
+        check_group_list(group_list, group_list_type, m, where=OP)
+    if m == 0:
+        if kernel is not None:
+            _kernel_for(kernel, x, 1, e, n, k)  # still reject a wrong name
+        return
+    for name, t in (("x", x), ("weight", w), ("weight_scale", w_scale), ("q", q)):
+        if t.data_ptr() % _ALIGN:
+            raise _fail(name, "a 16-byte aligned data pointer", f"address {t.data_ptr():#x}")
+    chosen, chosen_knobs = _kernel_for(kernel, x, m, e, n, k)
+    knobs = knobs or chosen_knobs
+    device = x.get_device()
+    launch.check_device(device, chosen, _fail, tensor="x")
+    c = torch.empty((m, n), dtype=_INTERMEDIATE[chosen.spec.c], device=x.device)
+    buffer = launch.args_buffer(MoeArgs)
+    ARGS_LAYOUT.pack_into(buffer, 0, x.data_ptr(), w.data_ptr(), w_scale.data_ptr(),
+                          x_scale.data_ptr(), group_list.data_ptr(), c.data_ptr(), q.data_ptr(),
+                          q_scale.data_ptr(), m, n, k, e, GROUP_LIST_CODES[group_list_type],
+                          RASTER_CODES[knobs.raster], knobs.swizzle, 0)
+    launch.raise_on_status(launch.launch(chosen, buffer, device), chosen)
+
+
+@torch.library.custom_op("gemmgen::grouped_matmul_swiglu_quant_out", mutates_args=("q", "q_scale"),
+                         device_types="cuda")
+def grouped_matmul_swiglu_quant_out(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor,
+                                    weight: torch.Tensor, weight_scale: torch.Tensor,
+                                    x_scale: torch.Tensor, group_list: torch.Tensor,
+                                    group_list_type: str, check: bool = False,
+                                    kernel_name: Optional[str] = None) -> None:
+    """(q, q_scale) = grouped_matmul_swiglu_quant(...) into given tensors; `weight` packed
+    [E, N, K] contiguous, `weight_scale` [E, N]. See gemmgen.grouped_matmul_swiglu_quant."""
+    _gmm_swiglu_quant_out_impl(q, q_scale, x, weight, weight_scale, x_scale, group_list,
+                               group_list_type, check, kernel_name)
+
+
+@grouped_matmul_swiglu_quant_out.register_fake
+def _fake(q, q_scale, x, weight, weight_scale, x_scale, group_list, group_list_type,
+          check=False, kernel_name=None) -> None:
+    check_arguments(q, q_scale, x, weight, weight_scale, x_scale, group_list, group_list_type)
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: torch.Tensor,
+                                group_list: torch.Tensor, group_list_type: str = "count",
+                                check: Optional[bool] = None, *,
+                                kernel: Optional[str] = None
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first half of a quantized MoE expert layer in one op: per-expert GEMM, dequant,
+    SwiGLU and dynamic per-token quantization. Returns (q [M, N/2], q_scale float32 [M]).
+
+    x: [M, K] torch.int8 or torch.float8_e4m3fn, rows grouped by expert (contiguous, in expert
+    order), K a multiple of 16. weight: a `gemmgen.MoeWeight` from `gemmgen.pack_moe_weights`
+    (then weight_scale is None), or the expert weights as the contract states them, x's dtype
+    [E, K, N] or a list of E [K, N] (packed on every call unless already K-major: pack once),
+    N a multiple of 8. weight_scale: float32 [E, N] (or a list of E [N]). x_scale: float32
+    [M]. group_list: int64 [E] on x's device, rows per expert ("count") or end offsets
+    ("cumsum"), read on the device only.
+
+    check: read the group list back and raise ValueError on a bad one (negative count,
+    decreasing end offset, more rows than M). Default: True, except during CUDA graph capture,
+    where the list is not read (a bad list is then clamped on the device: nothing is read or
+    written out of bounds). Rows past the last group get q = 0 and q_scale = 0.
+
+    Definition (and its roundings): gemmgen.reference.grouped_matmul_swiglu_quant. q is int8
+    with q_scale = max|S_row| / 127 (round to nearest, ties to even), or e4m3 with
+    q_scale = max|S_row| / 448. kernel: force a kernel by name (default: dispatch picks by
+    tokens per expert, E, N and K).
+    """
+    if isinstance(weight, MoeWeight):
+        if weight.layout_version != LAYOUT_VERSION or weight.arch != "sm90a":
+            raise _fail("weight", f"a MoeWeight packed for sm90a with layout version "
+                        f"{LAYOUT_VERSION} (re-pack it with gemmgen.pack_moe_weights)",
+                        f"arch {weight.arch!r}, layout version {weight.layout_version}")
+        if weight_scale is not None:
+            raise _fail("weight_scale", "None with a packed MoeWeight (it holds its scales)",
+                        _describe(weight_scale))
+        w, w_scale = weight.weight, weight.scale
+    else:
+        w = packed_weight(OP, weight)
+        w_scale = packed_scale(OP, weight_scale) if weight_scale is not None else weight_scale
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise _fail("x", "a 2-D tensor [M, K]", _describe(x))
+    m = x.shape[0]
+    n = w.shape[1] if w.dim() == 3 else 0
+    q = torch.empty((m, n // 2), dtype=x.dtype, device=x.device)
+    q_scale = torch.empty((m,), dtype=torch.float32, device=x.device)
+    if check is None:
+        check = not _capturing()
+    args = (q, q_scale, x, w, w_scale, x_scale, group_list, group_list_type, bool(check), kernel)
+    if launch.through_custom_op(x):
+        torch.ops.gemmgen.grouped_matmul_swiglu_quant_out(*args)
+    else:
+        _gmm_swiglu_quant_out_impl(*args)
+    return q, q_scale
