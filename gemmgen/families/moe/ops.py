@@ -1,7 +1,7 @@
 """The MoE family's PyTorch op: argument checks, the torch custom op, and the launch.
 
 `gemmgen.grouped_matmul_swiglu_quant(x, weight, weight_scale, x_scale, group_list,
-group_list_type="count", check=True)` returns (q, q_scale); the custom op
+group_list_type="count", check=None)` returns (q, q_scale); the custom op
 `gemmgen::grouped_matmul_swiglu_quant_out` takes the packed tensors, writes into q and q_scale,
 and so works under CUDA graphs and `torch.compile`.
 """
@@ -122,7 +122,7 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
     check_arguments(q, q_scale, x, w, w_scale, x_scale, group_list, group_list_type)
     m, k = x.shape
     e, n, _ = w.shape
-    if check:
+    if check and not _capturing():  # values cannot be read back while a graph is captured
         check_group_list(group_list, group_list_type, m, where=OP)
     if m == 0:
         if kernel is not None:
