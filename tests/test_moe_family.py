@@ -268,8 +268,8 @@ def fresh_dispatch():
 
 
 @pytest.mark.parametrize("tokens,config", [(1, "decode"), (16, "decode"), (17, "small"),
-                                           (64, "small"), (65, "mid"), (256, "mid"),
-                                           (257, "large"), (100_000, "large")])
+                                           (64, "small"), (65, "mid"), (128, "mid"),
+                                           (129, "large"), (100_000, "large")])
 @pytest.mark.parametrize("dtype", [INT8, FP8])
 def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, dtype, tokens, config):
     experts = 8

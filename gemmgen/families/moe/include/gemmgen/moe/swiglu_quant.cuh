@@ -108,13 +108,22 @@ __global__ void group_setup(Arrays arrays, int64_t const* group_list, int32_t cu
 
 // ----------------------------------------------------------------------------- SwiGLU + quant
 
-template <class T>
-__device__ __forceinline__ float to_float(T v) {
-  return static_cast<float>(v);
-}
-
 __device__ __forceinline__ float swiglu(float act, float gate) {
   return act / (1.0f + expf(-act)) * gate;  // expf, not __expf: within a few ulps of exact
+}
+
+// Four consecutive elements of C as floats (16-byte loads for fp32, 8-byte for bf16).
+__device__ __forceinline__ void load4(float const* p, int64_t vec, float out[4]) {
+  float4 const v = reinterpret_cast<float4 const*>(p)[vec];
+  out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+}
+
+__device__ __forceinline__ void load4(cutlass::bfloat16_t const* p, int64_t vec, float out[4]) {
+  uint2 const v = reinterpret_cast<uint2 const*>(p)[vec];
+  cutlass::bfloat16_t const* h = reinterpret_cast<cutlass::bfloat16_t const*>(&v);
+  for (int i = 0; i < 4; ++i) {
+    out[i] = static_cast<float>(h[i]);
+  }
 }
 
 template <class ElementQ>
@@ -123,39 +132,51 @@ struct Quantizer;
 template <>
 struct Quantizer<int8_t> {
   static constexpr float kMax = 127.0f;
-  __device__ static int8_t convert(float v) {  // nearest, ties to even (cvt.rni)
+  __device__ static uint8_t bits(float v) {  // nearest, ties to even (cvt.rni)
     int const q = __float2int_rn(v);
-    return static_cast<int8_t>(q > 127 ? 127 : (q < -127 ? -127 : q));
+    return static_cast<uint8_t>(static_cast<int8_t>(q > 127 ? 127 : (q < -127 ? -127 : q)));
   }
-  __device__ static int8_t zero() { return 0; }
 };
 
 template <>
 struct Quantizer<cutlass::float_e4m3_t> {
   static constexpr float kMax = 448.0f;
-  __device__ static cutlass::float_e4m3_t convert(float v) {  // nearest, ties to even
-    v = fminf(fmaxf(v, -kMax), kMax);
-    return cutlass::float_e4m3_t(v);
+  __device__ static uint8_t bits(float v) {  // nearest, ties to even, saturated to +-448
+    return cutlass::float_e4m3_t(fminf(fmaxf(v, -kMax), kMax)).storage;
   }
-  __device__ static cutlass::float_e4m3_t zero() { return cutlass::float_e4m3_t(0.0f); }
 };
 
-constexpr int kQuantThreads = 256;
+// Four quantized values, one 32-bit store (q's rows are N/2 bytes, N/2 a multiple of 4).
+template <class ElementQ>
+__device__ __forceinline__ void store4(ElementQ* q_row, int64_t vec, float const s[4], float scale) {
+  uint32_t packed = 0;
+  for (int i = 0; i < 4; ++i) {
+    float const v = scale == 0.0f ? 0.0f : s[i] / scale;  // IEEE division, as the reference
+    packed |= static_cast<uint32_t>(Quantizer<ElementQ>::bits(v)) << (8 * i);
+  }
+  reinterpret_cast<uint32_t*>(q_row)[vec] = packed;
+}
 
-// One block per row (grid-stride over rows). Pass 1: the row's max |S|; pass 2: S / q_scale.
-// S is recomputed in pass 2 (the row is still in L1/L2) rather than held in shared memory.
+constexpr int kQuantThreads = 512;
+constexpr int kQuantVectorsPerThread = 8;  // rows of N/2 <= 512 * 4 * 8 = 16384 stay in registers
+
+// One block per row (grid-stride over rows), 4 elements per thread and step. Pass 1 reads the
+// row once (act and gate halves), computes S and the row's max |S|; pass 2 quantizes S from
+// registers. Rows longer than the register budget recompute S from C (then still in L2).
+// Needs N/2 % 4 == 0 (the op checks N % 8 == 0).
 template <class ElementC, class ElementQ>
 __global__ void __launch_bounds__(kQuantThreads)
 swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t n_half,
              int64_t const* rows_total) {
-  using Quant = Quantizer<ElementQ>;
   __shared__ float warp_max[kQuantThreads / 32];
   int64_t const total = *rows_total;
+  int64_t const vectors = n_half / 4;
+  bool const in_registers = vectors <= int64_t(kQuantThreads) * kQuantVectorsPerThread;
   for (int64_t row = blockIdx.x; row < m; row += gridDim.x) {
     ElementQ* q_row = q + row * n_half;
     if (row >= total) {  // outside every group: q = 0, q_scale = 0
-      for (int64_t j = threadIdx.x; j < n_half; j += blockDim.x) {
-        q_row[j] = Quant::zero();
+      for (int64_t v = threadIdx.x; v < vectors; v += kQuantThreads) {
+        reinterpret_cast<uint32_t*>(q_row)[v] = 0u;
       }
       if (threadIdx.x == 0) {
         q_scale[row] = 0.0f;
@@ -164,9 +185,29 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
     }
     ElementC const* act = c + row * 2 * n_half;
     ElementC const* gate = act + n_half;
+    float s[kQuantVectorsPerThread][4];
     float amax = 0.0f;
-    for (int64_t j = threadIdx.x; j < n_half; j += blockDim.x) {
-      amax = fmaxf(amax, fabsf(swiglu(to_float(act[j]), to_float(gate[j]))));
+    auto compute = [&](int64_t v, float out[4]) {
+      float a[4], g[4];
+      load4(act, v, a);
+      load4(gate, v, g);
+      for (int i = 0; i < 4; ++i) {
+        out[i] = swiglu(a[i], g[i]);
+        amax = fmaxf(amax, fabsf(out[i]));
+      }
+    };
+    if (in_registers) {
+#pragma unroll
+      for (int j = 0; j < kQuantVectorsPerThread; ++j) {
+        int64_t const v = threadIdx.x + int64_t(j) * kQuantThreads;
+        if (v < vectors) {
+          compute(v, s[j]);
+        }
+      }
+    } else {
+      for (int64_t v = threadIdx.x; v < vectors; v += kQuantThreads) {
+        compute(v, s[0]);
+      }
     }
     for (int offset = 16; offset > 0; offset /= 2) {
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
@@ -176,18 +217,24 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
     }
     __syncthreads();
     amax = 0.0f;
-    for (int w = 0; w < kQuantThreads / 32; ++w) {
+    for (int w = 0; w < kQuantThreads / 32; ++w) {  // max is order-independent: deterministic
       amax = fmaxf(amax, warp_max[w]);
     }
     __syncthreads();  // warp_max is rewritten by the next row
-    float const scale = amax / Quant::kMax;  // IEEE division, as the reference
-    if (scale == 0.0f) {                      // S all zero (or underflowing): never NaN
-      for (int64_t j = threadIdx.x; j < n_half; j += blockDim.x) {
-        q_row[j] = Quant::zero();
+    // A row whose S is all zero (or whose max underflows) gets q = 0, q_scale = 0: never NaN.
+    float const scale = amax / Quantizer<ElementQ>::kMax;
+    if (in_registers) {
+#pragma unroll
+      for (int j = 0; j < kQuantVectorsPerThread; ++j) {
+        int64_t const v = threadIdx.x + int64_t(j) * kQuantThreads;
+        if (v < vectors) {
+          store4(q_row, v, s[j], scale);
+        }
       }
     } else {
-      for (int64_t j = threadIdx.x; j < n_half; j += blockDim.x) {
-        q_row[j] = Quant::convert(swiglu(to_float(act[j]), to_float(gate[j])) / scale);
+      for (int64_t v = threadIdx.x; v < vectors; v += kQuantThreads) {
+        compute(v, s[0]);
+        store4(q_row, v, s[0], scale);
       }
     }
     if (threadIdx.x == 0) {
