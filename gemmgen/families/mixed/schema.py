@@ -13,21 +13,19 @@ compiles (file:line errors).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from ...generator import sm90_schema
 from ...generator.kernel_config import ConfigEntry
 from ...generator.yaml_lines import FAILED, Collector, LocatedDict
-from .configs import (ACTIVATION_DTYPES, RASTER_ORDERS, SCHEDULES, SCHEMES, SWIZZLES,
-                      TILE_SCHEDULERS, WEIGHT_ELEMENTS, MixedTileConfig, RuntimeKnobs)
+from .configs import (ACTIVATION_DTYPES, SCHEDULES, SCHEMES, TILE_SCHEDULERS, WEIGHT_ELEMENTS,
+                      MixedTileConfig)
 
 FAMILY_KEYS = frozenset({"dtypes", "schemes"})
 REQUIRED_FAMILY_KEYS = frozenset({"dtypes", "schemes"})
 CONFIG_KEYS = frozenset({"name", "tile", "cluster", "schedule", "stages", "tile_scheduler",
                          "raster", "swizzle"})
 TILE_K = 64  # 128 bytes of 16-bit activations: one swizzle atom; group sizes are multiples of it
-SMEM_LIMIT_BYTES = 232_448
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _BITS = {"int4": 4, "int8": 8}
 
 Variant = tuple[str, str, str]  # (a, w, scheme)
@@ -96,12 +94,7 @@ def check_config(config: MixedTileConfig, variants: tuple[Variant, ...]) -> list
     if tk != TILE_K:
         problems.append(("tile", f"tile K must be {TILE_K} for 16-bit activations (one 128-byte "
                                  "swizzle atom; group sizes are multiples of it); got " f"{tk}"))
-    for dim, value in zip("MNK", config.cluster):
-        if value < 1 or value & (value - 1):
-            problems.append(("cluster", f"cluster {dim} must be a power of two >= 1; got {value}"))
-    if config.cluster[2] != 1 or config.cluster[0] * config.cluster[1] > 16:
-        problems.append(("cluster", f"cluster K must be 1 and a cluster holds at most 16 CTAs; "
-                                    f"got {'x'.join(map(str, config.cluster))}"))
+    problems += sm90_schema.cluster_problems(config.cluster)
     if config.schedule == "cooperative" and tm % 128:
         problems.append(("schedule", "cooperative splits tile M across two consumer warpgroups, "
                                      f"so tile M must be a multiple of 128; got {tm}"))
@@ -110,15 +103,11 @@ def check_config(config: MixedTileConfig, variants: tuple[Variant, ...]) -> list
                                            f"schedule {config.schedule!r}"))
     if not problems:
         for _, w, scheme in variants:
-            stage, epilogue = estimate_smem(config, w, scheme == "scale_zero")
-            stages = config.stages or 2
-            total = stages * stage + epilogue
-            if total > SMEM_LIMIT_BYTES:
-                what = f"{config.stages} stages" if config.stages else "the minimum of 2 stages (stages: auto)"
-                problems.append(("stages", f"{what} of tile {'x'.join(map(str, config.tile))} ({w}, "
-                                           f"{scheme}) need about {stages} x {stage} + {epilogue} = "
-                                           f"{total} bytes of shared memory, over the sm90 limit of "
-                                           f"{SMEM_LIMIT_BYTES}"))
+            smem = sm90_schema.smem_problem(config.tile, config.stages,
+                                            *estimate_smem(config, w, scheme == "scale_zero"),
+                                            what=f" ({w}, {scheme})")
+            if smem:
+                problems.append(smem)
                 break
     return problems
 
@@ -129,23 +118,14 @@ def read_config(reader, node: Any, index: int, variants: tuple[Variant, ...] | N
     check but the shared-memory estimate, which depends on the weight type and scheme."""
     c = reader.mapping(node, f"configs[{index}]", CONFIG_KEYS, ("tile", "cluster", "schedule"),
                        line=line)
-    name = c.get("name")
-    if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
-        raise reader.error(c, "name", f"expected a lowercase identifier, got {name!r}")
-    stages = c.get("stages", "auto")
-    if stages == "auto":
-        stages = 0
-    elif not isinstance(stages, int) or isinstance(stages, bool) or not 2 <= stages <= 16:
-        raise reader.error(c, "stages", f"expected 'auto' or an integer in [2, 16], got {stages!r}")
+    common = sm90_schema.read_common(reader, c)
     config = MixedTileConfig(
         tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster"),
-        schedule=reader.choice(c, "schedule", SCHEDULES), stages=stages,
+        schedule=reader.choice(c, "schedule", SCHEDULES), stages=common["stages"],
         tile_scheduler=reader.choice(c, "tile_scheduler", TILE_SCHEDULERS, "persistent"))
-    knobs = RuntimeKnobs(raster=reader.choice(c, "raster", RASTER_ORDERS, "heuristic"),
-                         swizzle=reader.choice(c, "swizzle", SWIZZLES, 1))
     for key, message in check_config(config, variants if variants is not None else ()):
         raise reader.error(c, key, message)
-    return ConfigEntry(name, config, knobs, line)
+    return ConfigEntry(common["name"], config, common["knobs"], line)
 
 
 def config_fields(entry: ConfigEntry) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...generator.kernel_config import RASTER_ORDERS, SWIZZLES, KernelSpec, Origin, RuntimeKnobs  # noqa: F401
+from ...generator.kernel_config import KernelSpec
 
 ELEMENTS = ("int8", "e4m3")
 INTERMEDIATES = ("fp32", "bf16")

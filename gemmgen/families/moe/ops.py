@@ -14,11 +14,10 @@ import torch
 
 from ...bindings import launch
 from ...bindings.library import Kernel
-from ...dtypes import dtype_name
 from ...generator.kernel_config import RuntimeKnobs
 from .abi import ARGS_LAYOUT, GROUP_LIST_CODES, RASTER_CODES, MoeArgs
 from .grouping import GROUP_LIST_TYPES, check_group_list
-from .packing import (LAYOUT_VERSION, MoeWeight, pack_moe_weights, packed_scale,  # noqa: F401
+from .packing import (LAYOUT_VERSION, MoeWeight, pack_moe_weights, packed_scale,  # noqa: F401 (gemmgen.*)
                       packed_weight)
 
 OP = "grouped_matmul_swiglu_quant"

@@ -13,20 +13,17 @@ weight's N, tile N over an expert's tokens (a narrow tile N serves decode).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from ...generator import sm90_schema
 from ...generator.kernel_config import ConfigEntry
-from .configs import (ELEMENTS, INTERMEDIATES, RASTER_ORDERS, SCHEDULES, SWIZZLES, MoeTileConfig,
-                      RuntimeKnobs)
+from .configs import ELEMENTS, INTERMEDIATES, SCHEDULES, MoeTileConfig
 
 FAMILY_KEYS = frozenset({"dtypes"})
 REQUIRED_FAMILY_KEYS = frozenset({"dtypes"})
 CONFIG_KEYS = frozenset({"name", "tile", "cluster", "schedule", "stages", "swap_ab",
                          "intermediate", "raster", "swizzle"})
 TILE_K = 128  # 128 bytes of 8-bit elements: one swizzle atom
-SMEM_LIMIT_BYTES = 232_448
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _C_BYTES = {"fp32": 4, "bf16": 2}
 
 
@@ -62,24 +59,13 @@ def check_config(config: MoeTileConfig) -> list[tuple[str, str]]:
     if tk % TILE_K or not TILE_K <= tk <= 256:
         problems.append(("tile", f"tile K must be {TILE_K} or 256 for 8-bit operands (128-byte "
                                  f"swizzle atoms); got {tk}"))
-    for dim, value in zip("MNK", config.cluster):
-        if value < 1 or value & (value - 1):
-            problems.append(("cluster", f"cluster {dim} must be a power of two >= 1; got {value}"))
-    if config.cluster[2] != 1 or config.cluster[0] * config.cluster[1] > 16:
-        problems.append(("cluster", f"cluster K must be 1 and a cluster holds at most 16 CTAs; "
-                                    f"got {'x'.join(map(str, config.cluster))}"))
+    problems += sm90_schema.cluster_problems(config.cluster)
     if config.schedule == "cooperative" and tm % 128:
         problems.append(("schedule", "cooperative splits tile M across two consumer warpgroups, "
                                      f"so tile M must be a multiple of 128; got {tm}"))
     if not problems:
-        stage, epilogue = estimate_smem(config)
-        stages = config.stages or 2
-        total = stages * stage + epilogue
-        if total > SMEM_LIMIT_BYTES:
-            what = f"{config.stages} stages" if config.stages else "the minimum of 2 stages (stages: auto)"
-            problems.append(("stages", f"{what} of tile {'x'.join(map(str, config.tile))} need "
-                                       f"about {stages} x {stage} + {epilogue} = {total} bytes of "
-                                       f"shared memory, over the sm90 limit of {SMEM_LIMIT_BYTES}"))
+        smem = sm90_schema.smem_problem(config.tile, config.stages, *estimate_smem(config))
+        problems += [smem] if smem else []
     return problems
 
 
@@ -87,26 +73,17 @@ def read_config(reader, node: Any, index: int, line: int) -> ConfigEntry:
     """One `configs` entry (the element type does not change what is legal)."""
     c = reader.mapping(node, f"configs[{index}]", CONFIG_KEYS, ("tile", "cluster", "schedule"),
                        line=line)
-    name = c.get("name")
-    if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
-        raise reader.error(c, "name", f"expected a lowercase identifier, got {name!r}")
-    stages = c.get("stages", "auto")
-    if stages == "auto":
-        stages = 0
-    elif not isinstance(stages, int) or isinstance(stages, bool) or not 2 <= stages <= 16:
-        raise reader.error(c, "stages", f"expected 'auto' or an integer in [2, 16], got {stages!r}")
+    common = sm90_schema.read_common(reader, c)
     swap_ab = c.get("swap_ab", False)
     if not isinstance(swap_ab, bool):
         raise reader.error(c, "swap_ab", f"expected true or false, got {swap_ab!r}")
     config = MoeTileConfig(
         tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster"),
-        schedule=reader.choice(c, "schedule", SCHEDULES), stages=stages, swap_ab=swap_ab,
-        intermediate=reader.choice(c, "intermediate", INTERMEDIATES, "fp32"))
-    knobs = RuntimeKnobs(raster=reader.choice(c, "raster", RASTER_ORDERS, "heuristic"),
-                         swizzle=reader.choice(c, "swizzle", SWIZZLES, 1))
+        schedule=reader.choice(c, "schedule", SCHEDULES), stages=common["stages"],
+        swap_ab=swap_ab, intermediate=reader.choice(c, "intermediate", INTERMEDIATES, "fp32"))
     for key, message in check_config(config):
         raise reader.error(c, key, message)
-    return ConfigEntry(name, config, knobs, line)
+    return ConfigEntry(common["name"], config, common["knobs"], line)
 
 
 def config_fields(entry: ConfigEntry) -> dict[str, Any]:
