@@ -1,15 +1,15 @@
 """The MoE op family, `grouped_matmul_swiglu_quant` (like Ascend's
 aclnnGroupedMatmulSwigluQuantV2): the first half of a quantized MoE expert layer. Token rows
-grouped by expert, one GEMM per expert (int8 or fp8 e4m3, per-token x_scale and per-channel
-weight scales), SwiGLU, and dynamic per-token quantization of the result; sm90a (CUTLASS 3.x
-pointer-array grouped GEMM).
+grouped by expert, one GEMM per expert (A8W8 int8 or fp8 e4m3, or A8W4: int4 weights with int8
+activations; per-token x_scale and per-channel weight scales), SwiGLU, and dynamic per-token
+quantization of the result; sm90a (CUTLASS 3.x pointer-array grouped GEMM).
 
 Files: `configs.py` (configs, spec, naming), `schema.py` (manifest keys and legality rules),
 `grouping.py` (group lists: offsets and checks), `packing.py` (the packed weight layout),
 `templates/` + `include/` (sources: group setup on the device, the grouped GEMM, SwiGLU + quant),
 `abi.py` (argument struct), `ops.py` (argument checks, torch op).
 
-Dispatch variables: `tokens_per_expert` (ceil(M / E), the mean rows per expert: the per-expert
+Dispatch class: (op, x, w). Dispatch variables: `tokens_per_expert` (ceil(M / E), the mean rows per expert: the per-expert
 counts live on the device and are never read by the host), `experts` (E), `n`, `k`.
 """
 
@@ -47,13 +47,14 @@ class MoeFamily(OpFamily):
 
     # manifest
     def read_variants(self, reader, family_node, arch: str) -> tuple[Variant, ...]:
-        return tuple((("x", x),) for (x,) in schema.read_variants(reader, family_node))
+        return tuple((("x", x), ("w", w)) for x, w in schema.read_variants(reader, family_node))
 
     def config_keys(self, arch: str) -> frozenset[str]:
         return schema.CONFIG_KEYS
 
     def read_config(self, reader, node, index: int, arch: str, variants, line: int) -> ConfigEntry:
-        return schema.read_config(reader, node, index, line)
+        plain = None if variants is None else tuple(tuple(v for _, v in var) for var in variants)
+        return schema.read_config(reader, node, index, line, plain)
 
     def config_fields(self, entry: ConfigEntry) -> dict[str, Any]:
         return schema.config_fields(entry)
@@ -75,7 +76,8 @@ class MoeFamily(OpFamily):
         return {"cpp": Cpp()}
 
     # dispatch and ops
-    def dispatch_request(self, op: str, *, x_dtype, m: int, experts: int, n: int, k: int):
+    def dispatch_request(self, op: str, *, x_dtype, m: int, experts: int, n: int, k: int,
+                         weight_bits: int = 8):
         from ...dtypes import dtype_name
         for label, value in (("m", m), ("experts", experts), ("n", n), ("k", k)):
             low = 0 if label == "m" else 1
@@ -85,12 +87,17 @@ class MoeFamily(OpFamily):
         if x not in ELEMENTS:
             raise ValueError("x_dtype must be torch.int8 or torch.float8_e4m3fn for "
                              f"grouped_matmul_swiglu_quant; got {x_dtype!r}")
+        if weight_bits not in (8, 4) or isinstance(weight_bits, bool):
+            raise ValueError(f"weight_bits must be 8 or 4, got {weight_bits!r}")
+        if weight_bits == 4 and x != "int8":
+            raise ValueError("weight_bits=4 (A8W4) takes int8 activations (x_dtype torch.int8); "
+                             f"got {x_dtype!r}")
         tokens_per_expert = max(1, -(-m // experts))
-        return (op, x), (tokens_per_expert, experts, n, k)
+        return (op, x, "int4" if weight_bits == 4 else x), (tokens_per_expert, experts, n, k)
 
     def describe_class(self, key) -> str:
-        op, x = key
-        return f"{op} {x} x {x} -> {x} q"
+        op, x, w = key
+        return f"{op} {x} x {w} -> {x} q"
 
     def call_kernel(self, kernel, *args, **kwargs):
         return self.load_ops().grouped_matmul_swiglu_quant(*args, kernel=kernel.name, **kwargs)

@@ -1,8 +1,8 @@
 """The MoE family's typed, frozen configs, its kernel spec and the one function that names a
 kernel.
 
-A kernel is fixed by its element type `x` (int8 or e4m3: the activations, the weights and the
-quantized output q) and its tile config, which also fixes the type of the intermediate C (the
+A kernel is fixed by its activation type `x` (int8 or e4m3: also the quantized output q), its
+weight type `w` (x's, or int4 with int8 x: A8W4) and its tile config, which also fixes the type of the intermediate C (the
 scaled GEMM result that SwiGLU reads): fp32, or bf16 to halve its bytes. Dispatch picks among every config of an element
 type, so the intermediate is a config choice, not part of the op's contract.
 """
@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from ...generator.kernel_config import KernelSpec
 
 ELEMENTS = ("int8", "e4m3")
+WEIGHTS = ("int8", "e4m3", "int4")
+# (x, w) pairs the kernels serve: A8W8 int8, fp8, and A8W4 (int4 weights, int8 activations).
+PAIRS = (("int8", "int8"), ("e4m3", "e4m3"), ("int8", "int4"))
 INTERMEDIATES = ("fp32", "bf16")
 SCHEDULES = ("pingpong", "cooperative")
 
-_SHORT = {"int8": "i8", "e4m3": "e4m3", "fp32": "f32", "bf16": "bf16"}
+_SHORT = {"int8": "i8", "e4m3": "e4m3", "fp32": "f32", "bf16": "bf16", "int4": "w4"}
 _SHORT_SCHEDULE = {"pingpong": "pp", "cooperative": "coop"}
 
 
@@ -45,12 +48,13 @@ class MoeTileConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class MoeSpec(KernelSpec):
-    """One grouped_matmul_swiglu_quant kernel of element type `x`."""
+    """One grouped_matmul_swiglu_quant kernel: activation type `x`, weight type `w`."""
 
     family = "moe"
-    class_fields = ("x",)
+    class_fields = ("x", "w")
 
     x: str
+    w: str
 
     @property
     def name(self) -> str:
@@ -71,10 +75,12 @@ class MoeSpec(KernelSpec):
 
     @property
     def unit_key(self) -> tuple:
-        return (self.x, self.config.terse)
+        return (self.x + ("" if self.w == self.x else "w4"), self.config.terse)
 
 
 def kernel_name(spec: MoeSpec) -> str:
-    """The family's one naming function: ``{arch}_{op}_{x}_{config}``, e.g.
-    ``sm90a_grouped_matmul_swiglu_quant_i8_f32_t128x16x128_c1x1x1_pp_sauto_swap``."""
-    return "_".join([spec.arch, spec.op, _SHORT[spec.x], spec.config.terse])
+    """The family's one naming function: ``{arch}_{op}_{x}[w4]_{config}``, e.g.
+    ``sm90a_grouped_matmul_swiglu_quant_i8_f32_t128x16x128_c1x1x1_pp_sauto_swap`` (A8W8) or
+    ``sm90a_grouped_matmul_swiglu_quant_i8w4_f32_...`` (A8W4)."""
+    element = _SHORT[spec.x] + (_SHORT[spec.w] if spec.w != spec.x else "")
+    return "_".join([spec.arch, spec.op, element, spec.config.terse])

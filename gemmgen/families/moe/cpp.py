@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 class Cpp:
     _ELEMENT = {"int8": "int8_t", "e4m3": "cutlass::float_e4m3_t", "fp32": "float",
-                "bf16": "cutlass::bfloat16_t"}
+                "bf16": "cutlass::bfloat16_t", "int4": "cutlass::int4b_t"}
 
     def element(self, dtype: str) -> str:
         return self._ELEMENT[dtype]

@@ -17,8 +17,8 @@ from ...bindings.library import Kernel
 from ...generator.kernel_config import RuntimeKnobs
 from .abi import ARGS_LAYOUT, GROUP_LIST_CODES, RASTER_CODES, MoeArgs
 from .grouping import GROUP_LIST_TYPES, check_group_list
-from .packing import (LAYOUT_VERSION, MoeWeight, pack_moe_weights, packed_scale,  # noqa: F401 (gemmgen.*)
-                      packed_weight)
+from .packing import (LAYOUT_VERSION, PER_GROUP_REFUSED, MoeWeight,  # noqa: F401 (gemmgen.*)
+                      pack_moe_weights, packed_scale, packed_weight)
 
 OP = "grouped_matmul_swiglu_quant"
 _ELEMENTS = (torch.int8, torch.float8_e4m3fn)
@@ -26,6 +26,7 @@ _ALIGN = launch.ALIGN_BYTES
 # K: every expert's first row of x starts a TMA box, so x's rows must be 16-byte aligned;
 # N: the intermediate's rows likewise (fp32 or bf16), and the epilogue stores 8-element vectors.
 K_MULTIPLE = 16
+K_MULTIPLE_INT4 = 32  # int4 weight rows: K/2 bytes, 16-byte aligned
 N_MULTIPLE = 8
 _INTERMEDIATE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _fail = launch.ArgumentErrors(OP)
@@ -38,9 +39,10 @@ def _ptr(t: Optional[torch.Tensor]) -> int:
 
 def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
                     w_scale: torch.Tensor, x_scale: torch.Tensor, group_list: torch.Tensor,
-                    group_list_type: str) -> None:
+                    group_list_type: str, weight_bits: int = 8) -> None:
     """Validate every argument (shapes, dtypes, layouts, devices) before launch, without reading
-    any value (no sync); works on fake tensors too, so torch.compile reports the same errors."""
+    any value (no sync); works on fake tensors too, so torch.compile reports the same errors.
+    `w` is the packed weight: [E, N, K] of x's dtype, or uint8 [E, N, K/2] (weight_bits=4)."""
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in _ELEMENTS:
         raise _fail("x", "a 2-D torch.int8 or torch.float8_e4m3fn tensor [M, K]", _describe(x))
     device = x.get_device()
@@ -49,23 +51,32 @@ def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: 
     m, k = x.shape
     if not x.is_contiguous():
         raise _fail("x", "a contiguous row-major [M, K] tensor", _describe(x))
-    if not isinstance(w, torch.Tensor) or w.dim() != 3 or w.dtype != x.dtype:
-        raise _fail("weight", f"a {x.dtype} tensor [E, K, N] like x (or a packed MoeWeight)",
+    if weight_bits not in (8, 4) or isinstance(weight_bits, bool):
+        raise _fail("weight_bits", "8 or 4", repr(weight_bits))
+    int4 = weight_bits == 4
+    if int4 and x.dtype != torch.int8:
+        raise _fail("x", "a torch.int8 tensor: A8W4 (int4 weights) takes int8 activations",
+                    _describe(x))
+    w_dtype, per_byte = (torch.uint8, 2) if int4 else (x.dtype, 1)
+    if not isinstance(w, torch.Tensor) or w.dim() != 3 or w.dtype != w_dtype:
+        raise _fail("weight", f"a packed {w_dtype} tensor [E, N, K{'/2' if int4 else ''}] "
+                    "(gemmgen.pack_moe_weights" + (", weight_bits=4)" if int4 else ")"),
                     _describe(w))
-    e, n, k_w = w.shape
+    e, n, k_w = w.shape[0], w.shape[1], w.shape[2] * per_byte
     if k_w != k:
         raise _fail("weight", f"K = {k} rows per expert (x has K = {k} columns)",
-                    f"{_describe(w.transpose(1, 2))} (as [E, K, N])")
+                    f"K = {k_w}: {_describe(w)} (packed [E, N, K{'/2' if int4 else ''}])")
     if not w.is_contiguous():
         raise _fail("weight", "packed [E, N, K] weights (K contiguous: see "
                     "gemmgen.pack_moe_weights)", _describe(w))
-    if k == 0 or k % K_MULTIPLE:
-        raise _fail("x", f"K a positive multiple of {K_MULTIPLE} (each expert's rows start a "
-                    "16-byte aligned TMA box)", _describe(x))
+    k_multiple = K_MULTIPLE_INT4 if int4 else K_MULTIPLE
+    if k == 0 or k % k_multiple:
+        raise _fail("x", f"K a positive multiple of {k_multiple} (each expert's rows start a "
+                    "16-byte aligned TMA box" + (", int4 weight rows too" if int4 else "") + ")",
+                    _describe(x))
     if n == 0 or n % N_MULTIPLE:
-        raise _fail("weight", f"N (the last dim of [E, K, N]) a positive multiple of "
-                    f"{N_MULTIPLE} (SwiGLU halves it; the intermediate's rows are "
-                    "16-byte aligned)", f"{_describe(w.transpose(1, 2))} (as [E, K, N])")
+        raise _fail("weight", f"N a positive multiple of {N_MULTIPLE} (SwiGLU halves it; the "
+                    "intermediate's rows are 16-byte aligned)", _describe(w))
     if (not isinstance(w_scale, torch.Tensor) or w_scale.dtype != torch.float32
             or tuple(w_scale.shape) != (e, n) or not w_scale.is_contiguous()):
         raise _fail("weight_scale", f"a contiguous torch.float32 tensor [E={e}, N={n}] (or a "
@@ -93,16 +104,17 @@ def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: 
         raise _fail("x", "M, N and K below 2^31 (the kernels take int sizes)", _describe(x))
 
 
-def _kernel_for(kernel: Optional[str], x: torch.Tensor, m: int, e: int, n: int,
-                k: int) -> tuple[Kernel, RuntimeKnobs]:
-    key, values = _family().dispatch_request(OP, x_dtype=x.dtype, m=m, experts=e, n=n, k=k)
+def _kernel_for(kernel: Optional[str], x: torch.Tensor, m: int, e: int, n: int, k: int,
+                weight_bits: int) -> tuple[Kernel, RuntimeKnobs]:
+    key, values = _family().dispatch_request(OP, x_dtype=x.dtype, m=m, experts=e, n=n, k=k,
+                                             weight_bits=weight_bits)
     if kernel is None:
         device = x.get_device()
         arches = launch.arches_for(device, None, _fail, tensor="x")
         return launch.chosen_kernel(OP, device, arches, key, values)
     chosen = launch.forced_kernel(kernel, None, _fail)
     if chosen.spec.dispatch_class != key:
-        raise _fail("kernel", f"a {OP} kernel for {key[1]}",
+        raise _fail("kernel", f"a {OP} kernel for {key[1]} x {key[2]}",
                     f"{kernel} ({' '.join(chosen.spec.dispatch_class)})")
     return chosen, chosen.spec.knobs
 
@@ -113,24 +125,24 @@ def _family():
 
 
 def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
-                               group_list_type: str, check: bool = False,
+                               group_list_type: str, weight_bits: int = 8, check: bool = False,
                                kernel: Optional[str] = None,
                                knobs: Optional[RuntimeKnobs] = None) -> None:
     """The eager implementation. `check` reads the group list back (a sync) and raises on a bad
     one; `knobs` (the tuner's) overrides the kernel's run-time knobs."""
-    check_arguments(q, q_scale, x, w, w_scale, x_scale, group_list, group_list_type)
+    check_arguments(q, q_scale, x, w, w_scale, x_scale, group_list, group_list_type, weight_bits)
     m, k = x.shape
-    e, n, _ = w.shape
+    e, n = w.shape[0], w.shape[1]
     if check and not _capturing():  # values cannot be read back while a graph is captured
         check_group_list(group_list, group_list_type, m, where=OP)
     if m == 0:
         if kernel is not None:
-            _kernel_for(kernel, x, 1, e, n, k)  # still reject a wrong name
+            _kernel_for(kernel, x, 1, e, n, k, weight_bits)  # still reject a wrong name
         return
     for name, t in (("x", x), ("weight", w), ("weight_scale", w_scale), ("q", q)):
         if t.data_ptr() % _ALIGN:
             raise _fail(name, "a 16-byte aligned data pointer", f"address {t.data_ptr():#x}")
-    chosen, chosen_knobs = _kernel_for(kernel, x, m, e, n, k)
+    chosen, chosen_knobs = _kernel_for(kernel, x, m, e, n, k, weight_bits)
     knobs = knobs or chosen_knobs
     device = x.get_device()
     launch.check_device(device, chosen, _fail, tensor="x")
@@ -148,18 +160,21 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
 def grouped_matmul_swiglu_quant_out(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor,
                                     weight: torch.Tensor, weight_scale: torch.Tensor,
                                     x_scale: torch.Tensor, group_list: torch.Tensor,
-                                    group_list_type: str, check: bool = False,
+                                    group_list_type: str, weight_bits: int = 8,
+                                    check: bool = False,
                                     kernel_name: Optional[str] = None) -> None:
     """(q, q_scale) = grouped_matmul_swiglu_quant(...) into given tensors; `weight` packed
-    [E, N, K] contiguous, `weight_scale` [E, N]. See gemmgen.grouped_matmul_swiglu_quant."""
+    ([E, N, K] contiguous, or uint8 [E, N, K/2] with weight_bits=4), `weight_scale` [E, N].
+    See gemmgen.grouped_matmul_swiglu_quant."""
     _gmm_swiglu_quant_out_impl(q, q_scale, x, weight, weight_scale, x_scale, group_list,
-                               group_list_type, check, kernel_name)
+                               group_list_type, weight_bits, check, kernel_name)
 
 
 @grouped_matmul_swiglu_quant_out.register_fake
 def _fake(q, q_scale, x, weight, weight_scale, x_scale, group_list, group_list_type,
-          check=False, kernel_name=None) -> None:
-    check_arguments(q, q_scale, x, weight, weight_scale, x_scale, group_list, group_list_type)
+          weight_bits=8, check=False, kernel_name=None) -> None:
+    check_arguments(q, q_scale, x, weight, weight_scale, x_scale, group_list, group_list_type,
+                    weight_bits)
 
 
 def _capturing() -> bool:
@@ -169,18 +184,26 @@ def _capturing() -> bool:
 def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: torch.Tensor,
                                 group_list: torch.Tensor, group_list_type: str = "count",
                                 check: Optional[bool] = None, *,
+                                weight_bits: Optional[int] = None, weight_assist_matrix=None,
                                 kernel: Optional[str] = None
                                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The first half of a quantized MoE expert layer in one op: per-expert GEMM, dequant,
     SwiGLU and dynamic per-token quantization. Returns (q [M, N/2], q_scale float32 [M]).
 
     x: [M, K] torch.int8 or torch.float8_e4m3fn, rows grouped by expert (contiguous, in expert
-    order), K a multiple of 16. weight: a `gemmgen.MoeWeight` from `gemmgen.pack_moe_weights`
-    (then weight_scale is None), or the expert weights as the contract states them, x's dtype
-    [E, K, N] or a list of E [K, N] (packed on every call unless already K-major: pack once),
-    N a multiple of 8. weight_scale: float32 [E, N] (or a list of E [N]). x_scale: float32
-    [M]. group_list: int64 [E] on x's device, rows per expert ("count") or end offsets
-    ("cumsum"), read on the device only.
+    order), K a multiple of 16 (32 for A8W4). weight: a `gemmgen.MoeWeight` from
+    `gemmgen.pack_moe_weights` (then weight_scale is None), or the expert weights as the
+    contract states them, x's dtype [E, K, N] or a list of E [K, N] (packed on every call unless
+    already K-major: pack once), N a multiple of 8. weight_scale: float32 [E, N] (or a list of
+    E [N]). x_scale: float32 [M]. group_list: int64 [E] on x's device, rows per expert
+    ("count") or end offsets ("cumsum"), read on the device only.
+
+    A8W4: int8 x with int4 weights — a MoeWeight packed with weight_bits=4, or an int8 [E, K, N]
+    weight holding -8..7 with weight_bits=4 (packed on this call). Per-channel weight scales
+    only: per-group [E, K/group, N] scales are refused (not built yet). weight_assist_matrix
+    (Ascend's 8 · weight_scale · Σ_k W, [E, N] float32): accepted for API parity with A8W4 only,
+    its dtype, shape and device checked; the kernels do not need it (they convert int4 to int8
+    in registers and multiply X·W directly), so its values are not read.
 
     check: read the group list back and raise ValueError on a bad one (negative count,
     decreasing end offset, more rows than M). Default: True, except during CUDA graph capture,
@@ -200,10 +223,30 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
         if weight_scale is not None:
             raise _fail("weight_scale", "None with a packed MoeWeight (it holds its scales)",
                         _describe(weight_scale))
-        w, w_scale = weight.weight, weight.scale
+        if weight_bits is not None and weight_bits != weight.bits:
+            raise _fail("weight_bits", f"None or {weight.bits} (the packed weight's)",
+                        repr(weight_bits))
+        w, w_scale, bits = weight.weight, weight.scale, weight.bits
     else:
-        w = packed_weight(OP, weight)
-        w_scale = packed_scale(OP, weight_scale) if weight_scale is not None else weight_scale
+        bits = 8 if weight_bits is None else weight_bits
+        if bits == 4:
+            packed = pack_moe_weights(weight, weight_scale, weight_bits=4)
+            w, w_scale = packed.weight, packed.scale
+        else:
+            w = packed_weight(OP, weight)
+            w_scale = packed_scale(OP, weight_scale) if weight_scale is not None else None
+    if weight_assist_matrix is not None:
+        e, n = w.shape[0], w.shape[1]
+        if bits != 4:
+            raise _fail("weight_assist_matrix", "None: the assist matrix is A8W4's only "
+                        "(weight_bits=4)", _describe(weight_assist_matrix))
+        wam = weight_assist_matrix
+        if (not isinstance(wam, torch.Tensor) or wam.dtype != torch.float32
+                or tuple(wam.shape) != (e, n) or wam.device != w.device):
+            raise _fail("weight_assist_matrix", f"None or a torch.float32 tensor [E={e}, N={n}] "
+                        f"on {w.device}", _describe(wam))
+    if isinstance(w_scale, torch.Tensor) and w_scale.dim() == 3:
+        raise _fail("weight_scale", PER_GROUP_REFUSED, _describe(w_scale))
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise _fail("x", "a 2-D tensor [M, K]", _describe(x))
     m = x.shape[0]
@@ -212,7 +255,8 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     q_scale = torch.empty((m,), dtype=torch.float32, device=x.device)
     if check is None:
         check = not _capturing()
-    args = (q, q_scale, x, w, w_scale, x_scale, group_list, group_list_type, bool(check), kernel)
+    args = (q, q_scale, x, w, w_scale, x_scale, group_list, group_list_type, bits, bool(check),
+            kernel)
     if launch.through_custom_op(x):
         torch.ops.gemmgen.grouped_matmul_swiglu_quant_out(*args)
     else:

@@ -2,13 +2,14 @@
 (file:line errors).
 
     - op: grouped_matmul_swiglu_quant
-      dtypes: [int8, e4m3]            # x, weights and q (e4m3: q_scale = max|S| / 448)
+      dtypes: [int8, e4m3, {x: int8, w: int4}]   # x (= q); w defaults to x; int4: A8W4
       configs:
         - {name: decode, tile: [128, 16, 128], cluster: [1, 1, 1], schedule: pingpong,
            swap_ab: true, intermediate: fp32, stages: auto, raster: heuristic, swizzle: 1}
 
 With `swap_ab: true` the tile is in the kernel's terms C_iᵀ = W_i · X_iᵀ: tile M runs over the
-weight's N, tile N over an expert's tokens (a narrow tile N serves decode).
+weight's N, tile N over an expert's tokens (a narrow tile N serves decode). int4 weights need
+`swap_ab: true` (CUTLASS's mixed-input mainloop converts its A operand in registers).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from ...generator import sm90_schema
 from ...generator.kernel_config import ConfigEntry
-from .configs import ELEMENTS, INTERMEDIATES, SCHEDULES, MoeTileConfig
+from .configs import ELEMENTS, INTERMEDIATES, PAIRS, SCHEDULES, WEIGHTS, MoeTileConfig
 
 FAMILY_KEYS = frozenset({"dtypes"})
 REQUIRED_FAMILY_KEYS = frozenset({"dtypes"})
@@ -27,16 +28,30 @@ TILE_K = 128  # 128 bytes of 8-bit elements: one swizzle atom
 _C_BYTES = {"fp32": 4, "bf16": 2}
 
 
-def read_variants(reader, fam) -> tuple[tuple[str], ...]:
-    """The family's (x,) variants from `dtypes`: a list (or one) of int8, e4m3."""
+def _pair(reader, fam, entry, i: int, line: int) -> tuple[str, str]:
+    """One `dtypes` entry: a scalar x (w = x) or a mapping {x: ..., w: ...}."""
+    if isinstance(entry, str):
+        if entry not in ELEMENTS:
+            raise reader.error(fam, "dtypes", f"unknown value {entry!r}; expected one of "
+                                              f"{', '.join(ELEMENTS)} or a mapping {{x: int8, w: int4}}")
+        return entry, entry
+    d = reader.mapping(entry, f"dtypes[{i}]", ("x", "w"), ("x",), line=line)
+    x = reader.choice(d, "x", ELEMENTS)
+    w = reader.choice(d, "w", WEIGHTS, x)
+    if (x, w) not in PAIRS:
+        raise reader.error(d, "w", f"the kernels serve (x, w) = "
+                                   f"{', '.join(f'({a}, {b})' for a, b in PAIRS)}; got ({x}, {w})")
+    return x, w
+
+
+def read_variants(reader, fam) -> tuple[tuple[str, str], ...]:
+    """The family's (x, w) variants from `dtypes`: int8, e4m3 (w = x) or {x: int8, w: int4}."""
     values = reader.sequence(fam, "dtypes", allow_scalar=True)
-    for value in values:
-        if value not in ELEMENTS:
-            raise reader.error(fam, "dtypes", f"unknown value {value!r}; expected one of "
-                                              f"{', '.join(ELEMENTS)}")
-    if len(set(values)) != len(values):
+    pairs = tuple(_pair(reader, fam, v, i, values.line_of(i) if hasattr(values, "line_of") else None)
+                  for i, v in enumerate(values))
+    if len(set(pairs)) != len(pairs):
         raise reader.error(fam, "dtypes", "the same element type is listed twice")
-    return tuple((v,) for v in values)
+    return pairs
 
 
 def estimate_smem(config: MoeTileConfig) -> tuple[int, int]:
@@ -69,8 +84,9 @@ def check_config(config: MoeTileConfig) -> list[tuple[str, str]]:
     return problems
 
 
-def read_config(reader, node: Any, index: int, line: int) -> ConfigEntry:
-    """One `configs` entry (the element type does not change what is legal)."""
+def read_config(reader, node: Any, index: int, line: int,
+                variants: tuple[tuple[str, str], ...] | None = None) -> ConfigEntry:
+    """One `configs` entry; with int4 weights among `variants` (None: unknown), swap-AB only."""
     c = reader.mapping(node, f"configs[{index}]", CONFIG_KEYS, ("tile", "cluster", "schedule"),
                        line=line)
     common = sm90_schema.read_common(reader, c)
@@ -83,6 +99,10 @@ def read_config(reader, node: Any, index: int, line: int) -> ConfigEntry:
         swap_ab=swap_ab, intermediate=reader.choice(c, "intermediate", INTERMEDIATES, "fp32"))
     for key, message in check_config(config):
         raise reader.error(c, key, message)
+    if not swap_ab and any(w == "int4" for _, w in variants or ()):
+        raise reader.error(c, "swap_ab" if "swap_ab" in c else "tile",
+                           "int4 weights (A8W4) need swap_ab: true: CUTLASS's mixed-input "
+                           "mainloop converts its A operand in registers, so the weight must be A")
     return ConfigEntry(common["name"], config, common["knobs"], line)
 
 

@@ -19,7 +19,8 @@ extern "C" {
 
 typedef struct gemmgen_moe_args {
   const void* x;             /* [M, K] int8 / e4m3, row-major, contiguous */
-  const void* w;             /* [E, N, K] packed weights: expert-major, K contiguous */
+  const void* w;             /* [E, N, K] packed weights: expert-major, K contiguous; int4
+                                (A8W4): two per byte, even k in the low nibble */
   const float* w_scale;      /* [E, N] per-channel weight scales */
   const float* x_scale;      /* [M] per-token activation scales */
   const int64_t* group_list; /* [E] rows per expert (count) or end offsets (cumsum) */

@@ -9,7 +9,9 @@
  *      w_scale per column and writes the intermediate C (fp32 or bf16);
  *   3. swiglu_quant: SwiGLU and per-row quantization of C.
  *
- * The weights are [E, N, K] (K contiguous): 8-bit wgmma reads both operands K-major. With swap-AB
+ * The weights are [E, N, K] (K contiguous): 8-bit wgmma reads both operands K-major. A8W4
+ * kernels read int4 weights and convert them to int8 in registers (CUTLASS's mixed-input
+ * mainloop), so a decode step reads half the weight bytes; the weight scale is per channel. With swap-AB
  * the kernel computes Cᵀ = W · Xᵀ per expert (the weight is operand A, the tokens are the
  * kernel's N), which lets a narrow tile N serve a few tokens per expert.
  */
@@ -36,12 +38,15 @@
 
 namespace gemmgen::moe::sm90 {
 
-// ElementX: int8_t or cutlass::float_e4m3_t (activations and weights; q has the same type);
+// ElementX: int8_t or cutlass::float_e4m3_t (activations; q has the same type); ElementW: the
+// weights, ElementX or cutlass::int4b_t (A8W4: converted to int8 in registers in front of the
+// int8 wgmma, CUTLASS's mixed-input mainloop; the weight must then be operand A, so swap-AB);
 // ElementC: the intermediate (float or cutlass::bfloat16_t); Cooperative: else Pingpong.
-template <class ElementX_, class ElementC_, bool SwapAB_, class TileShape_, class ClusterShape_,
-          bool Cooperative_, int Stages_ /* 0 = auto */>
+template <class ElementX_, class ElementW_, class ElementC_, bool SwapAB_, class TileShape_,
+          class ClusterShape_, bool Cooperative_, int Stages_ /* 0 = auto */>
 struct MoeConfig {
   using ElementX = ElementX_;
+  using ElementW = ElementW_;
   using ElementC = ElementC_;
   static constexpr bool SwapAB = SwapAB_;
   using TileShape = TileShape_;
@@ -53,12 +58,19 @@ struct MoeConfig {
 template <class Config>
 struct GroupedSwigluQuant {
   using ElementX = typename Config::ElementX;
+  using ElementW = typename Config::ElementW;
   using ElementC = typename Config::ElementC;
   using ElementQ = ElementX;
   static constexpr bool IsFp8 = cute::is_same_v<ElementX, cutlass::float_e4m3_t>;
   using ElementAcc = cute::conditional_t<IsFp8, float, int32_t>;
   using TileShape = typename Config::TileShape;
   static constexpr bool SwapAB = Config::SwapAB;
+  static constexpr bool MixedInput = !cute::is_same_v<ElementW, ElementX>;
+  static_assert(!MixedInput || SwapAB, "int4 weights must be CUTLASS's A operand: swap-AB only");
+  using ElementA = cute::conditional_t<SwapAB, ElementW, ElementX>;
+  using ElementB = cute::conditional_t<SwapAB, ElementX, ElementW>;
+  static constexpr int AlignA = 128 / cutlass::sizeof_bits<ElementA>::value;
+  static constexpr int AlignB = 128 / cutlass::sizeof_bits<ElementB>::value;
 
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
   using LayoutA = cutlass::layout::RowMajor;     // [kernel M, K], K contiguous
@@ -66,7 +78,6 @@ struct GroupedSwigluQuant {
   // C [tokens, N] row-major; as the kernel's [N, tokens] with swap-AB, column-major.
   using LayoutC = cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor,
                                       cutlass::layout::RowMajor>;
-  static constexpr int AlignX = 16;
   static constexpr int AlignC = 128 / cutlass::sizeof_bits<ElementC>::value;
 
   // NOTES: fp8 uses the accurate schedules (the accumulator is promoted to float32 every few
@@ -113,8 +124,8 @@ struct GroupedSwigluQuant {
       cutlass::gemm::collective::StageCount<(Config::Stages > 0 ? Config::Stages : 1)>>;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementX, LayoutA*, AlignX, ElementX,
-      LayoutB*, AlignX, ElementAcc, TileShape, typename Config::ClusterShape, StageCount,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, AlignA, ElementB,
+      LayoutB*, AlignB, ElementAcc, TileShape, typename Config::ClusterShape, StageCount,
       KernelSchedule>::CollectiveOp;
 
   // A type of its own per kernel: Config is local to its translation unit (see the .cu).
@@ -125,7 +136,7 @@ struct GroupedSwigluQuant {
   using StrideB = typename Kernel::InternalStrideB;
   using StrideC = typename Kernel::InternalStrideD;
   using Shape = typename ProblemShape::UnderlyingProblemShape;
-  using Arrays = GroupArrays<Shape, ElementX, ElementX, ElementC, StrideA, StrideB, StrideC>;
+  using Arrays = GroupArrays<Shape, ElementA, ElementB, ElementC, StrideA, StrideB, StrideC>;
 
   // ------------------------------------------------------------------ workspace layout
   static constexpr size_t kAlign = 256;
@@ -200,10 +211,11 @@ struct GroupedSwigluQuant {
     } else {
       cute::get<0>(stride_c) = n;  // row-major [tokens, N]
     }
+    int64_t const w_expert_bytes = int64_t(n) * k * cutlass::sizeof_bits<ElementW>::value / 8;
     group_setup<SwapAB><<<1, kSetupThreads, 0, cuda_stream>>>(
-        arrays, p->group_list, p->group_list_type, p->experts, p->m, n, k,
-        static_cast<ElementX const*>(p->x), static_cast<ElementX const*>(p->w),
-        static_cast<ElementC*>(p->c), p->x_scale, p->w_scale, stride_a, stride_b, stride_c);
+        arrays, p->group_list, p->group_list_type, p->experts, p->m, n, k, p->x, p->w,
+        w_expert_bytes, static_cast<ElementC*>(p->c), p->x_scale, p->w_scale, stride_a, stride_b,
+        stride_c);
     int status = launch_status(cutlass::Status::kSuccess, kernel_name);
     if (status != GEMMGEN_OK) {
       return status;

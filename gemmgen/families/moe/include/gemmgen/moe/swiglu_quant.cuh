@@ -24,9 +24,11 @@ namespace gemmgen::moe {
 
 // Per-expert arrays the grouped GEMM reads (device memory, carved from the workspace). The
 // kernel's M and N depend on swap-AB: tokens × N, or N × tokens (the weight as operand A).
-template <class ProblemShape, class ElementA, class ElementB, class ElementD, class StrideA,
+template <class ProblemShape, class ElementA_, class ElementB_, class ElementD, class StrideA,
           class StrideB, class StrideD>
 struct GroupArrays {
+  using ElementA = ElementA_;
+  using ElementB = ElementB_;
   ProblemShape* shapes;
   ElementA const** a;
   ElementB const** b;
@@ -43,14 +45,16 @@ constexpr int kSetupThreads = 256;
 
 // One block. Ends are clamped exactly as grouping.group_offsets(check=False) does:
 //   count:  ends = min(cumsum(clamp(g, 0, m)), m);  cumsum: ends = running max of clamp(g, 0, m)
-// so 0 <= start_i <= end_i <= m whatever the list holds.
-template <bool SwapAB, class Arrays, class ElementX, class ElementW, class ElementD,
-          class StrideA, class StrideB, class StrideD>
+// so 0 <= start_i <= end_i <= m whatever the list holds. The weights are addressed in bytes
+// (`w_expert_bytes` per expert), so packed int4 weights work alike.
+template <bool SwapAB, class Arrays, class ElementD, class StrideA, class StrideB, class StrideD>
 __global__ void group_setup(Arrays arrays, int64_t const* group_list, int32_t cumsum,
-                            int64_t experts, int64_t m, int n, int k, ElementX const* x,
-                            ElementW const* w, ElementD* d, float const* x_scale,
-                            float const* w_scale, StrideA stride_a, StrideB stride_b,
-                            StrideD stride_d) {
+                            int64_t experts, int64_t m, int n, int k, void const* x,
+                            void const* w, int64_t w_expert_bytes, ElementD* d,
+                            float const* x_scale, float const* w_scale, StrideA stride_a,
+                            StrideB stride_b, StrideD stride_d) {
+  using ElementX = cute::conditional_t<SwapAB, typename Arrays::ElementB, typename Arrays::ElementA>;
+  using ElementW = cute::conditional_t<SwapAB, typename Arrays::ElementA, typename Arrays::ElementB>;
   __shared__ int64_t ends[kSetupThreads];
   __shared__ int64_t carry;        // the end of the last group seen so far
   __shared__ int64_t chunk_start;  // the start of this chunk's first group
@@ -81,8 +85,9 @@ __global__ void group_setup(Arrays arrays, int64_t const* group_list, int32_t cu
       int64_t const end = ends[threadIdx.x];
       int64_t const start = threadIdx.x > 0 ? ends[threadIdx.x - 1] : chunk_start;
       int const rows = static_cast<int>(end - start);
-      ElementX const* x_i = x + start * k;
-      ElementW const* w_i = w + i * static_cast<int64_t>(n) * k;
+      auto const* x_i = reinterpret_cast<ElementX const*>(static_cast<uint8_t const*>(x) + start * k);
+      auto const* w_i = reinterpret_cast<ElementW const*>(static_cast<uint8_t const*>(w) +
+                                                          i * w_expert_bytes);
       if constexpr (SwapAB) {
         arrays.shapes[i] = cute::make_shape(n, rows, k);
         arrays.a[i] = w_i;
