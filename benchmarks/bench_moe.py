@@ -2,21 +2,30 @@
 """Benchmark gemmgen.grouped_matmul_swiglu_quant (MoE first half) against torch, side by side.
 
 For every dtype, model, token count T and routing, on the same data (M = T x top-k rows, grouped
-by expert; group_list = per-expert counts, int64 on the GPU):
+by expert; group_list = per-expert counts, int64 on the GPU). dtypes: int8 (A8W8), e4m3 (fp8) and
+a8w4 (int8 x, int4 weights -8..7 with per-channel scales, packed two per byte by
+gemmgen.pack_moe_weights(..., weight_bits=4)):
   torch per-expert  for each non-empty expert: torch._int_mm (int8; rows padded to 17 when an
                     expert has <= 16) or torch._scaled_mm (e4m3, row-wise scales, bf16 out,
                     use_fast_accum; an expert's scales copied to a 16-byte aligned buffer when
                     they start unaligned: cuBLASLt refuses them), dequant, silu(act) * gate,
-                    per-row quant; counts known on the host (the straightforward loop)
-  torch grouped     int8 rows: bf16 torch._grouped_mm on x and W dequantized to bf16 outside the
-                    timed region (2x the weight bytes); e4m3 rows: torch._scaled_grouped_mm
-                    (row-wise x_scale [M], weight_scale [E, N], bf16 out); then the same torch
-                    SwiGLU + quant
+                    per-row quant; counts known on the host (the straightforward loop).
+                    a8w4 rows: torch has no int4 x int8 GEMM, so this is the int8 pipeline on the
+                    int4 values held as int8 (one per byte: 2x the int4 weight bytes; exactly
+                    A8W4's math)
+  torch grouped     int8 and a8w4 rows: bf16 torch._grouped_mm on x and W dequantized to bf16
+                    outside the timed region (2x the int8 weight bytes); e4m3 rows:
+                    torch._scaled_grouped_mm (row-wise x_scale [M], weight_scale [E, N], bf16
+                    out); then the same torch SwiGLU + quant
   gemmgen           gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list,
-                    check=False), dispatch as shipped
-  gemmgen best      the same op forced to each built kernel of the dtype (kernel=name): the fastest
+                    check=False), dispatch as shipped (a8w4: the MoeWeight with bits=4)
+  gemmgen best      the same op forced to each built kernel of the row's (x, w) types
+                    (kernel=name; spec.x, spec.w): the fastest
   floor             weights (+ scales) of the experts that got >= 1 token read once at the
-                    measured copy bandwidth
+                    measured copy bandwidth (a8w4: the int4 bytes, N x K/2 per expert)
+  A8W8 / A8W4       a8w4 rows: gemmgen's int8 A8W8 µs of the same (model, T, routing) over the
+                    A8W4 µs: the int8 row's, or, when int8 rows are not run, gemmgen's int8 op
+                    timed in the a8w4 row on the int4 values held as int8 (same x)
 It prints µs, the speed-ups of gemmgen over both torch pipelines, gemmgen / floor, and the issue's
 targets evaluated (PASS/FAIL counts, worst case); --markdown PATH appends the tables to PATH.
 
@@ -24,17 +33,20 @@ NOTES (timing method): each impl's calls for `R` rotations (weight copy i % pool
 captured in one CUDA graph (eager when capture fails: said in the output); the graph's replays are
 timed with gemmgen.tuning.measure.gpu_time_us (a spin kernel hides the host, a warm-up batch, then
 --reps batches of ~300 µs back to back, the median) and divided by R. R and the number of weight
-copies are chosen so that the bytes one replay reads (active experts' weights + x) exceed twice
-the L2 (Mixtral's experts are 117 MB each: one copy). Before timing a point, gemmgen's q_scale is
-compared with the torch per-expert pipeline's (rtol 1e-2): a warning line if they disagree.
+copies are chosen so that the bytes one replay reads (active experts' weights as gemmgen reads
+them, int4 at half a byte, + x) exceed twice the L2 (Mixtral's experts are 117 MB each: one
+copy). Before timing a point, gemmgen's q_scale is compared with the torch per-expert pipeline's
+(rtol 1e-2; a8w4: the int8 pipeline on the int4 values held as int8, the same math): a warning
+line if they disagree.
 
-    python benchmarks/bench_moe.py [--quick] [--dtypes int8,e4m3] [--models qwen3-30b-a3b]
+    python benchmarks/bench_moe.py [--quick] [--dtypes int8,e4m3,a8w4] [--models qwen3-30b-a3b]
                                    [--tokens 1,256] [--routing uniform] [--markdown benchmarks/RESULTS.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import math
 import shlex
@@ -72,18 +84,28 @@ class Model:
 MODELS = {"mixtral-8x7b": Model(8, 4096, 2 * 14336, 2),
           "qwen3-30b-a3b": Model(128, 2048, 2 * 768, 8),
           "deepseek-v2-lite": Model(64, 2048, 2 * 1408, 6)}
-DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn}
-QMAX = {"int8": 127.0, "e4m3": 448.0}
+# a row's dtype -> x's (and q's) element type, the weight's element type, its packed bits
+DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn, "a8w4": torch.int8}
+X_TYPE = {"int8": "int8", "e4m3": "e4m3", "a8w4": "int8"}        # kernel spec.x
+W_TYPE = {"int8": "int8", "e4m3": "e4m3", "a8w4": "int4"}        # kernel spec.w
+WEIGHT_BITS = {"int8": 8, "e4m3": 8, "a8w4": 4}
+QMAX = {"int8": 127.0, "e4m3": 448.0}                            # by X_TYPE
+# rms of the random values (full-range int8 ~74, int4 -8..7 ~4.6, randn-based e4m3 ~1): the scales
+# divide it out so that C is O(1)
+STD = {"int8": 74.0, "e4m3": 1.0, "int4": 4.64}
 ROUTINGS = ("uniform", "skewed")
 DEFAULT_TOKENS = [1, 16, 64, 256, 1024, 4096]
-QUICK = {"dtypes": ["int8"], "models": ["mixtral-8x7b", "qwen3-30b-a3b"], "tokens": [16, 256, 4096],
+QUICK = {"dtypes": ["int8", "a8w4"], "models": ["mixtral-8x7b", "qwen3-30b-a3b"], "tokens": [16, 256, 4096],
          "routing": ["uniform"]}
 MAX_ROTATIONS = 8
 CHECK_RTOL = 1e-2
-GROUPED_RTOL = {"int8": 3e-2, "e4m3": 1e-2}  # int8: the bf16 pipeline rounds x·scale and W·scale to bf16
-TARGETS = ("(1) gemmgen >= 2.5x torch per-expert at >= 256 tokens",
+# int8 / a8w4: the bf16 pipeline rounds x·scale and W·scale to bf16
+GROUPED_RTOL = {"int8": 3e-2, "e4m3": 1e-2, "a8w4": 3e-2}
+TARGETS = ("(1) gemmgen >= 2.5x torch per-expert at >= 256 tokens (A8W8: int8 and e4m3 rows)",
            "(2) gemmgen faster than torch's fp8 grouped pipeline at every shape (e4m3 rows)",
-           "(3) gemmgen <= 1.5x the weight-read floor at <= 1024 tokens")
+           "(3) gemmgen <= 1.5x the weight-read floor at <= 1024 tokens (A8W8: int8 and e4m3 rows)",
+           "(4) A8W4 >= 1.5x faster than gemmgen's A8W8 at <= 256 tokens (a8w4 rows)",
+           "(5) A8W4 <= 1.5x the int4 weight-read floor at <= 256 tokens (a8w4 rows)")
 
 
 # ---------------------------------------------------------------- arguments
@@ -103,7 +125,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtypes", nargs="+", metavar="LIST", type=_list_arg(str, DTYPES),
-                   help=f"element types (default {','.join(DTYPES)}; --quick: int8)")
+                   help=f"element types: int8 (A8W8), e4m3 (fp8), a8w4 (int8 x, int4 weights) "
+                        f"(default {','.join(DTYPES)}; --quick: {','.join(QUICK['dtypes'])})")
     p.add_argument("--models", nargs="+", metavar="LIST", type=_list_arg(str, MODELS),
                    help=f"models (default all: {','.join(MODELS)}; --quick: {','.join(QUICK['models'])})")
     p.add_argument("--tokens", nargs="+", metavar="LIST", type=_list_arg(int),
@@ -113,7 +136,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="uniform: top-k distinct experts uniformly per token; skewed: expert "
                         "probabilities ~ 1/(i+1) (Zipf) (default both; --quick: uniform)")
     p.add_argument("--quick", action="store_true",
-                   help="a subset in < 90 s: Mixtral and Qwen3, T in 16,256,4096, uniform, int8, 10 reps")
+                   help="a subset: Mixtral and Qwen3, T in 16,256,4096, uniform, int8 and a8w4, 10 reps")
     p.add_argument("--reps", type=int, help="timed batches per measurement, median taken (default 20; --quick 10)")
     p.add_argument("--no-best", action="store_true", help="skip timing every forced kernel (gemmgen best)")
     p.add_argument("--mem-gib", type=float, default=20.0, help="cap on the weight copies' memory (GiB)")
@@ -126,6 +149,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         given = [v for values in getattr(args, name) or [] for v in values]
         setattr(args, name, list(dict.fromkeys(given)) or (QUICK[name] if args.quick else default))
     args.tokens = sorted(args.tokens)
+    args.dtypes = [d for d in DTYPES if d in args.dtypes]  # int8 rows before a8w4 (A8W8 / A8W4)
     args.reps = args.reps or (10 if args.quick else 20)
     if min(args.tokens) < 1 or args.reps < 1 or args.mem_gib <= 0:
         p.error("--tokens, --reps and --mem-gib must be positive")
@@ -142,37 +166,61 @@ def routing_counts(model: Model, tokens: int, routing: str, name: str) -> list[i
     return torch.bincount(picks.flatten(), minlength=e).tolist()
 
 
-def _scales(shape, k: int, dtype: str) -> torch.Tensor:
-    # full-range int8 has std ~74, randn-based e4m3 ~1: scale each side so C is O(1)
-    std = 74.0 if dtype == "int8" else 1.0
-    return torch.empty(shape, device="cuda").uniform_(0.5, 1.5) / (std * k ** 0.25)
+def _scales(shape, k: int, kind: str) -> torch.Tensor:
+    """Scales for values of `kind` (int8, e4m3, int4): both sides' together keep C O(1)."""
+    return torch.empty(shape, device="cuda").uniform_(0.5, 1.5) / (STD[kind] * k ** 0.25)
 
 
-def _random(shape, dtype: str) -> torch.Tensor:
-    if dtype == "int8":
+def _random(shape, kind: str) -> torch.Tensor:
+    """Full-range random values of `kind`; int4: -8..7 held in an int8 tensor."""
+    if kind == "int8":
         return torch.randint(-128, 128, shape, dtype=torch.int8, device="cuda")
+    if kind == "int4":
+        return torch.randint(-8, 8, shape, dtype=torch.int8, device="cuda")
     return torch.randn(shape, dtype=torch.bfloat16, device="cuda").to(torch.float8_e4m3fn)
+
+
+def weight_bytes(dtype: str) -> float:
+    """Bytes per weight element that gemmgen reads: 1, or 1/2 for int4."""
+    return WEIGHT_BITS[dtype] / 8
+
+
+def bytes_per_copy(dtype: str) -> float:
+    """Bytes per weight element of one rotated copy: the packed weight, plus (a8w4) the values
+    held as int8, plus (int8, a8w4) the bf16 dequantized weight of the torch grouped baseline."""
+    return weight_bytes(dtype) + (1 if dtype == "a8w4" else 0) + (2 if X_TYPE[dtype] == "int8" else 0)
 
 
 @dataclass
 class Weights:
     """Copies of one model's expert weights, rotated call by call."""
 
-    packed: list                                   # gemmgen.MoeWeight: [E, N, K] + scales [E, N]
-    bf16: list = field(default_factory=list)       # int8 only: dequantized [E, K, N] views (K-major)
+    packed: list                                   # gemmgen.MoeWeight: [E, N, K] (a8w4: uint8
+                                                   # [E, N, K/2], bits=4) + scales [E, N]
+    held: list                                     # 8-bit MoeWeights of the same values: the torch
+                                                   # per-expert weights (a8w4: the int4 values held
+                                                   # as int8, also the A8W8 op's); else `packed`
+    bf16: list = field(default_factory=list)       # int8, a8w4: dequantized [E, K, N] views (K-major)
 
 
 def make_weights(model: Model, dtype: str, copies: int) -> Weights:
     e, n, k = model.experts, model.n, model.k
+    kind = W_TYPE[dtype]
     w = torch.empty(e, n, k, dtype=DTYPES[dtype], device="cuda")
     for i in range(e):  # per expert: bounded temporaries
-        w[i] = _random((n, k), dtype)
-    scale = _scales((e, n), k, dtype)
+        w[i] = _random((n, k), kind)
+    scale = _scales((e, n), k, kind)
     pack = gemmgen.pack_moe_weights
-    packed = [pack(w.transpose(1, 2), scale)] + [pack(w.clone().transpose(1, 2), scale)
-                                                 for _ in range(copies - 1)]
-    weights = Weights(packed)
-    if dtype == "int8":
+    held = [pack(w.transpose(1, 2), scale)] + [pack(w.clone().transpose(1, 2), scale)
+                                               for _ in range(copies - 1)]
+    if dtype == "a8w4":
+        first = pack(w.transpose(1, 2), scale, weight_bits=4)  # uint8 [E, N, K/2], bits=4
+        packed = [first] + [dataclasses.replace(first, weight=first.weight.clone())
+                            for _ in range(copies - 1)]
+    else:
+        packed = held
+    weights = Weights(packed, held)
+    if X_TYPE[dtype] == "int8":
         wb = torch.empty(e, n, k, dtype=torch.bfloat16, device="cuda")
         for i in range(e):
             wb[i] = (w[i].float() * scale[i][:, None]).to(torch.bfloat16)
@@ -194,29 +242,32 @@ class Inputs:
 
 def make_inputs(model: Model, dtype: str, counts: list[int], copies: int) -> Inputs:
     m, k = sum(counts), model.k
-    x = [_random((m, k), dtype) for _ in range(copies)]
-    xs = [_scales((m,), k, dtype) for _ in range(copies)]
-    xb = [(a.float() * s[:, None]).to(torch.bfloat16) for a, s in zip(x, xs)] if dtype == "int8" else []
+    x = [_random((m, k), X_TYPE[dtype]) for _ in range(copies)]
+    xs = [_scales((m,), k, X_TYPE[dtype]) for _ in range(copies)]
+    xb = [(a.float() * s[:, None]).to(torch.bfloat16) for a, s in zip(x, xs)] if X_TYPE[dtype] == "int8" else []
     gl = torch.tensor(counts, dtype=torch.int64, device="cuda")
     return Inputs(x, xs, xb, counts, gl, torch.cumsum(gl, 0).to(torch.int32))
 
 
 # ---------------------------------------------------------------- the impls: fn(i) -> (q, q_scale)
 def swiglu_quant(c: torch.Tensor, dtype: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """torch SwiGLU (first half act, second half gate) + per-row quant, as the reference defines."""
+    """torch SwiGLU (first half act, second half gate) + per-row quant, as the reference defines
+    (q has x's element type: int8 for int8 and a8w4)."""
     half = c.shape[1] // 2
     s = F.silu(c[:, :half]) * c[:, half:]
-    scale = s.abs().amax(dim=1) / QMAX[dtype]
+    scale = s.abs().amax(dim=1) / QMAX[X_TYPE[dtype]]
     y = s / scale.clamp_min(1e-30)[:, None]
-    if dtype == "int8":
+    if X_TYPE[dtype] == "int8":
         return y.round().clamp_(-127, 127).to(torch.int8), scale
     return y.clamp_(-448, 448).to(torch.float8_e4m3fn), scale
 
 
 def per_expert_fn(dtype: str, weights: Weights, inp: Inputs):
-    """The straightforward loop over the non-empty experts (counts on the host)."""
+    """The straightforward loop over the non-empty experts (counts on the host). a8w4: the int8
+    loop on the int4 values held as int8 (torch has no int4 x int8 GEMM): A8W4's exact math."""
     m, k = inp.x[0].shape
-    n = weights.packed[0].n
+    n = weights.held[0].n
+    int8 = X_TYPE[dtype] == "int8"
     spans, start = [], 0
     for e, count in enumerate(inp.counts):
         if count:
@@ -232,10 +283,10 @@ def per_expert_fn(dtype: str, weights: Weights, inp: Inputs):
 
     def fn(i: int):
         x, xs = inp.x[i % len(inp.x)], inp.x_scale[i % len(inp.x)]
-        w = weights.packed[i % len(weights.packed)]
+        w = weights.held[i % len(weights.held)]
         for e, a0, a1 in spans:
             rows, a, sa = a1 - a0, x[a0:a1], xs[a0:a1]
-            if dtype == "int8":
+            if int8:
                 if rows <= 16:
                     a_pad[:rows].copy_(a)
                     a = a_pad
@@ -255,7 +306,7 @@ def per_expert_fn(dtype: str, weights: Weights, inp: Inputs):
 def grouped_fn(dtype: str, weights: Weights, inp: Inputs):
     """torch's grouped GEMM (int32 end offsets, unpadded groups) + torch SwiGLU + quant."""
     def fn(i: int):
-        if dtype == "int8":
+        if X_TYPE[dtype] == "int8":  # int8, a8w4: bf16 on the dequantized weights
             g = torch._grouped_mm(inp.x_bf16[i % len(inp.x_bf16)], weights.bf16[i % len(weights.bf16)],
                                   offs=inp.offs)
         else:
@@ -267,12 +318,13 @@ def grouped_fn(dtype: str, weights: Weights, inp: Inputs):
     return fn
 
 
-def gemmgen_fn(weights: Weights, inp: Inputs, kernel: str | None = None):
+def gemmgen_fn(packed: list, inp: Inputs, kernel: str | None = None):
+    """gemmgen's op on rotated copies of a packed MoeWeight (8-bit, or bits=4: A8W4)."""
     op = gemmgen.grouped_matmul_swiglu_quant  # bound once, as user code does
     gl = inp.group_list
 
     def fn(i: int):
-        return op(inp.x[i % len(inp.x)], weights.packed[i % len(weights.packed)], None,
+        return op(inp.x[i % len(inp.x)], packed[i % len(packed)], None,
                   inp.x_scale[i % len(inp.x)], gl, "count", False, kernel=kernel)
     return fn
 
@@ -331,7 +383,7 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
     counts = routing_counts(model, tokens, routing, name)
     m, e, n, k = sum(counts), model.experts, model.n, model.k
     active = sum(1 for c in counts if c)
-    active_bytes = active * n * k
+    active_bytes = int(active * n * k * weight_bytes(dtype))  # what gemmgen reads (int4: N·K/2 each)
     rotations = max(1, min(MAX_ROTATIONS, (2 * ctx["l2"]) // (active_bytes + m * k) + 1))
     inp = make_inputs(model, dtype, counts, rotations)
     row = {"dtype": dtype, "model": name, "tokens": tokens, "routing": routing, "m": m, "active": active,
@@ -366,7 +418,7 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
     # gemmgen: check against the per-expert pipeline, then dispatch as shipped and every kernel
     try:
         row["dispatched"] = short_kernel(gemmgen.dispatch.lookup(OP, x_dtype=DTYPES[dtype], m=m, experts=e,
-                                                                 n=n, k=k))
+                                                                 n=n, k=k, weight_bits=WEIGHT_BITS[dtype]))
     except Exception as exc:  # noqa: BLE001
         row["dispatched"] = f"? ({first_line(exc)})"
     try:
@@ -377,16 +429,26 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
             if not err <= CHECK_RTOL:
                 print(f"  WARNING {label}: gemmgen q_scale differs from torch per-expert by up to "
                       f"{err:.2e} (relative; rtol {CHECK_RTOL})", flush=True)
-        row["gemmgen"], how = timer(gemmgen_fn(weights, inp), rotations)
+        row["gemmgen"], how = timer(gemmgen_fn(weights.packed, inp), rotations)
         if how != "graph":
             row["notes"].append(f"gemmgen {how}")
     except Exception as exc:  # noqa: BLE001 - a gemmgen bug: said loudly, the run goes on
         row["gemmgen"] = None
         row["notes"].append(f"gemmgen ERROR {type(exc).__name__}: {first_line(exc)}")
         print(f"  !!! {label}: gemmgen raised {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    if dtype == "a8w4" and ctx["time_a8w8"]:
+        # no int8 rows in this run: gemmgen's A8W8 op on the same values (int4 held as int8), same x
+        try:
+            row["a8w8"], how = timer(gemmgen_fn(weights.held, inp), rotations)
+            row["a8w8_from"] = "timed here"
+            if how != "graph":
+                row["notes"].append(f"A8W8 {how}")
+        except Exception as exc:  # noqa: BLE001
+            row["a8w8"] = None
+            row["notes"].append(f"gemmgen A8W8 ERROR {type(exc).__name__}: {first_line(exc)}")
     for kernel in kernels:
         try:
-            us, _ = timer(gemmgen_fn(weights, inp, kernel.name), rotations)
+            us, _ = timer(gemmgen_fn(weights.packed, inp, kernel.name), rotations)
         except Exception as exc:  # noqa: BLE001
             row["notes"].append(f"{short_kernel(kernel)}: {first_line(exc)}")
             continue
@@ -394,6 +456,18 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
             row["best"], row["best_kernel"] = us, short_kernel(kernel)
     del inp
     return row
+
+
+def attach_a8w8(rows: list[dict], row: dict) -> None:
+    """An a8w4 row's A8W8 µs: the gemmgen time of the int8 row of the same (model, T, routing)
+    when int8 rows ran (before it: main runs int8 first), else the one bench_point timed."""
+    if row["dtype"] != "a8w4":
+        return
+    key = (row["model"], row["tokens"], row["routing"])
+    for r in rows:
+        if r["dtype"] == "int8" and (r["model"], r["tokens"], r["routing"]) == key:
+            row["a8w8"], row["a8w8_from"] = r["gemmgen"], "int8 row"
+            return
 
 
 # ---------------------------------------------------------------- report
@@ -405,21 +479,32 @@ def ratio(a, b):
     return a / b if a is not None and b is not None and b > 0 else None
 
 
+def a8w8_ratio(r: dict):
+    """A8W8 µs / A8W4 µs of an a8w4 row (None when either is missing)."""
+    return ratio(r.get("a8w8"), r["gemmgen"]) if r["dtype"] == "a8w4" else None
+
+
+HELD = "†"  # marks the a8w4 rows' torch per-expert time: the int8 pipeline on int4 values held as int8
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| dtype | model | T | routing | M | active E | torch per-expert µs | torch grouped µs | "
              "gemmgen µs | gemmgen best µs | kernel (dispatched; best) | floor µs | x per-expert | "
-             "x grouped | gemmgen / floor |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+             "x grouped | gemmgen / floor | A8W8 / A8W4 |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         kernel = r.get("dispatched", "?")
         if r.get("best_kernel") and r["best_kernel"] != kernel:
             kernel += f"; {r['best_kernel']}"
         grouped = fmt(r.get("grouped")) if "grouped" in r else "n/a"
+        per_expert = fmt(r.get("per_expert")) + (HELD if r["dtype"] == "a8w4" else "")
+        a8w8 = fmt(a8w8_ratio(r), 2, "x") if r["dtype"] == "a8w4" else "-"
         lines.append(
             f"| {r['dtype']} | {r['model']} | {r['tokens']} | {r['routing']} | {r['m']} | {r['active']} | "
-            f"{fmt(r.get('per_expert'))} | {grouped} | {fmt(r['gemmgen'])} | {fmt(r.get('best'))} | {kernel} | "
+            f"{per_expert} | {grouped} | {fmt(r['gemmgen'])} | {fmt(r.get('best'))} | {kernel} | "
             f"{fmt(r['floor'])} | {fmt(ratio(r.get('per_expert'), r['gemmgen']), 2, 'x')} | "
-            f"{fmt(ratio(r.get('grouped'), r['gemmgen']), 2, 'x')} | {fmt(ratio(r['gemmgen'], r['floor']), 2)} |")
+            f"{fmt(ratio(r.get('grouped'), r['gemmgen']), 2, 'x')} | {fmt(ratio(r['gemmgen'], r['floor']), 2)} | "
+            f"{a8w8} |")
     return "\n".join(lines)
 
 
@@ -427,13 +512,19 @@ def targets(rows: list[dict]) -> list[str]:
     """The issue's targets: PASS/FAIL counts and the worst case of each."""
     def label(r):
         return f"{r['dtype']} {r['model']} T={r['tokens']} {r['routing']}"
+    a8w8 = [r for r in rows if r["dtype"] in ("int8", "e4m3")]   # the A8W8 targets: 8-bit weights
+    a8w4 = [r for r in rows if r["dtype"] == "a8w4"]
     checks = [  # (rows it applies to, value, pass test, worst = min or max, how the value reads)
-        ([r for r in rows if r["tokens"] >= 256 and r.get("per_expert")],
+        ([r for r in a8w8 if r["tokens"] >= 256 and r.get("per_expert")],
          lambda r: ratio(r["per_expert"], r["gemmgen"]), lambda v: v >= 2.5, min, "x per-expert"),
-        ([r for r in rows if r["dtype"] == "e4m3" and r.get("grouped")],
+        ([r for r in a8w8 if r["dtype"] == "e4m3" and r.get("grouped")],
          lambda r: ratio(r["grouped"], r["gemmgen"]), lambda v: v > 1.0, min, "x fp8 grouped"),
-        ([r for r in rows if r["tokens"] <= 1024],
+        ([r for r in a8w8 if r["tokens"] <= 1024],
          lambda r: ratio(r["gemmgen"], r["floor"]), lambda v: v <= 1.5, max, "x floor"),
+        ([r for r in a8w4 if r["tokens"] <= 256],  # A8W8 missing (gemmgen raised): a failure
+         a8w8_ratio, lambda v: v >= 1.5, min, "x A8W8 (A8W8 µs / A8W4 µs)"),
+        ([r for r in a8w4 if r["tokens"] <= 256],
+         lambda r: ratio(r["gemmgen"], r["floor"]), lambda v: v <= 1.5, max, "x int4 floor"),
     ]
     out = []
     for title, (sel, value, ok, worst, unit) in zip(TARGETS, checks):
@@ -446,11 +537,20 @@ def targets(rows: list[dict]) -> list[str]:
         v, r = worst(values, key=lambda t: t[0])
         out.append(f"- {title}: {'PASS' if passed == len(sel) else 'FAIL'} ({passed} of {len(sel)} pass, "
                    f"{len(sel) - passed} fail); worst {fmt(v, 2)} {unit} at {label(r)}")
-    checked = [r for r in rows if "check" in r]
-    if checked:
-        bad = sum(1 for r in checked if not r["check"] <= CHECK_RTOL)
-        out.append(f"- q_scale check, gemmgen vs torch per-expert: max relative difference "
-                   f"{max(r['check'] for r in checked):.1e} ({bad} of {len(checked)} rows over rtol {CHECK_RTOL})")
+    for dtype in DTYPES:
+        checked = [r for r in rows if "check" in r and r["dtype"] == dtype]
+        if checked:
+            bad = sum(1 for r in checked if not r["check"] <= CHECK_RTOL)
+            versus = "torch per-expert on the int4 values held as int8" if dtype == "a8w4" else "torch per-expert"
+            out.append(f"- q_scale check ({dtype}), gemmgen vs {versus}: max relative difference "
+                       f"{max(r['check'] for r in checked):.1e} ({bad} of {len(checked)} rows over rtol {CHECK_RTOL})")
+    sources = sorted({r.get("a8w8_from", "missing") for r in rows if r["dtype"] == "a8w4"})
+    if sources:
+        how = {"int8 row": "the int8 row's gemmgen µs of the same (model, T, routing)",
+               "timed here": "gemmgen's int8 op timed in the a8w4 row on the int4 values held as int8 (same x, "
+                             "no int8 rows in this run)",
+               "missing": "missing (no A8W8 time: counted as a failure)"}
+        out.append("- A8W8 µs of the A8W8 / A8W4 ratio: " + "; ".join(how[source] for source in sources))
     skipped = [r for r in rows if r["dtype"] == "e4m3" and not r.get("grouped")]
     if skipped:
         out.append(f"- torch fp8 grouped n/a at {len(skipped)} e4m3 rows: {skipped[0].get('grouped_error', '?')}")
@@ -465,17 +565,22 @@ def report(rows: list[dict], args, meta: dict) -> str:
              "µs per call: CUDA graph of R rotated calls (weights and x copies beyond 2x L2), median "
              f"of {args.reps} batches after warm-up. torch per-expert: loop over non-empty experts "
              "(`_int_mm`, rows padded to 17 when <= 16 / `_scaled_mm` row-wise, bf16 out) + dequant + "
-             "SwiGLU + per-row quant. torch grouped: int8 rows = bf16 `_grouped_mm` on dequantized "
-             "x and W (2x weight bytes); e4m3 rows = `_scaled_grouped_mm` (row-wise, bf16 out); both + "
-             "torch SwiGLU + quant. gemmgen: dispatch as shipped; best: fastest forced kernel. floor: "
-             "active experts' weights + scales at the copy bandwidth. x = torch µs / gemmgen µs.", "",
+             f"SwiGLU + per-row quant; {HELD} a8w4 rows: the int8 `_int_mm` pipeline on the int4 values "
+             "held as int8 (torch has no int4 x int8 GEMM; 2x the int4 weight bytes, the same math). "
+             "torch grouped: int8 and a8w4 rows = bf16 `_grouped_mm` on dequantized x and W (2x int8 "
+             "weight bytes); e4m3 rows = `_scaled_grouped_mm` (row-wise, bf16 out); both + torch SwiGLU "
+             "+ quant. gemmgen: dispatch as shipped (a8w4: int4 weights packed two per byte, bits=4); "
+             "best: fastest forced kernel of the row's (x, w) types. floor: active experts' weights + "
+             "scales at the copy bandwidth (a8w4: int4, N·K/2 bytes per expert). x = torch µs / gemmgen "
+             "µs. A8W8 / A8W4 = gemmgen's int8 A8W8 µs / its A8W4 µs, same (model, T, routing).", "",
              table(rows), "", "Targets:", "", *targets(rows)]
     for dtype in args.dtypes:
         sel = [r for r in rows if r["dtype"] == dtype]
         if sel:
             lines.append(f"- {dtype} geomean: {geomean(ratio(r.get('per_expert'), r['gemmgen']) for r in sel):.2f}x "
                          f"per-expert, {geomean(ratio(r.get('grouped'), r['gemmgen']) for r in sel):.2f}x grouped, "
-                         f"{geomean(ratio(r['gemmgen'], r['floor']) for r in sel):.2f} x floor")
+                         f"{geomean(ratio(r['gemmgen'], r['floor']) for r in sel):.2f} x floor"
+                         + (f", {geomean(a8w8_ratio(r) for r in sel):.2f}x A8W8" if dtype == "a8w4" else ""))
     notes = [f"{r['dtype']} {r['model']} T={r['tokens']} {r['routing']}: {'; '.join(r['notes'])}"
              for r in rows if r["notes"]]
     if notes:
@@ -498,30 +603,40 @@ def main(argv=None) -> int:
     print(f"{device}: copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write), L2 {l2 / 2**20:.0f} MiB; "
           f"torch {torch.__version__}", flush=True)
     all_kernels = [kern for kern in gemmgen.list_kernels() if kern.spec.family == "moe"]
-    ctx = {"l2": l2, "bandwidth": bandwidth, "timer": Timer(args.reps)}
+    # a8w4 rows' A8W8 / A8W4 ratio: from the int8 rows, or timed in the a8w4 rows without them
+    ctx = {"l2": l2, "bandwidth": bandwidth, "timer": Timer(args.reps), "time_a8w8": "int8" not in args.dtypes}
     rows = []
     for dtype in args.dtypes:
-        kernels = [] if args.no_best else [kern for kern in all_kernels if kern.spec.x == dtype]
+        # best: only the kernels of the row's (x, w) types (forcing another one is refused)
+        kernels = [] if args.no_best else [kern for kern in all_kernels
+                                           if kern.spec.x == X_TYPE[dtype] and kern.spec.w == W_TYPE[dtype]]
         if not args.no_best and not kernels:
-            print(f"  no built moe kernels for {dtype}: gemmgen best skipped")
+            print(f"  no built moe kernels for {dtype} (x {X_TYPE[dtype]}, w {W_TYPE[dtype]}): gemmgen best skipped")
         for name in args.models:
             model = MODELS[name]
-            # weight copies: enough that the fewest experts a point can touch (top-k) exceed 2x L2,
-            # within --mem-gib (bf16 copies for the int8 grouped baseline count too)
-            per_copy = model.experts * model.n * model.k * (3 if dtype == "int8" else 1)
-            copies = min((2 * l2) // (model.topk * model.n * model.k) + 1,
+            # weight copies: enough that the fewest experts a point can touch (top-k) exceed 2x L2
+            # in the bytes gemmgen reads (int4: half), within --mem-gib (the bf16 copies of the
+            # int8 / a8w4 grouped baseline and a8w4's int8-held values count too)
+            per_copy = int(model.experts * model.n * model.k * bytes_per_copy(dtype))
+            copies = min(int((2 * l2) // (model.topk * model.n * model.k * weight_bytes(dtype))) + 1,
                          max(1, int(args.mem_gib * 2**30) // per_copy))
             weights = make_weights(model, dtype, copies)
             print(f"{dtype} {name}: E={model.experts} K={model.k} N={model.n} top-{model.topk}, "
-                  f"{copies} weight cop{'y' if copies == 1 else 'ies'}", flush=True)
+                  f"{copies} weight cop{'y' if copies == 1 else 'ies'}"
+                  + (f" ({HELD} per-expert: int8 _int_mm on the int4 values held as int8)" if dtype == "a8w4" else ""),
+                  flush=True)
             for tokens in args.tokens:
                 for routing in args.routing:
                     r = bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx)
+                    attach_a8w8(rows, r)
                     rows.append(r)
+                    held = HELD if dtype == "a8w4" else ""
+                    a8w8 = (f"  A8W8/A8W4 {fmt(a8w8_ratio(r), 2, 'x')} (A8W8 {fmt(r.get('a8w8'))} µs)"
+                            if dtype == "a8w4" else "")
                     print(f"  T={tokens:5d} {routing:7s} M={r['m']:6d} act={r['active']:3d} R={r['rotations']}  "
-                          f"per-expert {fmt(r.get('per_expert')):>8s}  grouped {fmt(r.get('grouped')):>8s}  "
+                          f"per-expert{held} {fmt(r.get('per_expert')):>8s}  grouped {fmt(r.get('grouped')):>8s}  "
                           f"gemmgen {fmt(r['gemmgen']):>7s} [{r['dispatched']}]  best {fmt(r.get('best')):>7s} "
-                          f"[{r.get('best_kernel', '-')}]  floor {fmt(r['floor']):>7s} µs"
+                          f"[{r.get('best_kernel', '-')}]  floor {fmt(r['floor']):>7s} µs{a8w8}"
                           + (f"  ({'; '.join(r['notes'])})" if r["notes"] else ""), flush=True)
             del weights
             torch.cuda.empty_cache()

@@ -1,9 +1,11 @@
 """GPU tests of the MoE family, `gemmgen.grouped_matmul_swiglu_quant` (grouped GEMM per expert +
-dequant + SwiGLU + dynamic per-token quantization, int8 and fp8 e4m3, sm90a).
+dequant + SwiGLU + dynamic per-token quantization, sm90a), in its three variants: A8W8 int8,
+fp8 e4m3, and A8W4 (int8 activations, int4 weights with per-channel scales).
 
 What is tested, each against `gemmgen.reference` on fresh random data (seeded per test by
 conftest.py, so a failure reproduces):
-  1. every built kernel, forced by name: M in {1, 7, 64, 300}, uniform / skewed routing, an
+  1. every built kernel, forced by name, with weights of its `spec.w` (A8W4: int4 values -8..7
+     packed with weight_bits=4): M in {1, 7, 64, 300}, uniform / skewed routing, an
      empty expert, rows past the last group; through the public op and through the custom op
      `torch.ops.gemmgen.grouped_matmul_swiglu_quant_out` writing into poisoned outputs (q: -128
      for int8, NaN bits for e4m3 — values the op can never produce, as it clamps to ±QMAX;
@@ -11,16 +13,23 @@ conftest.py, so a failure reproduces):
   2. the dispatch path: E in {1, 8, 64, 128}, M from 1 to 8192, routings uniform / Zipf-skewed /
      empty experts / all tokens on one expert / fewer rows than M, "count" and "cumsum" group
      lists, and every weight form (stacked [E, K, N], a list of E [K, N], a packed `MoeWeight`,
-     a K-major view of a contiguous [E, N, K]);
-  3. determinism (three runs bit for bit), CUDA graph capture and replay with new group lists
-     (the default `check` must turn itself off while capturing), bad group lists with
-     check=False (clamped on the device: no out-of-bounds access, the result of the clamped
-     list) and check=True (ValueError), torch.compile(fullgraph=True), argument errors.
+     a K-major view of a contiguous [E, N, K]; A8W4: the unpacked forms hold int4 values in int8
+     and pass weight_bits=4, packed per call), checking that dispatch picks a kernel of the
+     variant; K a small multiple of the op's K granule (16, A8W4 32), not of the tile's K;
+  3. A8W4's weight forms (MoeWeight, unpacked int8 with weight_bits=4, the custom op on the
+     packed uint8 tensor) agree bit for bit, and `weight_assist_matrix` (8·weight_scale·Σ_k W,
+     which the reference validates) is accepted and ignored (same bits; garbage values too);
+  4. for each variant (int8, e4m3, a8w4): determinism (three runs bit for bit), CUDA graph
+     capture and replay with new group lists (the default `check` must turn itself off while
+     capturing), bad group lists with check=False (clamped on the device: no out-of-bounds
+     access, the result of the clamped list) and check=True (ValueError),
+     torch.compile(fullgraph=True); argument errors, A8W4's included (per-group scales, the
+     assist matrix, e4m3 x, K not a multiple of 32, weight_bits).
 
 Comparison (`assert_quant_close`): the reference C = (X·W) ⊙ x_scale ⊙ weight_scale is exact
 (float64, rounded once to float32); the kernel's C differs from it by
-  * fp32 intermediate: a few float32 roundings (the int32 accumulator of int8 is exact), < 2^-21
-    relative;
+  * fp32 intermediate: a few float32 roundings (the int32 accumulator of int8 is exact, and of
+    A8W4 too: int4 is widened to int8 in registers, same epilogue), < 2^-21 relative;
   * bf16 intermediate: the rounding to bf16, up to 2^-8 relative (8 significant bits);
   * fp8 inputs, either intermediate: CUTLASS's FP8 fast accumulation (no promotion to float32
     registers). Measured on an H100 (torch._scaled_mm with use_fast_accum=True, ~N(0, 1) e4m3
@@ -40,6 +49,8 @@ must be exactly q = 0, q_scale = 0.
 from __future__ import annotations
 
 import itertools
+import re
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -61,6 +72,8 @@ POISON = {torch.int8: 0x80, FP8: 0x7F}
 # Scales: rand·1e-2 + 1e-3, times a gain per dtype so that C is O(1)-O(10) (SwiGLU's curved part
 # is exercised): int8 x·w sums are ~sqrt(K)·5e3, e4m3 ~N(0, 1) ones ~sqrt(K).
 SCALE_GAIN = {torch.int8: 1.0, FP8: 64.0}
+# int4 weights (-8..7, rms ~4.6) are ~16x smaller than int8 ones (rms ~74): their scales get 16x.
+INT4_WEIGHT_GAIN = 16.0
 
 # Error model of the kernel's C (see the module docstring).
 C_REL = {"fp32": 2.0**-21, "bf16": 2.0**-8 + 2.0**-21}
@@ -80,27 +93,67 @@ MAX_DIFFERING = {("int8", "fp32"): 0.01, ("int8", "bf16"): 0.15,
 
 # ------------------------------------------------------------------------------------ helpers
 
-def built_elements() -> dict[str, list]:
-    """The built kernels of the family, by element type name."""
+@dataclass(frozen=True)
+class Variant:
+    """A dispatch class of the op: activation type `x` (also q's) and weight type `w`, as in
+    `kernel.spec.x` / `kernel.spec.w`."""
+
+    name: str
+    x: str
+    w: str
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """x's (and q's) dtype."""
+        return ELEMENTS[self.x]
+
+    @property
+    def bits(self) -> int:
+        """The op's weight_bits."""
+        return 4 if self.w == "int4" else 8
+
+    @property
+    def k_multiple(self) -> int:
+        """The op's K granule (int4 weight rows hold K/2 bytes, 16-byte aligned)."""
+        return 32 if self.bits == 4 else 16
+
+
+VARIANTS = {"int8": Variant("int8", "int8", "int8"), "e4m3": Variant("e4m3", "e4m3", "e4m3"),
+            "a8w4": Variant("a8w4", "int8", "int4")}
+
+
+def variant_of(spec) -> Variant:
+    for v in VARIANTS.values():
+        if (v.x, v.w) == (spec.x, spec.w):
+            return v
+    raise AssertionError(f"kernel spec with x={spec.x!r}, w={spec.w!r}: no variant in this test")
+
+
+def built_variants() -> dict[str, list]:
+    """The built kernels of the family, by variant name."""
     found: dict[str, list] = {}
     for kernel in gemmgen.list_kernels():
         if kernel.spec.family == "moe":
-            found.setdefault(kernel.spec.x, []).append(kernel)
+            found.setdefault(variant_of(kernel.spec).name, []).append(kernel)
     return found
 
 
-def require_element(name: str) -> torch.dtype:
-    if name not in built_elements():
+def require_variant(name: str) -> Variant:
+    if name not in built_variants():
         pytest.skip(f"no built {OP} kernel for {name}")
-    return ELEMENTS[name]
+    return VARIANTS[name]
 
 
-def dispatched_intermediate(x: torch.Tensor, e: int, n: int) -> str:
-    """The intermediate type ("fp32" / "bf16") of the kernel dispatch picks for this problem."""
+def dispatched_intermediate(x: torch.Tensor, e: int, n: int, variant: Variant) -> str:
+    """The intermediate type ("fp32" / "bf16") of the kernel dispatch picks for this problem
+    (asserting that it is a kernel of the variant: A8W4 needs weight_bits=4)."""
     m, k = x.shape
     choice = gemmgen.dispatch.choose(OP, x_dtype=x.dtype, m=max(m, 1), experts=e, n=n, k=k,
-                                     device=x.get_device())
-    return choice.kernel.spec.c
+                                     weight_bits=variant.bits, device=x.get_device())
+    spec = choice.kernel.spec
+    assert (spec.x, spec.w) == (variant.x, variant.w), \
+        f"dispatch picked {choice.kernel.name} for {variant.name}"
+    return spec.c
 
 
 def random_values(shape, dtype: torch.dtype) -> torch.Tensor:
@@ -112,6 +165,27 @@ def random_values(shape, dtype: torch.dtype) -> torch.Tensor:
 
 def random_scales(shape, dtype: torch.dtype) -> torch.Tensor:
     return (torch.rand(shape, device=DEVICE) * 1e-2 + 1e-3) * SCALE_GAIN[dtype]
+
+
+def random_weight(shape, variant: Variant) -> torch.Tensor:
+    """The logical weight [E, K, N]: x's dtype, or int4 values -8..7 in int8 (A8W4)."""
+    if variant.bits == 4:
+        return torch.randint(-8, 8, shape, dtype=torch.int8, device=DEVICE)
+    return random_values(shape, variant.dtype)
+
+
+def random_weight_scales(shape, variant: Variant) -> torch.Tensor:
+    gain = INT4_WEIGHT_GAIN if variant.bits == 4 else 1.0
+    return random_scales(shape, variant.dtype) * gain
+
+
+def pack(weight: torch.Tensor, weight_scale: torch.Tensor, variant: Variant):
+    return gemmgen.pack_moe_weights(weight, weight_scale, weight_bits=variant.bits)
+
+
+def assist_matrix(weight: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
+    """Ascend's A8W4 weight_assist_matrix, 8 · weight_scale · Σ_k W, [E, N] float32."""
+    return 8 * weight_scale * weight.sum(dim=1).float()
 
 
 def routing_counts(routing: str, m: int, e: int) -> list[int]:
@@ -156,11 +230,12 @@ def poisoned_outputs(m: int, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, 
 
 
 def call_out_op(x, packed, x_scale, group_list, group_list_type="count", kernel=None):
-    """The custom op into poisoned q / q_scale (proves every element is written)."""
+    """The custom op into poisoned q / q_scale (proves every element is written); `packed` a
+    MoeWeight (A8W4: its uint8 [E, N, K/2] tensor with weight_bits=4)."""
     q, q_scale = poisoned_outputs(x.shape[0], packed.n, x.dtype)
     torch.ops.gemmgen.grouped_matmul_swiglu_quant_out(q, q_scale, x, packed.weight, packed.scale,
                                                       x_scale, group_list, group_list_type,
-                                                      False, kernel)
+                                                      packed.bits, False, kernel)
     return q, q_scale
 
 
@@ -236,9 +311,10 @@ def first_bad(bad: torch.Tensor) -> tuple[int, ...]:
 
 def assert_quant_close(q, q_scale, x, weight, weight_scale, x_scale, group_list,
                        group_list_type: str = "count", intermediate: str = "fp32",
-                       label: str = "") -> None:
+                       label: str = "", *, weight_bits: int = 8) -> None:
     """(q, q_scale) from the op against the reference, under the error model of the module
-    docstring. `weight` is the logical [E, K, N] weight (or a list of E [K, N])."""
+    docstring. `weight` is the logical [E, K, N] weight (or a list of E [K, N]; A8W4: the int4
+    values in int8, with weight_bits=4)."""
     dtype, m = x.dtype, x.shape[0]
     weight = stack_weights(weight)
     weight_scale = stack_weights(weight_scale, argument="weight_scale")
@@ -249,7 +325,7 @@ def assert_quant_close(q, q_scale, x, weight, weight_scale, x_scale, group_list,
         f"{where}q_scale is {q_scale.dtype} {tuple(q_scale.shape)}"
     assert not poison_left(q, q_scale), f"{where}unwritten elements (poison left)"
     c = reference.grouped_matmul_dequant(x, weight, weight_scale, x_scale, group_list,
-                                         group_list_type)
+                                         group_list_type, weight_bits=weight_bits)
     ref_q, ref_scale = reference.swiglu_quant_reference(c, dtype)
 
     total = int(group_offsets(group_list, group_list_type, m)[1][-1])
@@ -300,8 +376,8 @@ def valid_counts(group_list, group_list_type: str, m: int) -> torch.Tensor:
     return ends - starts
 
 
-def element_params():
-    return pytest.mark.parametrize("element", list(ELEMENTS))
+def variant_params():
+    return pytest.mark.parametrize("variant", list(VARIANTS))
 
 
 # ------------------------------------------------------------------------- 1. every kernel
@@ -311,13 +387,16 @@ KERNEL_ROUTINGS = ["uniform", "skewed", "empty", "short"]
 
 def test_kernel_matches_reference(built_moe_kernel):
     """Each built kernel, forced by name, E = 8, K = 256, N = 512, M in {1, 7, 64, 300}, four
-    routings; the public op and the custom op into poisoned outputs agree bit for bit."""
+    routings, weights of the kernel's `spec.w` (A8W4: int4 packed with weight_bits=4); the public
+    op and the custom op into poisoned outputs agree bit for bit."""
     spec = built_moe_kernel.spec
-    dtype = ELEMENTS[spec.x]
+    variant = variant_of(spec)
+    dtype = variant.dtype
     e, k, n = 8, 256, 512
-    weight = random_values((e, k, n), dtype)
-    weight_scale = random_scales((e, n), dtype)
-    packed = gemmgen.pack_moe_weights(weight, weight_scale)
+    weight = random_weight((e, k, n), variant)
+    weight_scale = random_weight_scales((e, n), variant)
+    packed = pack(weight, weight_scale, variant)
+    assert packed.bits == variant.bits
     for m, routing in itertools.product((1, 7, 64, 300), KERNEL_ROUTINGS):
         group_list_type = "cumsum" if m == 64 else "count"
         label = f"{built_moe_kernel.name} M={m} {routing} {group_list_type}"
@@ -327,7 +406,7 @@ def test_kernel_matches_reference(built_moe_kernel):
         q, q_scale = gemmgen.grouped_matmul_swiglu_quant(
             x, packed, None, x_scale, group_list, group_list_type, kernel=built_moe_kernel.name)
         assert_quant_close(q, q_scale, x, weight, weight_scale, x_scale, group_list,
-                           group_list_type, spec.c, label)
+                           group_list_type, spec.c, label, weight_bits=variant.bits)
         out_q, out_scale = call_out_op(x, packed, x_scale, group_list, group_list_type,
                                        built_moe_kernel.name)
         torch.cuda.synchronize()
@@ -342,55 +421,133 @@ ROUTINGS = ["uniform", "skewed", "empty", "one", "short"]
 WEIGHT_FORMS = ["stacked", "list", "packed", "k_major"]
 
 
-def weight_argument(form: str, weight: torch.Tensor, weight_scale: torch.Tensor):
-    """(weight, weight_scale) arguments of the op for the logical [E, K, N] weight."""
+def weight_argument(form: str, weight: torch.Tensor, weight_scale: torch.Tensor,
+                    variant: Variant):
+    """(weight, weight_scale, keyword arguments) of the op for the logical [E, K, N] weight.
+    A8W4: the unpacked forms hold int4 values in int8 and pass weight_bits=4 (packed by the
+    op on every call); a MoeWeight carries its bits."""
+    extra = {"weight_bits": 4} if variant.bits == 4 else {}
     if form == "stacked":
-        return weight, weight_scale
+        return weight, weight_scale, extra
     if form == "list":
-        return list(weight.unbind(0)), list(weight_scale.unbind(0))
+        return list(weight.unbind(0)), list(weight_scale.unbind(0)), extra
     if form == "packed":
-        return gemmgen.pack_moe_weights(weight, weight_scale), None
+        return pack(weight, weight_scale, variant), None, {}
     if form == "k_major":
         view = weight.transpose(1, 2).contiguous().transpose(1, 2)   # [E, K, N], K contiguous
         assert view.stride(1) == 1 and torch.equal(view.view(torch.uint8), weight.view(torch.uint8))
-        return view, weight_scale
+        return view, weight_scale, extra
     raise AssertionError(form)
 
 
 @pytest.mark.parametrize("e", [1, 8, 64, 128], ids=lambda e: f"E{e}")
-@element_params()
-def test_routing_cases(element, e):
+@variant_params()
+def test_routing_cases(variant, e):
     """Dispatch (no forced kernel): M in {1, 16, 255, 1024, 8192} x every routing, cycling
     through "count" / "cumsum" and the four weight forms."""
-    dtype = require_element(element)
+    v = require_variant(variant)
+    dtype = v.dtype
     k, n = 512, 256
-    weight = random_values((e, k, n), dtype)
-    weight_scale = random_scales((e, n), dtype)
+    weight = random_weight((e, k, n), v)
+    weight_scale = random_weight_scales((e, n), v)
     cases = list(itertools.product((1, 16, 255, 1024, 8192), ROUTINGS))
     forms = itertools.cycle(WEIGHT_FORMS)
     types = itertools.cycle(["count", "cumsum", "cumsum"])   # 3 vs 4 forms: every pairing occurs
     for (m, routing), form, group_list_type in zip(cases, forms, types):
-        label = f"{element} E={e} M={m} {routing} {group_list_type} {form}"
+        label = f"{variant} E={e} M={m} {routing} {group_list_type} {form}"
         x = random_values((m, k), dtype)
         x_scale = random_scales((m,), dtype)
         group_list = group_list_of(routing_counts(routing, m, e), group_list_type)
-        w_arg, ws_arg = weight_argument(form, weight, weight_scale)
+        w_arg, ws_arg, extra = weight_argument(form, weight, weight_scale, v)
         q, q_scale = gemmgen.grouped_matmul_swiglu_quant(x, w_arg, ws_arg, x_scale, group_list,
-                                                         group_list_type)
+                                                         group_list_type, **extra)
         assert_quant_close(q, q_scale, x, weight, weight_scale, x_scale, group_list,
-                           group_list_type, dispatched_intermediate(x, e, n), label)
+                           group_list_type, dispatched_intermediate(x, e, n, v), label,
+                           weight_bits=v.bits)
 
 
-# ------------------------------------------------------------------------- 3. determinism
+@variant_params()
+def test_k_not_a_multiple_of_the_tile(variant):
+    """K = 1x and 5x the op's K granule (16; A8W4 32), not multiples of the tiles' K of 128: the
+    last, partial K tile (zero-filled by the TMA; for A8W4 half-bytes of int4 rows) must add
+    nothing but the real products."""
+    v = require_variant(variant)
+    dtype = v.dtype
+    e, n = 4, 256
+    for k, (m, routing) in itertools.product((v.k_multiple, 5 * v.k_multiple),
+                                             ((5, "uniform"), (200, "skewed"))):
+        label = f"{variant} K={k} M={m} {routing}"
+        weight = random_weight((e, k, n), v)
+        weight_scale = random_weight_scales((e, n), v)
+        packed = pack(weight, weight_scale, v)
+        x = random_values((m, k), dtype)
+        x_scale = random_scales((m,), dtype)
+        group_list = group_list_of(routing_counts(routing, m, e), "count")
+        q, q_scale = gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list)
+        assert_quant_close(q, q_scale, x, weight, weight_scale, x_scale, group_list, "count",
+                           dispatched_intermediate(x, e, n, v), label, weight_bits=v.bits)
 
-@element_params()
-def test_bit_identical_runs(element):
+
+# ------------------------------------------------------------- 3. A8W4 forms, assist matrix
+
+def test_a8w4_weight_forms_and_assist_matrix():
+    """A8W4 through dispatch: a MoeWeight (weight_bits None or 4), int8 [E, K, N] / a list of
+    E [K, N] with weight_bits=4 (packed on the call), and the custom op on the uint8 packed
+    tensor all give the same bits; weight_assist_matrix = 8·weight_scale·Σ_k W (which the
+    reference validates exactly) changes nothing, nor does one with garbage values (the op
+    checks its shape only)."""
+    v = require_variant("a8w4")
+    m, e, k, n = 300, 8, 256, 512
+    weight = random_weight((e, k, n), v)
+    weight_scale = random_weight_scales((e, n), v)
+    packed = pack(weight, weight_scale, v)
+    assert packed.weight.dtype == torch.uint8 and tuple(packed.weight.shape) == (e, n, k // 2)
+    assert torch.equal(packed.logical_weight(), weight)
+    x = random_values((m, k), torch.int8)
+    x_scale = random_scales((m,), torch.int8)
+    group_list = group_list_of(routing_counts("short", m, e), "count")
+    wam = assist_matrix(weight, weight_scale)
+    garbage = torch.randn((e, n), device=DEVICE) * 1e6
+
+    # the reference validates the assist matrix's values (exactly): this one is Ascend's
+    reference.grouped_matmul_dequant(x, weight, weight_scale, x_scale, group_list,
+                                     weight_bits=4, weight_assist_matrix=wam)
+    q, q_scale = gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list)
+    assert_quant_close(q, q_scale, x, weight, weight_scale, x_scale, group_list, "count",
+                       dispatched_intermediate(x, e, n, v), "a8w4 packed", weight_bits=4)
+
+    forms = {
+        "packed, weight_bits=4": (packed, None, {"weight_bits": 4}),
+        "int8 [E, K, N], weight_bits=4": (weight, weight_scale, {"weight_bits": 4}),
+        "list of E [K, N], weight_bits=4": (list(weight.unbind(0)), list(weight_scale.unbind(0)),
+                                            {"weight_bits": 4}),
+    }
+    for label, (w_arg, ws_arg, extra) in forms.items():
+        for assist in (None, wam, garbage):
+            got = gemmgen.grouped_matmul_swiglu_quant(x, w_arg, ws_arg, x_scale, group_list,
+                                                      weight_assist_matrix=assist, **extra)
+            what = "no" if assist is None else ("garbage" if assist is garbage else "Ascend's")
+            assert same_bits(got[0], q) and same_bits(got[1], q_scale), \
+                f"{label} with {what} weight_assist_matrix differs from the packed result"
+    got = gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list,
+                                              weight_assist_matrix=wam)
+    assert same_bits(got[0], q) and same_bits(got[1], q_scale)
+    out_q, out_scale = call_out_op(x, packed, x_scale, group_list)
+    torch.cuda.synchronize()
+    assert same_bits(out_q, q) and same_bits(out_scale, q_scale), "custom op (weight_bits=4)"
+
+
+# ------------------------------------------------------------------------- 4. determinism
+
+@variant_params()
+def test_bit_identical_runs(variant):
     """The same call three times gives the same bits (no atomics, no order dependence)."""
-    dtype = require_element(element)
+    v = require_variant(variant)
+    dtype = v.dtype
     m, e, k, n = 1024, 64, 512, 512
-    weight = random_values((e, k, n), dtype)
-    weight_scale = random_scales((e, n), dtype)
-    packed = gemmgen.pack_moe_weights(weight, weight_scale)
+    weight = random_weight((e, k, n), v)
+    weight_scale = random_weight_scales((e, n), v)
+    packed = pack(weight, weight_scale, v)
     x = random_values((m, k), dtype)
     x_scale = random_scales((m,), dtype)
     group_list = group_list_of(routing_counts("skewed", m, e), "count")
@@ -399,20 +556,23 @@ def test_bit_identical_runs(element):
     for q, q_scale in runs[1:]:
         assert same_bits(q, runs[0][0]) and same_bits(q_scale, runs[0][1])
     assert_quant_close(*runs[0], x, weight, weight_scale, x_scale, group_list, "count",
-                       dispatched_intermediate(x, e, n))
+                       dispatched_intermediate(x, e, n, v), weight_bits=v.bits)
 
 
-# ------------------------------------------------------------------------- 4. CUDA graphs
+# ------------------------------------------------------------------------- 5. CUDA graphs
 
-@element_params()
-def test_cuda_graph_capture_with_changing_group_lists(element):
+@variant_params()
+def test_cuda_graph_capture_with_changing_group_lists(variant):
     """Capture the op with the default `check` (which must not read the group list while
-    capturing), then replay with new x values and new group lists written in place."""
-    dtype = require_element(element)
+    capturing), then replay with new x values and new group lists written in place. (A8W4 is
+    captured with a packed MoeWeight: an unpacked int8 weight with weight_bits=4 is packed on
+    every call, and that packing reads the values back, which capture forbids.)"""
+    v = require_variant(variant)
+    dtype = v.dtype
     m, e, k, n = 200, 8, 256, 512
-    weight = random_values((e, k, n), dtype)
-    weight_scale = random_scales((e, n), dtype)
-    packed = gemmgen.pack_moe_weights(weight, weight_scale)
+    weight = random_weight((e, k, n), v)
+    weight_scale = random_weight_scales((e, n), v)
+    packed = pack(weight, weight_scale, v)
     x = random_values((m, k), dtype)
     x_scale = random_scales((m,), dtype)
     group_list = group_list_of(routing_counts("uniform", m, e), "count")
@@ -430,7 +590,7 @@ def test_cuda_graph_capture_with_changing_group_lists(element):
     with torch.cuda.graph(graph):
         q, q_scale = step()
 
-    intermediate = dispatched_intermediate(x, e, n)
+    intermediate = dispatched_intermediate(x, e, n, v)
     for replay, routing in enumerate(["skewed", "empty", "short", "one", "uniform"]):
         x.copy_(random_values((m, k), dtype))
         x_scale.copy_(random_scales((m,), dtype))
@@ -440,10 +600,11 @@ def test_cuda_graph_capture_with_changing_group_lists(element):
         graph.replay()
         torch.cuda.synchronize()
         assert_quant_close(q.clone(), q_scale.clone(), x, weight, weight_scale, x_scale,
-                           group_list, "count", intermediate, f"replay {replay} ({routing})")
+                           group_list, "count", intermediate, f"replay {replay} ({routing})",
+                           weight_bits=v.bits)
 
 
-# --------------------------------------------------------------------- 5. bad group lists
+# --------------------------------------------------------------------- 6. bad group lists
 
 BAD_LISTS = {   # M = 64, E = 8
     "negative-count": ("count", [10, -5, 20, 3, 0, 7, 2, 1]),
@@ -457,16 +618,17 @@ BAD_LISTS = {   # M = 64, E = 8
 
 
 @pytest.mark.parametrize("case", list(BAD_LISTS))
-@element_params()
-def test_bad_group_list_never_out_of_bounds(element, case):
+@variant_params()
+def test_bad_group_list_never_out_of_bounds(variant, case):
     """check=False: a bad list is clamped on the device (no CUDA error, nothing out of bounds)
     and the result is that of the clamped list; check=True (the default): ValueError."""
-    dtype = require_element(element)
+    v = require_variant(variant)
+    dtype = v.dtype
     m, e, k, n = 64, 8, 256, 512
     group_list_type, values = BAD_LISTS[case]
-    weight = random_values((e, k, n), dtype)
-    weight_scale = random_scales((e, n), dtype)
-    packed = gemmgen.pack_moe_weights(weight, weight_scale)
+    weight = random_weight((e, k, n), v)
+    weight_scale = random_weight_scales((e, n), v)
+    packed = pack(weight, weight_scale, v)
     x = random_values((m, k), dtype)
     x_scale = random_scales((m,), dtype)
     group_list = torch.tensor(values, dtype=torch.int64, device=DEVICE)
@@ -475,9 +637,9 @@ def test_bad_group_list_never_out_of_bounds(element, case):
                                                      group_list_type, check=False)
     torch.cuda.synchronize()
     counts = valid_counts(group_list, group_list_type, m)
-    intermediate = dispatched_intermediate(x, e, n)
+    intermediate = dispatched_intermediate(x, e, n, v)
     assert_quant_close(q, q_scale, x, weight, weight_scale, x_scale, counts, "count",
-                       intermediate, case)
+                       intermediate, case, weight_bits=v.bits)
     out_q, out_scale = call_out_op(x, packed, x_scale, group_list, group_list_type)
     torch.cuda.synchronize()
     assert same_bits(out_q, q) and same_bits(out_scale, q_scale)
@@ -488,21 +650,24 @@ def test_bad_group_list_never_out_of_bounds(element, case):
                                                 group_list_type, **check)
 
 
-# ---------------------------------------------------------------------- 6. torch.compile
+# ---------------------------------------------------------------------- 7. torch.compile
 
-@element_params()
-def test_torch_compile_fullgraph(element):
-    """torch.compile(fullgraph=True) through the custom op: bit for bit the eager result."""
-    dtype = require_element(element)
+@variant_params()
+def test_torch_compile_fullgraph(variant):
+    """torch.compile(fullgraph=True) through the custom op: bit for bit the eager result (A8W4:
+    a packed MoeWeight, and the assist matrix passed through the compiled call)."""
+    v = require_variant(variant)
+    dtype = v.dtype
     m, e, k, n = 96, 8, 256, 512
     torch._dynamo.reset()
-    weight = random_values((e, k, n), dtype)
-    weight_scale = random_scales((e, n), dtype)
-    packed = gemmgen.pack_moe_weights(weight, weight_scale)
+    weight = random_weight((e, k, n), v)
+    weight_scale = random_weight_scales((e, n), v)
+    packed = pack(weight, weight_scale, v)
+    extra = {"weight_assist_matrix": assist_matrix(weight, weight_scale)} if v.bits == 4 else {}
 
     def layer(x, x_scale, group_list):
         q, q_scale = gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list,
-                                                         check=False)
+                                                         check=False, **extra)
         return q, q_scale * 2.0   # an elementwise op after the custom op (exact)
 
     compiled = torch.compile(layer, fullgraph=True)
@@ -514,10 +679,15 @@ def test_torch_compile_fullgraph(element):
         got = compiled(x, x_scale, group_list)
         assert same_bits(got[0], eager[0]) and same_bits(got[1], eager[1]), routing
         assert_quant_close(got[0], got[1] / 2.0, x, weight, weight_scale, x_scale, group_list,
-                           "count", dispatched_intermediate(x, e, n), f"compiled {routing}")
+                           "count", dispatched_intermediate(x, e, n, v), f"compiled {routing}",
+                           weight_bits=v.bits)
 
 
-# ---------------------------------------------------------------------- 7. argument errors
+# ---------------------------------------------------------------------- 8. argument errors
+
+def error_pattern(name: str, where: str = OP) -> str:
+    return rf"^gemmgen\.{where}: argument '{name}': expected "
+
 
 def test_argument_errors_on_gpu():
     """ValueError "gemmgen.grouped_matmul_swiglu_quant: argument '<name>': expected ...", raised
@@ -545,11 +715,112 @@ def test_argument_errors_on_gpu():
     ]
     for name, change in cases:
         args = {**good, **change}
-        with pytest.raises(ValueError, match=rf"^gemmgen\.{OP}: argument '{name}': expected "):
+        with pytest.raises(ValueError, match=error_pattern(name)):
             gemmgen.grouped_matmul_swiglu_quant(args["x"], args["weight"], args["weight_scale"],
                                                 args["x_scale"], args["group_list"])
-    with pytest.raises(ValueError, match=rf"^gemmgen\.{OP}: argument 'group_list_type': expected "):
+    with pytest.raises(ValueError, match=error_pattern("group_list_type")):
         gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list, "counts")
-    with pytest.raises(ValueError, match=rf"^gemmgen\.{OP}: argument 'kernel': expected "):
+    with pytest.raises(ValueError, match=error_pattern("kernel")):
         gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list,
                                             kernel="no_such_kernel")
+    q, q_scale = poisoned_outputs(m, n, torch.int8)
+    with pytest.raises(ValueError, match=error_pattern("weight_bits")):
+        torch.ops.gemmgen.grouped_matmul_swiglu_quant_out(q, q_scale, x, packed.weight,
+                                                          packed.scale, x_scale, group_list,
+                                                          "count", 3, False, None)
+
+
+def test_a8w4_argument_errors_on_gpu():
+    """A8W4's argument errors, raised before any kernel is looked up: per-group scales (not
+    built), an assist matrix with 8-bit weights or of the wrong shape, int4 weights with e4m3 x,
+    K not a multiple of 32, weight_bits disagreeing with a MoeWeight or out of range, values
+    outside -8..7. Forcing a kernel of the other weight type is checked when one is built."""
+    m, e, k, n = 4, 2, 256, 64
+    v = VARIANTS["a8w4"]
+    x = random_values((m, k), torch.int8)
+    x_scale = random_scales((m,), torch.int8)
+    group_list = torch.tensor([1, 2], dtype=torch.int64, device=DEVICE)
+    weight = random_weight((e, k, n), v)
+    weight_scale = random_weight_scales((e, n), v)
+    packed = pack(weight, weight_scale, v)
+    wam = assist_matrix(weight, weight_scale)
+    per_group = random_weight_scales((e, k // 64, n), v)
+
+    def op(x=x, w=weight, ws=weight_scale, **kwargs):
+        return gemmgen.grouped_matmul_swiglu_quant(x, w, ws, x_scale, group_list, **kwargs)
+
+    # per-group [E, K/group, N] scales: refused. Unpacked with weight_bits=4 the op's per-call
+    # packing raises it (named after pack_moe_weights); a MoeWeight holding them, the op.
+    refused = r": argument 'weight_scale': expected per-channel scales \[E, N\]: per-group"
+    with pytest.raises(ValueError, match=rf"^gemmgen\.({OP}|pack_moe_weights){refused}"):
+        op(ws=per_group, weight_bits=4)
+    with pytest.raises(ValueError, match=rf"^gemmgen\.pack_moe_weights{refused}"):
+        gemmgen.pack_moe_weights(weight, per_group, weight_bits=4)
+    with pytest.raises(ValueError, match=rf"^gemmgen\.{OP}{refused}"):
+        op(w=gemmgen.MoeWeight(packed.weight, per_group, bits=4), ws=None)
+    with pytest.raises(ValueError, match=error_pattern("weight_scale")):
+        op(ws=per_group)                                 # weight_bits 8: [E, N] only
+
+    # the assist matrix: A8W4's only, [E, N] float32
+    int8_weight = random_values((e, k, n), torch.int8)
+    int8_scale = random_scales((e, n), torch.int8)
+    with pytest.raises(ValueError, match=error_pattern("weight_assist_matrix")):
+        op(w=int8_weight, ws=int8_scale, weight_assist_matrix=wam)
+    with pytest.raises(ValueError, match=error_pattern("weight_assist_matrix")):
+        op(w=gemmgen.pack_moe_weights(int8_weight, int8_scale), ws=None,
+           weight_assist_matrix=wam)
+    with pytest.raises(ValueError, match=error_pattern("weight_assist_matrix")):
+        op(w=weight, ws=weight_scale, weight_assist_matrix=wam, weight_bits=8)
+    for bad in (wam[:, : n // 2], wam.unsqueeze(1), wam.double(), wam.cpu()):
+        with pytest.raises(ValueError, match=error_pattern("weight_assist_matrix")):
+            op(w=packed, ws=None, weight_assist_matrix=bad)
+        with pytest.raises(ValueError, match=error_pattern("weight_assist_matrix")):
+            op(weight_bits=4, weight_assist_matrix=bad)
+
+    # weight_bits=4 with e4m3 x: int4 weights take int8 activations. The op names 'x' (its
+    # argument check); an e4m3 weight with weight_bits=4 is refused by the per-call packing.
+    x8 = random_values((m, k), FP8)
+    takes_int8 = re.escape("a torch.int8 tensor: A8W4 (int4 weights) takes int8 activations")
+    with pytest.raises(ValueError, match=error_pattern("x") + takes_int8):
+        op(x=x8, weight_bits=4)
+    with pytest.raises(ValueError, match=error_pattern("x") + takes_int8):
+        op(x=x8, w=packed, ws=None)
+    with pytest.raises(ValueError, match=error_pattern("weight", "pack_moe_weights")):
+        op(x=x8, w=random_values((e, k, n), FP8), ws=random_scales((e, n), FP8),
+           weight_bits=4)
+
+    # K = 48: a multiple of 16 (A8W8's granule) but not of 32
+    k48 = 48
+    weight48 = random_weight((e, k48, n), v)
+    x48 = random_values((m, k48), torch.int8)
+    for w_arg, ws_arg, extra in ((weight48, weight_scale, {"weight_bits": 4}),
+                                 (pack(weight48, weight_scale, v), None, {})):
+        with pytest.raises(ValueError, match=error_pattern("x") + "K a positive multiple of 32"):
+            op(x=x48, w=w_arg, ws=ws_arg, **extra)
+
+    # weight_bits: a MoeWeight's own, 8 or 4; int4 values -8..7
+    with pytest.raises(ValueError, match=error_pattern("weight_bits")):
+        op(w=packed, ws=None, weight_bits=8)
+    with pytest.raises(ValueError, match=error_pattern("weight_bits")):
+        op(weight_bits=2)
+    with pytest.raises(ValueError, match=error_pattern("weight", "pack_moe_weights")
+                       + r"int4 values -8\.\.7"):
+        op(w=weight * 2, weight_bits=4)
+    # the custom op: a uint8 [E, N, K/2] weight with weight_bits=4, x's dtype [E, N, K] with 8
+    q, q_scale = poisoned_outputs(m, n, torch.int8)
+    with pytest.raises(ValueError, match=error_pattern("weight")):
+        torch.ops.gemmgen.grouped_matmul_swiglu_quant_out(
+            q, q_scale, x, int8_weight.transpose(1, 2).contiguous(), int8_scale, x_scale,
+            group_list, "count", 4, False, None)
+    with pytest.raises(ValueError, match=error_pattern("weight")):
+        torch.ops.gemmgen.grouped_matmul_swiglu_quant_out(
+            q, q_scale, x, packed.weight, packed.scale, x_scale, group_list, "count", 8, False,
+            None)
+
+    # a forced kernel of the other weight type (when built)
+    built = built_variants()
+    for kernels, w_arg, extra in ((built.get("a8w4"), gemmgen.pack_moe_weights(
+            int8_weight, int8_scale), {}), (built.get("int8"), packed, {})):
+        if kernels:
+            with pytest.raises(ValueError, match=error_pattern("kernel")):
+                op(w=w_arg, ws=None, kernel=kernels[0].name, **extra)

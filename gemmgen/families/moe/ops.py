@@ -17,7 +17,8 @@ from ...bindings.library import Kernel
 from ...generator.kernel_config import RuntimeKnobs
 from .abi import ARGS_LAYOUT, GROUP_LIST_CODES, RASTER_CODES, MoeArgs
 from .grouping import GROUP_LIST_TYPES, check_group_list
-from .packing import (LAYOUT_VERSION, PER_GROUP_REFUSED, MoeWeight,  # noqa: F401 (gemmgen.*)
+from .grouping import _stack_weights
+from .packing import (LAYOUT_VERSION, PER_GROUP_REFUSED, MoeWeight, pack,  # noqa: F401 (gemmgen.*)
                       pack_moe_weights, packed_scale, packed_weight)
 
 OP = "grouped_matmul_swiglu_quant"
@@ -199,11 +200,12 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     ("count") or end offsets ("cumsum"), read on the device only.
 
     A8W4: int8 x with int4 weights — a MoeWeight packed with weight_bits=4, or an int8 [E, K, N]
-    weight holding -8..7 with weight_bits=4 (packed on this call). Per-channel weight scales
+    weight holding -8..7 with weight_bits=4 (packed on this call, which reads the values back
+    to check their range: a sync, so pack once for CUDA graphs). Per-channel weight scales
     only: per-group [E, K/group, N] scales are refused (not built yet). weight_assist_matrix
-    (Ascend's 8 · weight_scale · Σ_k W, [E, N] float32): accepted for API parity with A8W4 only,
-    its dtype, shape and device checked; the kernels do not need it (they convert int4 to int8
-    in registers and multiply X·W directly), so its values are not read.
+    (Ascend's 8 · weight_scale · Σ_k W, [E, N] float32 or a list of E [N]): accepted for API
+    parity with A8W4 only, its dtype, shape and device checked; the kernels do not need it (they
+    convert int4 to int8 in registers and multiply X·W directly), so its values are not read.
 
     check: read the group list back and raise ValueError on a bad one (negative count,
     decreasing end offset, more rows than M). Default: True, except during CUDA graph capture,
@@ -230,7 +232,7 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     else:
         bits = 8 if weight_bits is None else weight_bits
         if bits == 4:
-            packed = pack_moe_weights(weight, weight_scale, weight_bits=4)
+            packed = pack(OP, weight, weight_scale, 4)
             w, w_scale = packed.weight, packed.scale
         else:
             w = packed_weight(OP, weight)
@@ -240,7 +242,7 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
         if bits != 4:
             raise _fail("weight_assist_matrix", "None: the assist matrix is A8W4's only "
                         "(weight_bits=4)", _describe(weight_assist_matrix))
-        wam = weight_assist_matrix
+        wam = _stack_weights(OP, weight_assist_matrix, "weight_assist_matrix")
         if (not isinstance(wam, torch.Tensor) or wam.dtype != torch.float32
                 or tuple(wam.shape) != (e, n) or wam.device != w.device):
             raise _fail("weight_assist_matrix", f"None or a torch.float32 tensor [E={e}, N={n}] "

@@ -102,10 +102,10 @@ PER_GROUP_REFUSED = ("per-channel scales [E, N]: per-group [E, K/group, N] scale
                      "epilogue; per-group A8W4 needs the int32 accumulators promoted per group)")
 
 
-def packed_scale(where: str, weight_scale: Weights, per_group_hint: bool = False) -> torch.Tensor:
+def packed_scale(where: str, weight_scale: Weights) -> torch.Tensor:
     """The [E, N] float32 contiguous form of stacked [E, N] scales or a list of E [N]."""
     s = _stack_weights(where, weight_scale, "weight_scale")
-    if per_group_hint and s.dim() == 3:
+    if s.dim() == 3:
         raise argument_error(where, "weight_scale", PER_GROUP_REFUSED, describe_argument(s))
     if s.dtype != torch.float32 or s.dim() != 2:
         raise argument_error(where, "weight_scale", "a torch.float32 tensor [E, N] (or a list "
@@ -122,11 +122,15 @@ def pack_moe_weights(weight: Weights, weight_scale: Weights, *,
     values -8..7 in an int8 tensor (checked: this reads the values), K even; per-channel scales
     only (per-group [E, K/group, N] scales are refused: see the op). Returns a `MoeWeight`:
     [E, N, K] contiguous, or uint8 [E, N, K/2] for int4. Runs on CPU or GPU tensors."""
-    where = "pack_moe_weights"
+    return pack("pack_moe_weights", weight, weight_scale, weight_bits)
+
+
+def pack(where: str, weight: Weights, weight_scale: Weights, weight_bits: int) -> MoeWeight:
+    """pack_moe_weights, with errors prefixed by `where` (the op packing an unpacked weight)."""
     if weight_bits not in (8, 4) or isinstance(weight_bits, bool):
         raise argument_error(where, "weight_bits", "8 or 4", repr(weight_bits))
     w = packed_weight(where, weight)
-    s = packed_scale(where, weight_scale, per_group_hint=weight_bits == 4)
+    s = packed_scale(where, weight_scale)
     e, n, k = w.shape
     if tuple(s.shape) != (e, n) or s.device != w.device:
         raise argument_error(where, "weight_scale", f"a torch.float32 tensor [E={e}, N={n}] on "
