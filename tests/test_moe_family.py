@@ -1,8 +1,10 @@
 """The MoE family (grouped_matmul_swiglu_quant) on the CPU: manifest keys and rules (file:line
-errors), expansion and names, rendering, the dispatch request and the shipped rules (from the
-manifest, nothing built), the packed weight layout (`pack_moe_weights` / `MoeWeight`), every
-argument check of the op on fake CUDA tensors, and one real nvcc build of a MoE kernel (the CI
-compile of this family's template).
+errors; the `dtypes` entries, scalar or {x, w} mapping, and A8W4's swap-AB rule), expansion and
+names, rendering, the dispatch request and the shipped rules of the three classes (op, x, w)
+(from the manifest, nothing built), the packed weight layouts (`pack_moe_weights` / `MoeWeight`,
+8-bit and int4 nibbles), every argument check of the op and its A8W4 keywords on fake CUDA
+tensors or before any CUDA work, and one real nvcc build of a MoE kernel (the CI compile of this
+family's template).
 
 The group lists and the torch reference are tested in test_moe_reference.py."""
 
@@ -36,8 +38,10 @@ from gemmgen.generator.render import render_bindings, render_kernel_sources, ren
 from gemmgen.settings import DEFAULT_MANIFEST_DIR
 
 OP = "grouped_matmul_swiglu_quant"
-INT8, FP8, BF16 = torch.int8, torch.float8_e4m3fn, torch.bfloat16
+INT8, FP8, BF16, UINT8 = torch.int8, torch.float8_e4m3fn, torch.bfloat16, torch.uint8
 SHIPPED = DEFAULT_MANIFEST_DIR / "moe_sm90.yaml"
+# the dispatch classes (op, x, w) the family serves: A8W8 int8, fp8, and A8W4
+I8, E4M3, A8W4 = (OP, "int8", "int8"), (OP, "e4m3", "e4m3"), (OP, "int8", "int4")
 
 MANIFEST = """\
 library: onemoe
@@ -78,24 +82,33 @@ def test_shipped_manifest_expands_to_every_variant():
     manifest = load_manifest(SHIPPED)
     kernels = expand(manifest)
     classes = {k.dispatch_class for k in kernels}
-    assert classes == {(OP, "int8"), (OP, "e4m3")}
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families)
+    assert classes == {I8, E4M3, A8W4}
+    assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4"]
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 10
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
     # fp8 stops at 128x128 tiles (promoted accumulation spills a 128x256 cooperative tile)
-    assert {(k.x, k.origin.config) for k in kernels} == {
-        ("int8", c) for c in ("decode", "small", "mid", "large")} | {
-        ("e4m3", c) for c in ("decode", "small", "mid")}
+    assert {(k.x, k.w, k.origin.config) for k in kernels} == {
+        ("int8", "int8", c) for c in ("decode", "small", "mid", "large")} | {
+        ("e4m3", "e4m3", c) for c in ("decode", "small", "mid")} | {
+        ("int8", "int4", c) for c in ("decode", "small", "mid")}
+    # A8W4 kernels, and only they, are named `_i8w4_`; every one is swap-AB
+    assert {k.name for k in kernels if "_i8w4_" in k.name} == {k.name for k in kernels if k.w == "int4"}
+    assert all(k.config.swap_ab and k.origin.family == "moe_a8w4" for k in kernels if k.w == "int4")
+    assert all(k.d == k.x for k in kernels)  # q is always x's type, int8 for A8W4
     # the defaults the shipped manifest relies on: fp32 intermediate, stages auto
     assert all(k.c == "fp32" and k.config.stages == 0 for k in kernels)
     assert "sm90a_grouped_matmul_swiglu_quant_i8_f32_t128x16x128_c1x1x1_pp_sauto_swap" in names
+    assert "sm90a_grouped_matmul_swiglu_quant_i8w4_f32_t128x16x128_c1x1x1_pp_sauto_swap" in names
+    assert "sm90a_grouped_matmul_swiglu_quant_i8w4_f32_t128x128x128_c1x1x1_coop_sauto_swap" in names
 
 
 def test_kernel_name_and_fields(tmp_path):
     (kernel,) = expand(load_manifest(_write(tmp_path, MANIFEST)))
-    assert kernel.name == KERNEL and (kernel.x, kernel.d, kernel.c) == ("e4m3", "e4m3", "bf16")
-    assert kernel.dispatch_class == (OP, "e4m3") and not kernel.split_k
+    assert kernel.name == KERNEL
+    assert (kernel.x, kernel.w, kernel.d, kernel.c) == ("e4m3", "e4m3", "e4m3", "bf16")
+    assert kernel.dispatch_class == E4M3 and not kernel.split_k
     assert kernel.origin.family == "moe" and kernel.origin.config == "mid"
 
 
@@ -110,6 +123,24 @@ def _add(*lines: str) -> tuple[str, str]:
 @pytest.mark.parametrize("edits,key,needle,message", [
     ([("dtypes: [e4m3]", "dtypes: [int4]")], "dtypes", "dtypes:", "unknown value 'int4'"),
     ([("dtypes: [e4m3]", "dtypes: [e4m3, e4m3]")], "dtypes", "dtypes:", "listed twice"),
+    ([("dtypes: [e4m3]", "dtypes: [int8, {x: int8}]")], "dtypes", "dtypes:", "listed twice"),
+    ([("dtypes: [e4m3]", "dtypes: [{x: e4m3, w: int4}]")], "w", "dtypes:",
+     r"the kernels serve \(x, w\) = \(int8, int8\), \(e4m3, e4m3\), \(int8, int4\); got \(e4m3, int4\)"),
+    ([("dtypes: [e4m3]", "dtypes: [{x: int8, w: e4m3}]")], "w", "dtypes:", r"got \(int8, e4m3\)$"),
+    ([("dtypes: [e4m3]", "dtypes: [{x: int4, w: int4}]")], "x", "dtypes:",
+     f"unknown value 'int4'; expected one of {', '.join(ELEMENTS)}$"),
+    ([("dtypes: [e4m3]", "dtypes: [{x: int8, w: int2}]")], "w", "dtypes:",
+     "unknown value 'int2'; expected one of int8, e4m3, int4$"),
+    ([("dtypes: [e4m3]", "dtypes: [{w: int4}]")], "x", "dtypes:", r"missing required key in dtypes\[0\]"),
+    ([("dtypes: [e4m3]", "dtypes: [int8, {x: int8, bits: 4}]")], "bits", "dtypes:",
+     r"unknown key in dtypes\[1\]; allowed keys: w, x"),
+    # int4 weights: every config of the family swap-AB (the error at swap_ab, else at tile)
+    ([("dtypes: [e4m3]", "dtypes: [{x: int8, w: int4}]")], "tile", "tile:",
+     r"int4 weights \(A8W4\) need swap_ab: true"),
+    ([("dtypes: [e4m3]", "dtypes: [int8, {x: int8, w: int4}]")], "tile", "tile:",
+     r"int4 weights \(A8W4\) need swap_ab: true"),
+    ([("dtypes: [e4m3]", "dtypes: {x: int8, w: int4}"), _add("swap_ab: false")], "swap_ab",
+     "swap_ab:", r"int4 weights \(A8W4\) need swap_ab: true: CUTLASS's mixed-input mainloop"),
     ([("tile: [128, 128, 128]", "tile: [128, 128, 64]")], "tile", "tile:",
      "tile K must be 128 or 256"),
     ([("tile: [128, 128, 128]", "tile: [128, 12, 128]")], "tile", "tile:",
@@ -166,6 +197,55 @@ def test_legal_edges_and_run_time_knobs(tmp_path):
     assert info.value.line == _line(text, "name: twin")
 
 
+_SWAP = _add("swap_ab: true")
+
+
+@pytest.mark.parametrize("dtypes,classes", [
+    ("int8", [I8]),
+    ("[e4m3]", [E4M3]),
+    ("{x: int8, w: int4}", [A8W4]),
+    ("[{x: int8, w: int4}]", [A8W4]),
+    ("[{x: int8, w: int8}, {x: e4m3}]", [I8, E4M3]),
+    ("[int8, e4m3, {x: int8, w: int4}]", [I8, E4M3, A8W4]),
+    ("\n      - e4m3\n      - x: int8\n        w: int4", [E4M3, A8W4]),
+])
+def test_dtypes_entries_scalar_or_mapping(tmp_path, dtypes, classes):
+    """A `dtypes` entry is an x (w = x) or a mapping {x, w} (w defaults to x); one entry or a
+    list. Each (x, w) is a dispatch class of its own; A8W4 kernels are named `_i8w4_`."""
+    text = MANIFEST.replace("dtypes: [e4m3]", f"dtypes: {dtypes}").replace(*_SWAP)
+    kernels = expand(load_manifest(_write(tmp_path, text)))
+    assert sorted(k.dispatch_class for k in kernels) == sorted(classes)
+    tag, config = {"int8": "i8", "e4m3": "e4m3"}, "bf16_t128x128x128_c1x1x1_coop_sauto_swap"
+    for k in kernels:
+        element = tag[k.x] + ("w4" if k.w == "int4" else "")
+        assert k.name == f"sm90a_grouped_matmul_swiglu_quant_{element}_{config}"
+        assert k.d == k.x
+
+
+_BLOCK = "dtypes:\n      - int8\n      - x: int8\n        w: int4"
+
+
+@pytest.mark.parametrize("old,new,key,needle,message", [
+    ("w: int4", "w: e4m3", "w", "w: e4m3", r"got \(int8, e4m3\)"),
+    ("w: int4", "w: int2", "w", "w: int2", "unknown value 'int2'"),
+    ("- x: int8", "- x: bf16", "x", "x: bf16", "unknown value 'bf16'"),
+    ("w: int4", "w: int4\n        group: 128", "group", "group:", r"unknown key in dtypes\[1\]"),
+    ("- x: int8\n        w: int4", "- w: int4", "x", "- w: int4", r"missing required key in dtypes\[1\]"),
+    ("- int8", "- int4", "dtypes", "dtypes:",
+     f"unknown value 'int4'; expected one of {', '.join(ELEMENTS)} or a mapping"),
+])
+def test_block_dtypes_mapping_errors_name_their_line(tmp_path, old, new, key, needle, message):
+    """In block style each key of a dtypes mapping sits on its own line: the error points there."""
+    text = MANIFEST.replace("dtypes: [e4m3]", _BLOCK).replace(*_SWAP)
+    expand(load_manifest(_write(tmp_path, text)))  # the unedited block is valid
+    assert text.count(old) == 1
+    text = text.replace(old, new)
+    path = _write(tmp_path, text)
+    with pytest.raises(ManifestError, match=message) as info:
+        expand(load_manifest(path))
+    assert (info.value.file, info.value.key, info.value.line) == (str(path), key, _line(text, needle))
+
+
 # ------------------------------------------------------------------------------- rendering
 
 def test_render_names_the_manifest_entry_and_checks_the_arch(tmp_path):
@@ -174,7 +254,9 @@ def test_render_names_the_manifest_entry_and_checks_the_arch(tmp_path):
     (unit,) = render_kernel_sources(manifest, kernels)
     assert '#include "gemmgen/moe/sm90_grouped_swiglu_quant.hpp"' in unit.source
     assert "gemmgen::device_supports(9, 0, 9, 0)" in unit.source
-    assert ("cutlass::float_e4m3_t, cutlass::bfloat16_t, /*swap_ab=*/false" in unit.source)
+    assert ("MoeConfig<\n    cutlass::float_e4m3_t, cutlass::float_e4m3_t, cutlass::bfloat16_t, "
+            "/*swap_ab=*/false" in unit.source)
+    assert "e4m3 x e4m3 -> bf16 C -> SwiGLU -> e4m3 q" in unit.source
     assert "/*cooperative=*/true" in unit.source and "/*stages (0 = auto)=*/0" in unit.source
     assert "Shape<_128, _128, _128>, Shape<_1, _1, _1>" in unit.source
     assert "family 'moe', config 'mid'" in unit.source
@@ -185,7 +267,7 @@ def test_render_names_the_manifest_entry_and_checks_the_arch(tmp_path):
     namespace: dict = {}
     exec(compile(render_bindings(manifest, kernels, "f" * 16, "lib.so"), "bindings.py", "exec"), namespace)
     assert namespace["KERNELS"] == tuple(kernels)
-    assert list(namespace["DISPATCH"]) == [(OP, "e4m3")]
+    assert list(namespace["DISPATCH"]) == [E4M3]
 
 
 def test_render_shipped_manifest_spells_every_variant():
@@ -193,24 +275,45 @@ def test_render_shipped_manifest_spells_every_variant():
     kernels = expand(manifest)
     units = render_kernel_sources(manifest, kernels)
     assert len(units) == len(kernels)  # kernels_per_file: 1
-    element = {"int8": "int8_t", "e4m3": "cutlass::float_e4m3_t"}
+    element = {"int8": "int8_t", "e4m3": "cutlass::float_e4m3_t", "int4": "cutlass::int4b_t"}
     for unit in units:
         (k,) = unit.kernels
         swap = "true" if k.config.swap_ab else "false"
-        assert f"{element[k.x]}, float, /*swap_ab=*/{swap}" in unit.source
+        assert f"MoeConfig<\n    {element[k.x]}, {element[k.w]}, float, /*swap_ab=*/{swap}" in unit.source
+        assert f"{k.x} x {k.w} -> fp32 C -> SwiGLU -> {k.x} q" in unit.source
         assert f"family '{k.origin.family}', config '{k.origin.config}'" in unit.source
         assert "gemmgen::device_supports(9, 0, 9, 0)" in unit.source
-    assert {k.origin.config for k in kernels if k.config.swap_ab} == {"decode", "small"}
+    assert len({unit.name for unit in units}) == len(units)
+    assert {(k.w, k.origin.config) for k in kernels if k.config.swap_ab} == {
+        (w, c) for w in ("int8", "e4m3") for c in ("decode", "small")} | {
+        ("int4", c) for c in ("decode", "small", "mid")}
+    assert sum("int8_t, cutlass::int4b_t, float, /*swap_ab=*/true" in u.source for u in units) == 3
     namespace: dict = {}
     exec(compile(render_bindings(manifest, kernels, "f" * 16, "lib.so"), "bindings.py", "exec"), namespace)
-    assert set(namespace["DISPATCH"]) == {(OP, "int8"), (OP, "e4m3")}
+    assert set(namespace["DISPATCH"]) == {I8, E4M3, A8W4}
 
 
 def test_bf16_intermediate_spelling(tmp_path):
     text = MANIFEST.replace("dtypes: [e4m3]", "dtypes: [int8]")
     manifest = load_manifest(_write(tmp_path, text))
     (unit,) = render_kernel_sources(manifest, expand(manifest))
-    assert "int8_t, cutlass::bfloat16_t, /*swap_ab=*/false" in unit.source
+    assert "MoeConfig<\n    int8_t, int8_t, cutlass::bfloat16_t, /*swap_ab=*/false" in unit.source
+
+
+def test_a8w4_renders_int4_weights(tmp_path):
+    """An A8W4 kernel: int8 activations, CUTLASS's int4b_t weights, swap-AB, its own class."""
+    text = MANIFEST.replace("dtypes: [e4m3]", "dtypes: [{x: int8, w: int4}]").replace(*_SWAP)
+    manifest = load_manifest(_write(tmp_path, text))
+    (kernel,) = kernels = expand(manifest)
+    assert kernel.name == "sm90a_grouped_matmul_swiglu_quant_i8w4_bf16_t128x128x128_c1x1x1_coop_sauto_swap"
+    (unit,) = render_kernel_sources(manifest, kernels)
+    assert "MoeConfig<\n    int8_t, cutlass::int4b_t, cutlass::bfloat16_t, /*swap_ab=*/true" in unit.source
+    assert "int8 x int4 -> bf16 C -> SwiGLU -> int8 q" in unit.source
+    assert f"gemmgen_run_{kernel.name}(const gemmgen_moe_args* args" in unit.source
+    namespace: dict = {}
+    exec(compile(render_bindings(manifest, kernels, "f" * 16, "lib.so"), "bindings.py", "exec"), namespace)
+    assert list(namespace["DISPATCH"]) == [A8W4]
+    assert FAMILY.describe_class(A8W4) == "grouped_matmul_swiglu_quant int8 x int4 -> int8 q"
 
 
 def test_args_mirror_matches_the_header():
@@ -237,11 +340,13 @@ def test_args_mirror_matches_the_header():
 def test_dispatch_request_values():
     family = registry.for_api_op(OP)
     assert family is FAMILY and family.variables == ("tokens_per_expert", "experts", "n", "k")
-    for dtype, name in ((INT8, "int8"), (FP8, "e4m3")):
+    for dtype, bits, cls in ((INT8, 8, I8), (FP8, 8, E4M3), (INT8, 4, A8W4)):
         for m, e, tokens in ((0, 8, 1), (1, 8, 1), (8, 8, 1), (9, 8, 2), (1000, 3, 334),
                              (2**31 - 1, 1, 2**31 - 1)):
-            key, values = FAMILY.dispatch_request(OP, x_dtype=dtype, m=m, experts=e, n=4096, k=7168)
-            assert key == (OP, name) and values == (tokens, e, 4096, 7168)
+            key, values = FAMILY.dispatch_request(OP, x_dtype=dtype, m=m, experts=e, n=4096, k=7168,
+                                                  weight_bits=bits)
+            assert key == cls and values == (tokens, e, 4096, 7168)
+    assert FAMILY.dispatch_request(OP, x_dtype=FP8, m=1, experts=1, n=8, k=16)[0] == E4M3  # 8 bits
 
 
 @pytest.mark.parametrize("problem,message", [
@@ -252,6 +357,10 @@ def test_dispatch_request_values():
     (dict(n=0), r"^n must be an int in \[1, 2\^31 - 1\]"),
     (dict(k=True), r"^k must be an int in \[1, 2\^31 - 1\], got True$"),
     (dict(m=1.0), r"^m must be an int"),
+    (dict(x_dtype=FP8, weight_bits=4), r"^weight_bits=4 \(A8W4\) takes int8 activations"),
+    (dict(weight_bits=3), r"^weight_bits must be 8 or 4, got 3$"),
+    (dict(weight_bits=True), r"^weight_bits must be 8 or 4, got True$"),
+    (dict(x_dtype=BF16, weight_bits=4), r"x_dtype must be torch\.int8 or torch\.float8_e4m3fn"),
 ])
 def test_dispatch_request_errors(problem, message):
     full = dict(x_dtype=INT8, m=16, experts=8, n=4096, k=7168) | problem
@@ -268,28 +377,44 @@ def fresh_dispatch():
     dispatch.cache_clear()
 
 
-@pytest.mark.parametrize("dtype,n,tokens,config", [
-    (INT8, 4096, 1, "decode"), (INT8, 4096, 16, "decode"), (INT8, 4096, 17, "small"),
-    (INT8, 4096, 64, "small"), (INT8, 4096, 65, "mid"), (INT8, 4096, 128, "mid"),
-    (INT8, 4096, 129, "large"), (INT8, 4096, 100_000, "large"),
-    (FP8, 4096, 16, "decode"), (FP8, 4096, 17, "small"), (FP8, 4096, 64, "small"),
-    (FP8, 4096, 65, "mid"), (FP8, 4096, 100_000, "mid"),
-    (FP8, 8192, 65, "small"), (FP8, 28672, 100_000, "small")])
-def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, dtype, n, tokens, config):
+# each shipped family: (its class, x_dtype, weight_bits, its rules' configs in order)
+_SHIPPED_FAMILIES = {
+    "moe_int8": (I8, INT8, 8, ["decode", "small", "mid", "large"]),
+    "moe_e4m3": (E4M3, FP8, 8, ["decode", "small", "mid"]),
+    "moe_a8w4": (A8W4, INT8, 4, ["decode", "small", "mid"]),
+}
+
+
+@pytest.mark.parametrize("family,n,tokens,config", [
+    ("moe_int8", 4096, 1, "decode"), ("moe_int8", 4096, 16, "decode"), ("moe_int8", 4096, 17, "small"),
+    ("moe_int8", 4096, 64, "small"), ("moe_int8", 4096, 65, "mid"), ("moe_int8", 4096, 128, "mid"),
+    ("moe_int8", 4096, 129, "large"), ("moe_int8", 4096, 100_000, "large"),
+    ("moe_e4m3", 4096, 16, "decode"), ("moe_e4m3", 4096, 17, "small"), ("moe_e4m3", 4096, 64, "small"),
+    ("moe_e4m3", 4096, 65, "mid"), ("moe_e4m3", 4096, 100_000, "mid"),
+    ("moe_e4m3", 8192, 65, "small"), ("moe_e4m3", 28672, 100_000, "small"),
+    # A8W4: <= 16 decode, <= 64 small, else mid (no large tile, no wide-N rule)
+    ("moe_a8w4", 4096, 1, "decode"), ("moe_a8w4", 4096, 16, "decode"), ("moe_a8w4", 4096, 17, "small"),
+    ("moe_a8w4", 4096, 64, "small"), ("moe_a8w4", 4096, 65, "mid"), ("moe_a8w4", 4096, 129, "mid"),
+    ("moe_a8w4", 4096, 100_000, "mid"), ("moe_a8w4", 8192, 65, "mid"), ("moe_a8w4", 28672, 100_000, "mid")])
+def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, tokens, config):
     experts = 8
-    order = {INT8: ["decode", "small", "mid", "large"], FP8: ["decode", "small", "mid"]}[dtype]
+    cls, dtype, bits, order = _SHIPPED_FAMILIES[family]
     for m in (tokens * experts, (tokens - 1) * experts + 1):  # ceil(m / e) == tokens
         choice = dispatch.choose(OP, manifests=[SHIPPED], tuned=False, x_dtype=dtype, m=m,
-                                 experts=experts, n=n, k=7168)
-        assert choice.source == "rule" and choice.kernel.spec.origin.config == config
-        assert choice.kernel.spec.x == {INT8: "int8", FP8: "e4m3"}[dtype]
+                                 experts=experts, n=n, k=7168, weight_bits=bits)
+        spec = choice.kernel.spec
+        assert choice.source == "rule" and spec.origin.config == config
+        assert spec.origin.family == family and spec.dispatch_class == cls
+        assert ("_i8w4_" in spec.name) == (bits == 4)
         assert choice.rule_index == order.index(config)
 
 
-def test_no_tokens_is_served_like_one(fresh_dispatch):
-    choice = dispatch.choose(OP, manifests=[SHIPPED], tuned=False, x_dtype=INT8, m=0, experts=64,
-                             n=4096, k=7168)
-    assert choice.kernel.spec.origin.config == "decode"
+@pytest.mark.parametrize("family", list(_SHIPPED_FAMILIES))
+def test_no_tokens_is_served_like_one(fresh_dispatch, family):
+    _, dtype, bits, _ = _SHIPPED_FAMILIES[family]
+    choice = dispatch.choose(OP, manifests=[SHIPPED], tuned=False, x_dtype=dtype, m=0, experts=64,
+                             n=4096, k=7168, weight_bits=bits)
+    assert (choice.kernel.spec.origin.family, choice.kernel.spec.origin.config) == (family, "decode")
 
 
 # ------------------------------------------------------------------------------- packing
@@ -369,6 +494,11 @@ def test_pack_round_trip(case):
     assert again.weight.data_ptr() == packed.weight.data_ptr()
 
 
+def _pack_error(argument: str, expected: str) -> str:
+    return (rf"^gemmgen\.pack_moe_weights: argument '{re.escape(argument)}': "
+            rf"expected {re.escape(expected)}")
+
+
 _W = torch.zeros(2, 32, 16, dtype=INT8)
 _S = torch.ones(2, 16)
 
@@ -386,11 +516,108 @@ _S = torch.ones(2, 16)
     (_W, torch.ones(2, 32), "weight_scale", r"a torch.float32 tensor [E=2, N=16] on cpu"),
     (_W, torch.ones(3, 16), "weight_scale", r"a torch.float32 tensor [E=2, N=16] on cpu"),
     (_W, [_S[0], _S[1, :8]], "weight_scale[1]", "a torch.float32 tensor of shape (16,)"),
+    (_W, torch.ones(2, 4, 16), "weight_scale", "per-channel scales [E, N]: per-group [E, K/group, N]"),
 ])
 def test_pack_errors(weight, scale, argument, expected):
-    with pytest.raises(ValueError, match=rf"^gemmgen\.pack_moe_weights: argument '{re.escape(argument)}': "
-                                         rf"expected {re.escape(expected)}"):
+    with pytest.raises(ValueError, match=_pack_error(argument, expected)):
         gemmgen.pack_moe_weights(weight, scale)
+
+
+# ---- A8W4: int4 values, two per byte
+
+def _random_int4(e, k, n, seed=0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(-8, 8, (e, k, n), generator=gen, dtype=INT8)
+
+
+def _set(t: torch.Tensor, index: tuple, value) -> torch.Tensor:
+    """A copy of `t` with one element changed."""
+    t = t.clone()
+    t[index] = value
+    return t
+
+
+def _nibble_byte(low: int, high: int) -> int:
+    """The byte of two int4 values: two's complement nibbles, the even k in the low one."""
+    return (low & 0xF) | ((high & 0xF) << 4)
+
+
+def test_pack_int4_by_hand():
+    """Every int4 value -8..7 in both nibbles, against bytes written out by hand."""
+    assert [_nibble_byte(lo, hi) for lo, hi in ((0, 0), (-1, 2), (-8, 7), (7, -8), (1, -1))] == [
+        0x00, 0x2F, 0x78, 0x87, 0xF1]
+    w = torch.zeros(1, 4, 2, dtype=INT8)  # [E, K, N]
+    w[0, :, 0] = torch.tensor([-1, 2, -8, 7])   # column n = 0: bytes 0x2F, 0x78
+    w[0, :, 1] = torch.tensor([7, -8, 1, -1])   # column n = 1: bytes 0x87, 0xF1
+    packed = gemmgen.pack_moe_weights(w, torch.ones(1, 2), weight_bits=4)
+    assert packed.weight.dtype == UINT8 and packed.weight.tolist() == [[[0x2F, 0x78], [0x87, 0xF1]]]
+    assert (packed.bits, packed.experts, packed.n, packed.k) == (4, 1, 2, 4)
+    values = torch.arange(-8, 8, dtype=INT8)  # every value, each beside every other across bytes
+    pairs = torch.stack(torch.meshgrid(values, values, indexing="ij"), -1).reshape(-1)
+    expected = [_nibble_byte(lo, hi) for lo, hi in pairs.view(-1, 2).tolist()]
+    assert packing.pack_int4(pairs).tolist() == expected and len(set(expected)) == 256
+    assert torch.equal(packing.unpack_int4(packing.pack_int4(pairs)), pairs)
+    signed = lambda nibble: nibble - 16 if nibble >= 8 else nibble  # noqa: E731
+    every_byte = torch.arange(256).to(UINT8)
+    assert packing.unpack_int4(every_byte).view(-1, 2).tolist() == [
+        [signed(b & 0xF), signed(b >> 4)] for b in range(256)]
+
+
+@st.composite
+def _int4_case(draw):
+    e, k, n = draw(st.integers(1, 4)), 2 * draw(st.integers(0, 9)), draw(st.integers(1, 9))
+    return (e, k, n, draw(st.booleans()), draw(st.sampled_from(["stacked", "list", "k_major"])),
+            draw(st.integers(0, 2**16)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(_int4_case())
+def test_pack_int4_round_trip(case):
+    e, k, n, scales_as_list, form, seed = case
+    w = _random_int4(e, n, k, seed).transpose(1, 2) if form == "k_major" else _random_int4(e, k, n, seed)
+    scale = torch.rand(e, n, generator=torch.Generator().manual_seed(seed))
+    packed = gemmgen.pack_moe_weights(list(w.unbind(0)) if form == "list" else w,
+                                      list(scale.unbind(0)) if scales_as_list else scale,
+                                      weight_bits=4)
+    assert packed.bits == 4 and packed.weight.dtype == UINT8 and packed.weight.is_contiguous()
+    assert packed.weight.shape == (e, n, k // 2) and (packed.experts, packed.n, packed.k) == (e, n, k)
+    assert (packed.layout_version, packed.arch) == (packing.LAYOUT_VERSION, "sm90a")
+    logical = packed.logical_weight()
+    assert logical.dtype == INT8 and logical.shape == (e, k, n) and torch.equal(logical, w)
+    assert torch.equal(packed.scale, scale) and packed.scale.dtype == torch.float32
+    assert torch.equal(packed.weight, packing.pack_int4(w.transpose(1, 2)))
+    assert torch.equal(packing.unpack_int4(packed.weight), w.transpose(1, 2))
+    if k:  # one byte, by hand: expert i, column j, byte b holds k = 2b (low) and 2b + 1 (high)
+        i, j, b = seed % e, seed % n, seed % (k // 2)
+        assert int(packed.weight[i, j, b]) == _nibble_byte(int(w[i, 2 * b, j]), int(w[i, 2 * b + 1, j]))
+    again = gemmgen.pack_moe_weights(logical, packed.scale, weight_bits=4)  # packing is a function
+    assert torch.equal(again.weight, packed.weight)
+    moved = packed.to("cpu")
+    assert moved.bits == 4 and moved.k == k and torch.equal(moved.weight, packed.weight)
+
+
+@pytest.mark.parametrize("weight,scale,argument,expected", [
+    (_W + 8, _S, "weight", "int4 values -8..7 (weight_bits=4); got values in 8..8"),
+    (_W - 9, _S, "weight", "int4 values -8..7 (weight_bits=4); got values in -9..-9"),
+    (_set(_set(_W, (0, 0, 0), -8), (1, 31, 15), 8), _S, "weight",  # one value out of range
+     "int4 values -8..7 (weight_bits=4); got values in -8..8"),
+    (_W[:, :31], _S, "weight", "int4 values in a torch.int8 tensor [E, K, N] with K even (weight_bits=4)"),
+    (_W.view(FP8), _S, "weight", "int4 values in a torch.int8 tensor [E, K, N] with K even"),
+    (_W.to(BF16), _S, "weight", "a torch.int8 or torch.float8_e4m3fn tensor [E, K, N]"),
+    (_W, torch.ones(2, 4, 16), "weight_scale", "per-channel scales [E, N]: per-group [E, K/group, N] "
+                                               "scales are not built yet"),
+    (_W, torch.ones(2, 8), "weight_scale", "a torch.float32 tensor [E=2, N=16] on cpu"),
+])
+def test_pack_int4_errors(weight, scale, argument, expected):
+    with pytest.raises(ValueError, match=_pack_error(argument, expected)):
+        gemmgen.pack_moe_weights(weight, scale, weight_bits=4)
+
+
+@pytest.mark.parametrize("bits", [5, 3, 16, 0, True, "4", None])
+def test_pack_weight_bits_is_8_or_4(bits):
+    expected = _pack_error("weight_bits", "8 or 4") + f"; got {re.escape(repr(bits))}$"
+    with pytest.raises(ValueError, match=expected):
+        gemmgen.pack_moe_weights(_W, _S, weight_bits=bits)
 
 
 # ------------------------------------------------------------------------------- argument checks
@@ -401,12 +628,20 @@ def fake():
         yield
 
 
-def _args(m=10, e=4, n=32, k=64, dtype=INT8, device="cuda") -> dict:
-    """A valid problem for check_arguments (fake CUDA tensors under FakeTensorMode)."""
+def _args(m=10, e=4, n=32, k=64, dtype=INT8, device="cuda", weight_bits=8) -> dict:
+    """A valid problem for check_arguments (fake CUDA tensors under FakeTensorMode); with
+    weight_bits=4 (A8W4) the packed weight is uint8 [E, N, K/2]."""
     empty = lambda *shape, dtype=torch.float32: torch.empty(shape, dtype=dtype, device=device)  # noqa: E731
+    w = empty(e, n, k // 2, dtype=UINT8) if weight_bits == 4 else empty(e, n, k, dtype=dtype)
     return dict(q=empty(m, n // 2, dtype=dtype), q_scale=empty(m), x=empty(m, k, dtype=dtype),
-                w=empty(e, n, k, dtype=dtype), w_scale=empty(e, n), x_scale=empty(m),
-                group_list=empty(e, dtype=torch.int64), group_list_type="count")
+                w=w, w_scale=empty(e, n), x_scale=empty(m),
+                group_list=empty(e, dtype=torch.int64), group_list_type="count",
+                weight_bits=weight_bits)
+
+
+def _a8w4(**changes) -> dict:
+    """The A8W4 problem of `_args` (m=10, e=4, n=32, k=64), with changes."""
+    return _args(weight_bits=4) | changes
 
 
 def _check(**changes):
@@ -426,12 +661,15 @@ _BAD = [
     ("x strided", lambda: dict(x=_empty(64, 10, dtype=INT8).t()), "x", "a contiguous row-major [M, K]"),
     ("K % 16", lambda: _args(k=40), "x", "K a positive multiple of 16"),
     ("weight dtype", lambda: dict(w=_empty(4, 32, 64, dtype=FP8)), "weight",
-     "a torch.int8 tensor [E, K, N] like x"),
-    ("weight 2-D", lambda: dict(w=_empty(32, 64, dtype=INT8)), "weight", "a torch.int8 tensor [E, K, N]"),
+     "a packed torch.int8 tensor [E, N, K] (gemmgen.pack_moe_weights)"),
+    ("weight 2-D", lambda: dict(w=_empty(32, 64, dtype=INT8)), "weight",
+     "a packed torch.int8 tensor [E, N, K]"),
+    ("weight uint8 as 8-bit", lambda: dict(w=_empty(4, 32, 32, dtype=UINT8)), "weight",
+     "a packed torch.int8 tensor [E, N, K]"),
     ("weight K", lambda: dict(w=_empty(4, 32, 80, dtype=INT8)), "weight", "K = 64 rows per expert"),
     ("weight not packed", lambda: dict(w=_empty(4, 64, 32, dtype=INT8).transpose(1, 2)), "weight",
      "packed [E, N, K] weights"),
-    ("N % 8", lambda: _args(n=12), "weight", "N (the last dim of [E, K, N]) a positive multiple of 8"),
+    ("N % 8", lambda: _args(n=12), "weight", "N a positive multiple of 8"),
     ("weight_scale shape", lambda: dict(w_scale=_empty(4, 16)), "weight_scale",
      "a contiguous torch.float32 tensor [E=4, N=32]"),
     ("weight_scale dtype", lambda: dict(w_scale=_empty(4, 32, dtype=BF16)), "weight_scale",
@@ -456,6 +694,26 @@ _BAD = [
      "group_list", "a tensor on cuda:0 like x"),
     ("w_scale on cpu", lambda: dict(w_scale=_empty(4, 32, device="cpu")), "weight_scale",
      "a tensor on cuda:0"),
+    ("weight_bits 3", lambda: dict(weight_bits=3), "weight_bits", "8 or 4; got 3"),
+    ("weight_bits True", lambda: dict(weight_bits=True), "weight_bits", "8 or 4; got True"),
+    # A8W4: uint8 [E, N, K/2] weights, int8 x, K a multiple of 32
+    ("a8w4 x e4m3", lambda: _a8w4(x=_empty(10, 64, dtype=FP8)), "x",
+     "a torch.int8 tensor: A8W4 (int4 weights) takes int8 activations"),
+    ("a8w4 weight int8", lambda: _a8w4(w=_empty(4, 32, 64, dtype=INT8)), "weight",
+     "a packed torch.uint8 tensor [E, N, K/2] (gemmgen.pack_moe_weights, weight_bits=4)"),
+    ("a8w4 weight 2-D", lambda: _a8w4(w=_empty(32, 32, dtype=UINT8)), "weight",
+     "a packed torch.uint8 tensor [E, N, K/2]"),
+    ("a8w4 weight unpacked K", lambda: _a8w4(w=_empty(4, 32, 64, dtype=UINT8)), "weight",
+     "K = 64 rows per expert (x has K = 64 columns); got K = 128"),
+    ("a8w4 weight strided", lambda: _a8w4(w=_empty(4, 32, 32, dtype=UINT8).transpose(1, 2)), "weight",
+     "packed [E, N, K/2] weights (K contiguous"),  # a square [N, K/2]: only the layout is wrong
+    ("a8w4 K % 32", lambda: _args(k=48, weight_bits=4), "x", "K a positive multiple of 32"),
+    ("a8w4 N % 8", lambda: _args(n=12, weight_bits=4), "weight", "N a positive multiple of 8"),
+    ("a8w4 weight_scale per-group", lambda: _a8w4(w_scale=_empty(4, 2, 32)), "weight_scale",
+     "a contiguous torch.float32 tensor [E=4, N=32]"),
+    ("a8w4 q dtype", lambda: _a8w4(q=_empty(10, 16, dtype=UINT8)), "q", "a contiguous torch.int8 tensor"),
+    ("a8w4 weight device", lambda: _a8w4(w=_empty(4, 32, 32, dtype=UINT8, device="cuda:1")), "weight",
+     "a tensor on cuda:0 like x"),
 ]
 
 
@@ -473,6 +731,31 @@ def test_check_arguments_errors(fake, changes, argument, expected):
 def test_check_arguments_accepts(fake, dtype, m, e, n, k):
     assert ops.check_arguments(**_args(m, e, n, k, dtype)) is None
     assert ops.check_arguments(**(_args(m, e, n, k, dtype) | dict(group_list_type="cumsum"))) is None
+
+
+@pytest.mark.parametrize("m,e,n,k", [(10, 4, 32, 64), (0, 1, 8, 32), (1, 256, 4096, 7168),
+                                     (2**31 - 1, 1, 8, 32)])
+def test_check_arguments_accepts_a8w4(fake, m, e, n, k):
+    assert ops.check_arguments(**_args(m, e, n, k, weight_bits=4)) is None
+    cumsum = _args(m, e, n, k, weight_bits=4) | dict(group_list_type="cumsum")
+    assert ops.check_arguments(**cumsum) is None
+
+
+def test_custom_op_takes_weight_bits_after_group_list_type(fake):
+    """The custom op's schema: weight_bits (default 8) between group_list_type and check."""
+    schema = torch.ops.gemmgen.grouped_matmul_swiglu_quant_out.default._schema
+    assert [a.name for a in schema.arguments] == [
+        "q", "q_scale", "x", "weight", "weight_scale", "x_scale", "group_list", "group_list_type",
+        "weight_bits", "check", "kernel_name"]
+    assert schema.arguments[8].default_value == 8
+    for bits in (8, 4):
+        a = _args(weight_bits=bits)
+        positional = [a[name] for name in ("q", "q_scale", "x", "w", "w_scale", "x_scale", "group_list",
+                                           "group_list_type")]
+        assert torch.ops.gemmgen.grouped_matmul_swiglu_quant_out(*positional, bits, False, None) is None
+        with pytest.raises(ValueError, match=r"argument 'weight': expected a packed torch\."
+                                             + ("int8" if bits == 4 else "uint8")):
+            torch.ops.gemmgen.grouped_matmul_swiglu_quant_out(*positional, 12 - bits, False, None)
 
 
 def test_sizes_beyond_int32(fake):
@@ -501,17 +784,50 @@ def test_public_op_on_fake_tensors(fake):
     with pytest.raises(ValueError, match=r"^gemmgen\.grouped_matmul_swiglu_quant: argument 'x'"):
         gemmgen.grouped_matmul_swiglu_quant(_empty(m, k, dtype=BF16), packed, None, x_scale, g)
     with pytest.raises(ValueError, match=r"^gemmgen\.grouped_matmul_swiglu_quant: argument 'weight': "
-                                         r"expected a torch\.int8 tensor \[E, K, N\] like x"):
+                                         r"expected a packed torch\.int8 tensor \[E, N, K\]"):
         gemmgen.grouped_matmul_swiglu_quant(_empty(m, k, dtype=INT8), packed, None, x_scale, g)
     with pytest.raises(ValueError, match=r"^gemmgen\.grouped_matmul_swiglu_quant: argument 'weight'"):
         gemmgen.grouped_matmul_swiglu_quant(x, _empty(e, k, n, dtype=BF16), a["w_scale"], x_scale, g)
 
 
+def test_public_op_a8w4_on_fake_tensors(fake):
+    """A8W4 through the custom op's fake: an int4 MoeWeight (weight_bits from it or given), the
+    assist matrix accepted and its device checked, int8 x only; a raw weight with a bad
+    weight_bits reaches the op's own check."""
+    m, e, n, k = 10, 4, 32, 64
+    a = _args(m, e, n, k, weight_bits=4)
+    x, x_scale, g = a["x"], a["x_scale"], a["group_list"]
+    packed = gemmgen.MoeWeight(a["w"], a["w_scale"], bits=4)
+    assert packed.k == k
+    op = gemmgen.grouped_matmul_swiglu_quant
+    for extra in ({}, dict(weight_bits=4), dict(weight_assist_matrix=_empty(e, n))):
+        q, q_scale = op(x, packed, None, x_scale, g, **extra)
+        assert (q.shape, q.dtype, q_scale.shape, q_scale.dtype) == ((m, n // 2), INT8, (m,), torch.float32)
+    prefix = r"^gemmgen\.grouped_matmul_swiglu_quant: argument "
+    with pytest.raises(ValueError, match=prefix + r"'x': expected a torch\.int8 tensor: A8W4"):
+        op(_empty(m, k, dtype=FP8), packed, None, x_scale, g)
+    with pytest.raises(ValueError, match=prefix + r"'x': expected K a positive multiple of 32"):
+        k48 = gemmgen.MoeWeight(_empty(e, n, 24, dtype=UINT8), a["w_scale"], bits=4)
+        op(_empty(m, 48, dtype=INT8), k48, None, x_scale, g)
+    with pytest.raises(ValueError, match=prefix + r"'weight_assist_matrix': expected None or a "
+                                                  r"torch\.float32 tensor \[E=4, N=32\] on cuda:0"):
+        op(x, packed, None, x_scale, g, weight_assist_matrix=_empty(e, n, device="cpu"))
+    w8 = _args(m, e, n, k)["w"].transpose(1, 2)  # K-major: used as is
+    with pytest.raises(ValueError, match=prefix + r"'weight_bits': expected None, 8 or 4; got 3"):
+        op(x, w8, a["w_scale"], x_scale, g, weight_bits=3)
+
+
+_P8 = gemmgen.pack_moe_weights(_W, _S)
+_P4 = gemmgen.pack_moe_weights(_W, _S, weight_bits=4)
+_X, _XS, _G = torch.zeros(4, 32, dtype=INT8), torch.ones(4), torch.tensor([2, 2])  # on the CPU
+_PER_GROUP = torch.ones(2, 4, 16)  # [E, K/group, N]
+_ASSIST_SHAPE = "None or a torch.float32 tensor [E=2, N=16] on cpu"
+_PER_CHANNEL = "per-channel scales [E, N]: per-group [E, K/group, N] scales are not built yet"
+
+
 def test_public_op_early_errors_on_cpu():
     """Errors the public wrapper raises before any tensor check, on plain CPU tensors."""
-    packed = gemmgen.pack_moe_weights(_W, _S)
-    x, x_scale = torch.zeros(4, 32, dtype=INT8), torch.ones(4)
-    g = torch.tensor([2, 2])
+    packed, x, x_scale, g = _P8, _X, _XS, _G
     prefix = r"^gemmgen\.grouped_matmul_swiglu_quant: argument "
     with pytest.raises(ValueError, match=prefix + r"'weight_scale': expected None with a packed MoeWeight"):
         gemmgen.grouped_matmul_swiglu_quant(x, packed, _S, x_scale, g)
@@ -526,6 +842,65 @@ def test_public_op_early_errors_on_cpu():
         gemmgen.grouped_matmul_swiglu_quant(x, _W.to(BF16), _S, x_scale, g)
     with pytest.raises(ValueError, match=prefix + r"'x': expected a CUDA tensor"):
         gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, g)
+
+
+# (name, weight, weight_scale, keywords, argument, the start of what is expected)
+_EARLY_A8W4 = [
+    ("bits 4 on an 8-bit MoeWeight", _P8, None, dict(weight_bits=4), "weight_bits",
+     "None or 8 (the packed weight's); got 4"),
+    ("bits 8 on an int4 MoeWeight", _P4, None, dict(weight_bits=8), "weight_bits",
+     "None or 4 (the packed weight's); got 8"),
+    ("assist, 8-bit MoeWeight", _P8, None, dict(weight_assist_matrix=_S), "weight_assist_matrix",
+     "None: the assist matrix is A8W4's only (weight_bits=4)"),
+    ("assist, raw 8-bit", _W, _S, dict(weight_assist_matrix=_S), "weight_assist_matrix",
+     "None: the assist matrix is A8W4's only"),
+    ("assist, bits 8", _W, _S, dict(weight_bits=8, weight_assist_matrix=_S), "weight_assist_matrix",
+     "None: the assist matrix is A8W4's only"),
+    ("assist [E, N/2]", _P4, None, dict(weight_assist_matrix=torch.ones(2, 8)), "weight_assist_matrix",
+     _ASSIST_SHAPE),
+    ("assist [N]", _P4, None, dict(weight_assist_matrix=torch.ones(16)), "weight_assist_matrix",
+     _ASSIST_SHAPE),
+    ("assist float64", _P4, None, dict(weight_assist_matrix=_S.double()), "weight_assist_matrix",
+     _ASSIST_SHAPE),
+    ("assist a list of E-1", _P4, None, dict(weight_assist_matrix=[_S[0]]), "weight_assist_matrix",
+     _ASSIST_SHAPE),
+    ("assist a ragged list", _P4, None, dict(weight_assist_matrix=[_S[0], _S[1, :8]]),
+     "weight_assist_matrix[1]", "a torch.float32 tensor of shape (16,) on cpu like weight_assist_matrix[0]"),
+    ("assist a string", _P4, None, dict(weight_assist_matrix="wam"), "weight_assist_matrix",
+     "a stacked tensor [E, ...] or a non-empty list"),
+    ("assist, raw int4 [E+1, N]", _W, _S, dict(weight_bits=4, weight_assist_matrix=torch.ones(3, 16)),
+     "weight_assist_matrix", _ASSIST_SHAPE),
+    ("per-group, int4 MoeWeight", dataclasses.replace(_P4, scale=_PER_GROUP), None, {}, "weight_scale",
+     _PER_CHANNEL),
+    ("per-group, 8-bit MoeWeight", dataclasses.replace(_P8, scale=_PER_GROUP), None, {}, "weight_scale",
+     _PER_CHANNEL),
+    ("per-group, raw 8-bit", _W, _PER_GROUP, {}, "weight_scale", _PER_CHANNEL),
+    ("per-group, raw 8-bit list", _W, list(_PER_GROUP), {}, "weight_scale", _PER_CHANNEL),
+    # a raw weight with weight_bits=4 is packed on the call (pack_moe_weights' checks, the op's name)
+    ("per-group, raw int4", _W, _PER_GROUP, dict(weight_bits=4), "weight_scale", _PER_CHANNEL),
+    ("raw int4 out of range", _W + 8, _S, dict(weight_bits=4), "weight", "int4 values -8..7"),
+    ("raw int4 from e4m3", _W.view(FP8), _S, dict(weight_bits=4), "weight",
+     "int4 values in a torch.int8 tensor [E, K, N] with K even"),
+]
+
+
+@pytest.mark.parametrize("weight,scale,keywords,argument,expected", [case[1:] for case in _EARLY_A8W4],
+                         ids=[case[0] for case in _EARLY_A8W4])
+def test_public_op_a8w4_errors_on_cpu(weight, scale, keywords, argument, expected):
+    """weight_bits, the assist matrix and per-group scales are refused before any CUDA work."""
+    with pytest.raises(ValueError, match=rf"^gemmgen\.grouped_matmul_swiglu_quant: argument "
+                                         rf"'{re.escape(argument)}': expected {re.escape(expected)}"):
+        gemmgen.grouped_matmul_swiglu_quant(_X, weight, scale, _XS, _G, **keywords)
+
+
+@pytest.mark.parametrize("weight,scale,keywords", [
+    (_P4, None, {}), (_P4, None, dict(weight_bits=4, weight_assist_matrix=_S)),
+    (_W, _S, dict(weight_bits=4)), (list(_W), list(_S), dict(weight_bits=4, weight_assist_matrix=list(_S)))])
+def test_public_op_a8w4_arguments_pass_to_the_tensor_checks(weight, scale, keywords):
+    """Valid A8W4 arguments on the CPU get as far as the op's first tensor check (x on CUDA)."""
+    with pytest.raises(ValueError, match=r"^gemmgen\.grouped_matmul_swiglu_quant: argument 'x': "
+                                         r"expected a CUDA tensor"):
+        gemmgen.grouped_matmul_swiglu_quant(_X, weight, scale, _XS, _G, **keywords)
 
 
 # ------------------------------------------------------------------------------- nvcc

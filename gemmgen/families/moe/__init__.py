@@ -87,7 +87,7 @@ class MoeFamily(OpFamily):
         if x not in ELEMENTS:
             raise ValueError("x_dtype must be torch.int8 or torch.float8_e4m3fn for "
                              f"grouped_matmul_swiglu_quant; got {x_dtype!r}")
-        if weight_bits not in (8, 4) or isinstance(weight_bits, bool):
+        if type(weight_bits) is not int or weight_bits not in (8, 4):
             raise ValueError(f"weight_bits must be 8 or 4, got {weight_bits!r}")
         if weight_bits == 4 and x != "int8":
             raise ValueError("weight_bits=4 (A8W4) takes int8 activations (x_dtype torch.int8); "

@@ -52,7 +52,7 @@ def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: 
     m, k = x.shape
     if not x.is_contiguous():
         raise _fail("x", "a contiguous row-major [M, K] tensor", _describe(x))
-    if weight_bits not in (8, 4) or isinstance(weight_bits, bool):
+    if type(weight_bits) is not int or weight_bits not in (8, 4):
         raise _fail("weight_bits", "8 or 4", repr(weight_bits))
     int4 = weight_bits == 4
     if int4 and x.dtype != torch.int8:
@@ -68,8 +68,8 @@ def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: 
         raise _fail("weight", f"K = {k} rows per expert (x has K = {k} columns)",
                     f"K = {k_w}: {_describe(w)} (packed [E, N, K{'/2' if int4 else ''}])")
     if not w.is_contiguous():
-        raise _fail("weight", "packed [E, N, K] weights (K contiguous: see "
-                    "gemmgen.pack_moe_weights)", _describe(w))
+        raise _fail("weight", f"packed [E, N, K{'/2' if int4 else ''}] weights (K contiguous: "
+                    "see gemmgen.pack_moe_weights)", _describe(w))
     k_multiple = K_MULTIPLE_INT4 if int4 else K_MULTIPLE
     if k == 0 or k % k_multiple:
         raise _fail("x", f"K a positive multiple of {k_multiple} (each expert's rows start a "
@@ -217,6 +217,8 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     q_scale = max|S_row| / 448. kernel: force a kernel by name (default: dispatch picks by
     tokens per expert, E, N and K).
     """
+    if weight_bits is not None and (type(weight_bits) is not int or weight_bits not in (8, 4)):
+        raise _fail("weight_bits", "None, 8 or 4", repr(weight_bits))
     if isinstance(weight, MoeWeight):
         if weight.layout_version != LAYOUT_VERSION or weight.arch != "sm90a":
             raise _fail("weight", f"a MoeWeight packed for sm90a with layout version "

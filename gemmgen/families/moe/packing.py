@@ -127,7 +127,7 @@ def pack_moe_weights(weight: Weights, weight_scale: Weights, *,
 
 def pack(where: str, weight: Weights, weight_scale: Weights, weight_bits: int) -> MoeWeight:
     """pack_moe_weights, with errors prefixed by `where` (the op packing an unpacked weight)."""
-    if weight_bits not in (8, 4) or isinstance(weight_bits, bool):
+    if type(weight_bits) is not int or weight_bits not in (8, 4):
         raise argument_error(where, "weight_bits", "8 or 4", repr(weight_bits))
     w = packed_weight(where, weight)
     s = packed_scale(where, weight_scale)

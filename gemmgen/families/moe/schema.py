@@ -30,7 +30,7 @@ _C_BYTES = {"fp32": 4, "bf16": 2}
 
 def _pair(reader, fam, entry, i: int, line: int) -> tuple[str, str]:
     """One `dtypes` entry: a scalar x (w = x) or a mapping {x: ..., w: ...}."""
-    if isinstance(entry, str):
+    if not isinstance(entry, dict):
         if entry not in ELEMENTS:
             raise reader.error(fam, "dtypes", f"unknown value {entry!r}; expected one of "
                                               f"{', '.join(ELEMENTS)} or a mapping {{x: int8, w: int4}}")
@@ -50,7 +50,8 @@ def read_variants(reader, fam) -> tuple[tuple[str, str], ...]:
     pairs = tuple(_pair(reader, fam, v, i, values.line_of(i) if hasattr(values, "line_of") else None)
                   for i, v in enumerate(values))
     if len(set(pairs)) != len(pairs):
-        raise reader.error(fam, "dtypes", "the same element type is listed twice")
+        twice = next(p for p in pairs if pairs.count(p) > 1)
+        raise reader.error(fam, "dtypes", f"(x, w) = ({twice[0]}, {twice[1]}) is listed twice")
     return pairs
 
 
