@@ -393,8 +393,8 @@ _SHIPPED_FAMILIES = {
     ("moe_e4m3", 4096, 65, "mid"), ("moe_e4m3", 4096, 100_000, "mid"),
     ("moe_e4m3", 8192, 65, "small"), ("moe_e4m3", 28672, 100_000, "small"),
     # A8W4: <= 16 decode, <= 64 small, else mid (no large tile, no wide-N rule)
-    ("moe_a8w4", 4096, 1, "decode"), ("moe_a8w4", 4096, 16, "decode"), ("moe_a8w4", 4096, 17, "small"),
-    ("moe_a8w4", 4096, 64, "small"), ("moe_a8w4", 4096, 65, "mid"), ("moe_a8w4", 4096, 129, "mid"),
+    ("moe_a8w4", 4096, 1, "decode"), ("moe_a8w4", 4096, 8, "decode"), ("moe_a8w4", 4096, 9, "small"),
+    ("moe_a8w4", 4096, 32, "small"), ("moe_a8w4", 4096, 33, "mid"), ("moe_a8w4", 4096, 129, "mid"),
     ("moe_a8w4", 4096, 100_000, "mid"), ("moe_a8w4", 8192, 65, "mid"), ("moe_a8w4", 28672, 100_000, "mid")])
 def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, tokens, config):
     experts = 8
