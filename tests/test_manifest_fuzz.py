@@ -1,6 +1,7 @@
 """Property-based fuzz of manifest reading (hypothesis; CPU only, no nvcc, a few seconds).
 
-Starting from valid manifests (tests/conftest.py's and the shipped w8a8_sm90.yaml / w8a8_sm80.yaml),
+Starting from valid manifests (tests/conftest.py's and the shipped ones of every op family:
+w8a8_sm90.yaml, w8a8_sm80.yaml, mixed_sm90.yaml, moe_sm90.yaml),
 each example mutates the YAML tree (a value of another type or an illegal value, a deleted key, an
 unknown or extra key, a duplicated or dropped list item, a mapping swapped for a scalar or a list)
 or the text itself (truncated, a line deleted, duplicated or re-indented, YAML syntax characters
@@ -92,7 +93,8 @@ def _shipped(name: str) -> str:
 
 
 BASES = [BASE_MANIFEST, BASE_MANIFEST + FP8_FAMILY, one_kernel_manifest(), SM80_BASE,
-         _shipped("w8a8_sm90.yaml"), _shipped("w8a8_sm80.yaml")]
+         _shipped("w8a8_sm90.yaml"), _shipped("w8a8_sm80.yaml"), _shipped("mixed_sm90.yaml"),
+         _shipped("moe_sm90.yaml")]
 TREES = [yaml.safe_load(text) for text in BASES]
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's is ~10x faster, same YAML
 
@@ -105,12 +107,14 @@ _TOKENS = ["int8", "e4m3", "bf16", "fp16", "fp32", "int32", "sm90a", "sm80", "sc
            "pingpong", "cooperative", "warpspecialized", "persistent", "streamk", "serial",
            "parallel", "heuristic", "along_m", "ScaledEpilogue", "ScaledEpilogueAzp", "small",
            "large", "m <= 16", "true", "m <=", "Demo-1", "", " ", "~", "null", "yes", "0x10",
-           "2024-01-01", "1e3", ".inf", "{", "- a", "a: b", "'", "\t"]
+           "2024-01-01", "1e3", ".inf", "{", "- a", "a: b", "'", "\t", "int4", "uint4",
+           "scale", "scale_zero", "mixed_mm", "grouped_matmul_swiglu_quant",
+           "tokens_per_expert <= 16", "experts > 8"]
 _KEYS = ["library", "arch", "kernels_per_file", "families", "name", "op", "dtypes", "epilogues",
          "exclude", "configs", "dispatch", "a", "b", "acc", "d", "epilogue", "tile", "cluster",
          "warp", "instruction", "schedule", "epilogue_schedule", "stages", "tile_scheduler",
          "raster", "swizzle", "swap_ab", "split_k", "mode", "slices", "when", "use", "unknown_key",
-         "", "Tile", "0"]
+         "", "Tile", "0", "w", "x", "schemes", "intermediate"]
 
 scalars = st.one_of(
     st.none(), st.booleans(),
