@@ -38,6 +38,28 @@ def scheduler_knobs(reader, c) -> RuntimeKnobs:
                         swizzle=reader.choice(c, "swizzle", SWIZZLES, 1))
 
 
+def tile_mn_problems(tile: tuple[int, int, int], m_what: str = "", n_what: str = ""
+                     ) -> list[tuple[str, str]]:
+    """(key, message) for an illegal tile M (a multiple of the 64-row wgmma, up to 256) or tile
+    N (a multiple of 8 up to 256); `m_what` / `n_what` say what the kernel's M / N run over."""
+    tm, tn, _ = tile
+    problems = []
+    if tm % 64 or not 64 <= tm <= 256:
+        problems.append(("tile", f"tile M{m_what} must be 64, 128, 192 or 256 (a wgmma is 64 "
+                                 f"rows); got {tm}"))
+    if tn % 8 or not 8 <= tn <= 256:
+        problems.append(("tile", f"tile N{n_what} must be a multiple of 8 in [8, 256]; got {tn}"))
+    return problems
+
+
+def cooperative_problems(schedule: str, tile: tuple[int, int, int]) -> list[tuple[str, str]]:
+    """The cooperative schedule splits tile M across two consumer warpgroups."""
+    if schedule == "cooperative" and tile[0] % 128:
+        return [("schedule", "cooperative splits tile M across two consumer warpgroups, so tile "
+                             f"M must be a multiple of 128; got {tile[0]}")]
+    return []
+
+
 def cluster_problems(cluster: tuple[int, int, int]) -> list[tuple[str, str]]:
     """(key, message) for an illegal cluster shape: powers of two, K = 1, at most 16 CTAs."""
     problems = []

@@ -84,20 +84,13 @@ def estimate_smem(config: MixedTileConfig, w: str, with_zero: bool) -> tuple[int
 
 
 def check_config(config: MixedTileConfig, variants: tuple[Variant, ...]) -> list[tuple[str, str]]:
-    problems: list[tuple[str, str]] = []
-    tm, tn, tk = config.tile
-    if tm % 64 or not 64 <= tm <= 256:
-        problems.append(("tile", "tile M (over the weight's N) must be 64, 128, 192 or 256 (a "
-                                 f"wgmma is 64 rows); got {tm}"))
-    if tn % 8 or not 8 <= tn <= 256:
-        problems.append(("tile", f"tile N (over tokens) must be a multiple of 8 in [8, 256]; got {tn}"))
+    tk = config.tile[2]
+    problems = sm90_schema.tile_mn_problems(config.tile, " (over the weight's N)", " (over tokens)")
     if tk != TILE_K:
         problems.append(("tile", f"tile K must be {TILE_K} for 16-bit activations (one 128-byte "
                                  "swizzle atom; group sizes are multiples of it); got " f"{tk}"))
     problems += sm90_schema.cluster_problems(config.cluster)
-    if config.schedule == "cooperative" and tm % 128:
-        problems.append(("schedule", "cooperative splits tile M across two consumer warpgroups, "
-                                     f"so tile M must be a multiple of 128; got {tm}"))
+    problems += sm90_schema.cooperative_problems(config.schedule, config.tile)
     if config.tile_scheduler == "streamk" and config.schedule != "cooperative":
         problems.append(("tile_scheduler", "stream-K needs the cooperative schedule; got "
                                            f"schedule {config.schedule!r}"))

@@ -65,20 +65,13 @@ def estimate_smem(config: MoeTileConfig) -> tuple[int, int]:
 
 
 def check_config(config: MoeTileConfig) -> list[tuple[str, str]]:
-    problems: list[tuple[str, str]] = []
-    tm, tn, tk = config.tile
-    if tm % 64 or not 64 <= tm <= 256:
-        problems.append(("tile", "tile M must be 64, 128, 192 or 256 (a wgmma is 64 rows); got "
-                                 f"{tm}"))
-    if tn % 8 or not 8 <= tn <= 256:
-        problems.append(("tile", f"tile N must be a multiple of 8 in [8, 256]; got {tn}"))
+    tk = config.tile[2]
+    problems = sm90_schema.tile_mn_problems(config.tile)
     if tk % TILE_K or not TILE_K <= tk <= 256:
         problems.append(("tile", f"tile K must be {TILE_K} or 256 for 8-bit operands (128-byte "
                                  f"swizzle atoms); got {tk}"))
     problems += sm90_schema.cluster_problems(config.cluster)
-    if config.schedule == "cooperative" and tm % 128:
-        problems.append(("schedule", "cooperative splits tile M across two consumer warpgroups, "
-                                     f"so tile M must be a multiple of 128; got {tm}"))
+    problems += sm90_schema.cooperative_problems(config.schedule, config.tile)
     if not problems:
         smem = sm90_schema.smem_problem(config.tile, config.stages, *estimate_smem(config))
         problems += [smem] if smem else []
