@@ -31,10 +31,11 @@ Comparison (`assert_quant_close`): the reference C = (X·W) ⊙ x_scale ⊙ weig
   * fp32 intermediate: a few float32 roundings (the int32 accumulator of int8 is exact, and of
     A8W4 too: int4 is widened to int8 in registers, same epilogue), < 2^-21 relative;
   * bf16 intermediate: the rounding to bf16, up to 2^-8 relative (8 significant bits);
-  * fp8 inputs, either intermediate: CUTLASS's FP8 fast accumulation (no promotion to float32
-    registers). Measured on an H100 (torch._scaled_mm with use_fast_accum=True, ~N(0, 1) e4m3
-    data, K = 256..4096) its error is at most ~2^-11 of s_x·s_w·Σ_k|x·w|, whatever K; the
-    bound used is 2^-9 of that magnitude.
+  * fp8 inputs, either intermediate: the tensor cores' fp8 accumulation (the kernels promote
+    it to float32 every 4 wgmmas; fast accumulation, which does not, is the worse case).
+    Measured on an H100 with fast accumulation (torch._scaled_mm with use_fast_accum=True,
+    ~N(0, 1) e4m3 data, K = 256..4096) the error is at most ~2^-11 of s_x·s_w·Σ_k|x·w|,
+    whatever K; the bound used is 2^-9 of that magnitude.
 That bound on C is carried exactly through SwiGLU (|d swish| <= |swish'|·dC + dC²/4, plus a
 float32 evaluation error of 2^-20 relative), then through the row maximum (q_scale lies in
 [max(|S| − dS), max(|S| + dS)] / QMAX) and the division S / q_scale, giving for every element an
@@ -259,7 +260,7 @@ def c_error_bound(c, x, weight, weight_scale, x_scale, group_list, group_list_ty
                   intermediate: str) -> torch.Tensor:
     """A bound on |C_kernel - C_ref| per element (float64)."""
     bound = C_REL[intermediate] * c.double().abs()
-    if x.dtype == FP8:   # fast accumulation: relative to s_x·s_w·Σ|x·w|
+    if x.dtype == FP8:   # fp8 tensor-core accumulation: relative to s_x·s_w·Σ|x·w|
         def absolute(t):
             return t.float().abs().to(FP8)   # exact
         magnitude = reference.grouped_matmul_dequant(absolute(x), absolute(weight), weight_scale,
@@ -681,6 +682,51 @@ def test_torch_compile_fullgraph(variant):
         assert_quant_close(got[0], got[1] / 2.0, x, weight, weight_scale, x_scale, group_list,
                            "count", dispatched_intermediate(x, e, n, v), f"compiled {routing}",
                            weight_bits=v.bits)
+
+
+def test_torch_compile_default_check_and_bad_list():
+    """check left at its default under torch.compile(fullgraph=True): the op decides at run time
+    (not when dynamo traces), so a bad group list still raises from the compiled call."""
+    v = require_variant("int8")
+    m, e, k, n = 64, 4, 256, 256
+    torch._dynamo.reset()
+    weight = random_weight((e, k, n), v)
+    weight_scale = random_weight_scales((e, n), v)
+    packed = pack(weight, weight_scale, v)
+
+    def layer(x, x_scale, group_list):
+        return gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list)
+
+    compiled = torch.compile(layer, fullgraph=True)
+    x = random_values((m, k), v.dtype)
+    x_scale = random_scales((m,), v.dtype)
+    good = group_list_of(routing_counts("skewed", m, e), "count")
+    eager = layer(x, x_scale, good)
+    got = compiled(x, x_scale, good)
+    assert same_bits(got[0], eager[0]) and same_bits(got[1], eager[1])
+    bad = torch.tensor([m, 1, 0, 0], dtype=torch.int64, device="cuda")   # m + 1 rows
+    with pytest.raises(ValueError, match="group_list"):
+        compiled(x, x_scale, bad)
+
+
+def test_non_finite_rows_get_a_non_finite_scale():
+    """A NaN or an infinity reaching S makes that row's q_scale NaN / +inf, never a finite value
+    that would pass for a real result; other rows are untouched."""
+    v = require_variant("int8")
+    m, e, k, n = 8, 2, 256, 256
+    weight = random_weight((e, k, n), v)
+    weight_scale = random_weight_scales((e, n), v)
+    packed = pack(weight, weight_scale, v)
+    x = random_values((m, k), v.dtype)
+    x_scale = random_scales((m,), v.dtype)
+    group_list = group_list_of([4, 4], "count")
+    _, clean = gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list)
+    x_scale[1] = float("nan")
+    x_scale[5] = float("inf")
+    _, q_scale = gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list)
+    assert torch.isnan(q_scale[1]) and not torch.isfinite(q_scale[5])
+    rest = [i for i in range(m) if i not in (1, 5)]
+    assert same_bits(q_scale[rest], clean[rest])
 
 
 # ---------------------------------------------------------------------- 8. argument errors

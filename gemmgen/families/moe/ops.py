@@ -29,6 +29,7 @@ _ALIGN = launch.ALIGN_BYTES
 K_MULTIPLE = 16
 K_MULTIPLE_INT4 = 32  # int4 weight rows: K/2 bytes, 16-byte aligned
 N_MULTIPLE = 8
+K_MAX_INT8 = 2**17  # int8: K * 2^14 < 2^31, so the int32 accumulator cannot overflow
 _INTERMEDIATE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _fail = launch.ArgumentErrors(OP)
 _describe = launch.describe
@@ -70,6 +71,8 @@ def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: 
     if not w.is_contiguous():
         raise _fail("weight", f"packed [E, N, K{'/2' if int4 else ''}] weights (K contiguous: "
                     "see gemmgen.pack_moe_weights)", _describe(w))
+    if e == 0:
+        raise _fail("weight", "E >= 1 experts", _describe(w))
     k_multiple = K_MULTIPLE_INT4 if int4 else K_MULTIPLE
     if k == 0 or k % k_multiple:
         raise _fail("x", f"K a positive multiple of {k_multiple} (each expert's rows start a "
@@ -101,6 +104,9 @@ def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: 
                     ("group_list", group_list), ("q", q), ("q_scale", q_scale)):
         if t.get_device() != device:
             raise _fail(name, f"a tensor on cuda:{device} like x", _describe(t))
+    if x.dtype == torch.int8 and k > K_MAX_INT8:
+        raise _fail("x", f"K <= {K_MAX_INT8} for int8 (|x·w| <= 2^14 per product: a longer K "
+                    "could overflow the int32 accumulator)", _describe(x))
     if max(m, n, k) > 2**31 - 1 or e > 2**31 - 1:
         raise _fail("x", "M, N and K below 2^31 (the kernels take int sizes)", _describe(x))
 
@@ -126,7 +132,8 @@ def _family():
 
 
 def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
-                               group_list_type: str, weight_bits: int = 8, check: bool = False,
+                               group_list_type: str, weight_bits: int = 8,
+                               check: Optional[bool] = False,
                                kernel: Optional[str] = None,
                                knobs: Optional[RuntimeKnobs] = None) -> None:
     """The eager implementation. `check` reads the group list back (a sync) and raises on a bad
@@ -134,7 +141,14 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
     check_arguments(q, q_scale, x, w, w_scale, x_scale, group_list, group_list_type, weight_bits)
     m, k = x.shape
     e, n = w.shape[0], w.shape[1]
-    if check and not _capturing():  # values cannot be read back while a graph is captured
+    # None: check unless a CUDA graph is being captured (values cannot be read back then; a bad
+    # list is clamped on the device). Decided here, at run time, not when torch.compile traces.
+    if check is None:
+        check = not _capturing(x.get_device())
+    if check:
+        if _capturing(x.get_device()):
+            raise _fail("check", "False or None while a CUDA graph is captured (the group list "
+                        "cannot be read back during capture)", "check=True")
         check_group_list(group_list, group_list_type, m, where=OP)
     if m == 0:
         if kernel is not None:
@@ -162,7 +176,7 @@ def grouped_matmul_swiglu_quant_out(q: torch.Tensor, q_scale: torch.Tensor, x: t
                                     weight: torch.Tensor, weight_scale: torch.Tensor,
                                     x_scale: torch.Tensor, group_list: torch.Tensor,
                                     group_list_type: str, weight_bits: int = 8,
-                                    check: bool = False,
+                                    check: Optional[bool] = None,
                                     kernel_name: Optional[str] = None) -> None:
     """(q, q_scale) = grouped_matmul_swiglu_quant(...) into given tensors; `weight` packed
     ([E, N, K] contiguous, or uint8 [E, N, K/2] with weight_bits=4), `weight_scale` [E, N].
@@ -173,13 +187,15 @@ def grouped_matmul_swiglu_quant_out(q: torch.Tensor, q_scale: torch.Tensor, x: t
 
 @grouped_matmul_swiglu_quant_out.register_fake
 def _fake(q, q_scale, x, weight, weight_scale, x_scale, group_list, group_list_type,
-          weight_bits=8, check=False, kernel_name=None) -> None:
+          weight_bits=8, check=None, kernel_name=None) -> None:
     check_arguments(q, q_scale, x, weight, weight_scale, x_scale, group_list, group_list_type,
                     weight_bits)
 
 
-def _capturing() -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+def _capturing(device: int) -> bool:
+    """Whether `device`'s current stream is capturing a CUDA graph."""
+    with torch.cuda.device(device):
+        return torch.cuda.is_current_stream_capturing()
 
 
 def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: torch.Tensor,
@@ -207,14 +223,22 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     parity with A8W4 only, its dtype, shape and device checked; the kernels do not need it (they
     convert int4 to int8 in registers and multiply X·W directly), so its values are not read.
 
-    check: read the group list back and raise ValueError on a bad one (negative count,
-    decreasing end offset, more rows than M). Default: True, except during CUDA graph capture,
-    where the list is not read (a bad list is then clamped on the device: nothing is read or
-    written out of bounds). Rows past the last group get q = 0 and q_scale = 0.
+    check: read the group list back (a host sync) and raise ValueError on a bad one (negative
+    count, decreasing end offset, more rows than M). None (default): check, except while a CUDA
+    graph is captured (decided when the op runs, so torch.compile keeps it); False: never read
+    it, for a sync-free hot path (a bad list is then clamped on the device: nothing is read or
+    written out of bounds); True during capture is an error. Rows past the last group get
+    q = 0 and q_scale = 0.
 
-    Definition (and its roundings): gemmgen.reference.grouped_matmul_swiglu_quant. q is int8
-    with q_scale = max|S_row| / 127 (round to nearest, ties to even), or e4m3 with
-    q_scale = max|S_row| / 448. kernel: force a kernel by name (default: dispatch picks by
+    Definition: gemmgen.reference.grouped_matmul_swiglu_quant. q is int8 with q_scale =
+    max|S_row| / 127 (round to nearest, ties to even), or e4m3 with q_scale = max|S_row| / 448.
+    Where the kernels round differently from the reference: C = w_scale · (x_scale · acc) is
+    two float32 multiplies (int32 acc converted to float32 first), swish uses float32 expf, fp8
+    accumulates in float32 (promoted every 4 wgmmas), and a bf16-intermediate config rounds C
+    to bf16; the shipped configs use float32 C. So q may differ from the reference by one step
+    where S / q_scale lies within rounding distance of a tie, and q_scale by a few float32 ulps.
+    Non-finite values: a row whose S holds a NaN gets q_scale NaN, an infinite S q_scale +inf
+    (q of that row unspecified); int8 K is limited to 2^17 (int32 accumulation). kernel: force a kernel by name (default: dispatch picks by
     tokens per expert, E, N and K).
     """
     if weight_bits is not None and (type(weight_bits) is not int or weight_bits not in (8, 4)):
@@ -257,9 +281,7 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     n = w.shape[1] if w.dim() == 3 else 0
     q = torch.empty((m, n // 2), dtype=x.dtype, device=x.device)
     q_scale = torch.empty((m,), dtype=torch.float32, device=x.device)
-    if check is None:
-        check = not _capturing()
-    args = (q, q_scale, x, w, w_scale, x_scale, group_list, group_list_type, bits, bool(check),
+    args = (q, q_scale, x, w, w_scale, x_scale, group_list, group_list_type, bits, check,
             kernel)
     if launch.through_custom_op(x):
         torch.ops.gemmgen.grouped_matmul_swiglu_quant_out(*args)

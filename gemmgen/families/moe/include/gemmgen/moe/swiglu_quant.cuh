@@ -113,6 +113,11 @@ __global__ void group_setup(Arrays arrays, int64_t const* group_list, int32_t cu
 
 // ----------------------------------------------------------------------------- SwiGLU + quant
 
+// max that keeps NaN (fmaxf drops it): a row holding a NaN gets a NaN q_scale, never a finite one.
+__device__ __forceinline__ float max_keep_nan(float a, float b) {
+  return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+}
+
 __device__ __forceinline__ float swiglu(float act, float gate) {
   return act / (1.0f + expf(-act)) * gate;  // expf, not __expf: within a few ulps of exact
 }
@@ -146,8 +151,8 @@ struct Quantizer<int8_t> {
 template <>
 struct Quantizer<cutlass::float_e4m3_t> {
   static constexpr float kMax = 448.0f;
-  __device__ static uint8_t bits(float v) {  // nearest, ties to even, saturated to +-448
-    return cutlass::float_e4m3_t(fminf(fmaxf(v, -kMax), kMax)).storage;
+  __device__ static uint8_t bits(float v) {  // nearest, ties to even, saturated to +-448; NaN
+    return cutlass::float_e4m3_t(isnan(v) ? v : fminf(fmaxf(v, -kMax), kMax)).storage;
   }
 };
 
@@ -198,7 +203,7 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
       load4(gate, v, g);
       for (int i = 0; i < 4; ++i) {
         out[i] = swiglu(a[i], g[i]);
-        amax = fmaxf(amax, fabsf(out[i]));
+        amax = max_keep_nan(amax, fabsf(out[i]));
       }
     };
     if (in_registers) {
@@ -215,7 +220,7 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
       }
     }
     for (int offset = 16; offset > 0; offset /= 2) {
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+      amax = max_keep_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
     }
     if (threadIdx.x % 32 == 0) {
       warp_max[threadIdx.x / 32] = amax;
@@ -223,10 +228,11 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
     __syncthreads();
     amax = 0.0f;
     for (int w = 0; w < kQuantThreads / 32; ++w) {  // max is order-independent: deterministic
-      amax = fmaxf(amax, warp_max[w]);
+      amax = max_keep_nan(amax, warp_max[w]);
     }
     __syncthreads();  // warp_max is rewritten by the next row
     // A row whose S is all zero (or whose max underflows) gets q = 0, q_scale = 0: never NaN.
+    // A row with a NaN in S gets q_scale NaN; with an infinite S, q_scale +inf (q unspecified).
     float const scale = amax / Quantizer<ElementQ>::kMax;
     if (in_registers) {
 #pragma unroll
