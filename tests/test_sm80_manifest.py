@@ -114,6 +114,9 @@ CASES = [
      "instruction", "instruction: [16, 8, 16]", r"int8 tensor-core MMA on sm80 is 16x8x32; got 16x8x16"),
     ("instruction-8x8x32", _with_instruction("[8, 8, 32]"),
      "instruction", "instruction: [8, 8, 32]", r"int8 tensor-core MMA on sm80 is 16x8x32; got 8x8x32"),
+    # a zero in the instruction shape (found by the manifest fuzz: it was a ZeroDivisionError)
+    ("instruction-0x8x32", _with_instruction("[0, 8, 32]"),
+     "instruction", "instruction: [0, 8, 32]", r"int8 tensor-core MMA on sm80 is 16x8x32; got 0x8x32"),
     ("instruction-not-a-triple", _with_instruction("[16, 8]"),
      "instruction", "instruction: [16, 8]", r"expected three integers \[M, N, K\], got \[16, 8\]"),
     # ---- tile legality. A warp that divides the tile and is a multiple of the 16x8x32 instruction

@@ -34,6 +34,7 @@ def check_config(config: Sm80TileConfig, a_dtype: str) -> list[Problem]:
     if config.instruction != expected:
         problems.append(("instruction", f"{a_dtype} tensor-core MMA on sm80 is "
                                         f"{'x'.join(map(str, expected))}; got {'x'.join(map(str, config.instruction))}"))
+        return problems  # the checks below divide by the instruction shape
     for dim, t, w in zip("MNK", config.tile, config.warp):
         if w <= 0 or t % w:
             problems.append(("warp", f"warp {dim} ({w}) must divide the threadblock tile {dim} ({t})"))
