@@ -921,3 +921,20 @@ def test_moe_kernel_compiles_and_loads(tmp_path):
     args = MoeArgs()
     assert library.kernels[KERNEL].run(ctypes.byref(args), None, 0, None) == 5  # GEMMGEN_WRONG_ARCH
     assert KERNEL in library.last_error()
+
+
+def test_tuner_says_why_the_moe_family_is_not_tunable():
+    """`gemmgen tune` on the MoE library: a clear error naming the family and the reason (its
+    dispatch variables are not m, n, k), not a silent skip."""
+    from gemmgen.bindings.library import Kernel, Library
+    from gemmgen.errors import GemmgenError
+    from gemmgen.tuning import tune as tuning
+    from gemmgen.tuning.tune import TuneOptions
+
+    lib = Library("moe", "sm90a", Path("."), "f" * 16, None, {}, {}, None)
+    lib.kernels.update({s.name: Kernel(s, lib, None, None)
+                        for s in expand(load_manifest(SHIPPED))})
+    with pytest.raises(GemmgenError, match=r"library 'moe' has no kernels of a tunable op family: "
+                                           r"moe \(no tuner hooks yet; dispatch variables "
+                                           r"tokens_per_expert, experts, n, k: the tuner measures"):
+        tuning.classes_of(lib, TuneOptions(shapes=[], m_grid=(1,)))

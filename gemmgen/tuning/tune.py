@@ -128,16 +128,25 @@ def classes_of(library: Library, options: TuneOptions) -> list[MeasuredClass]:
     for k in library.kernels.values():
         by_family.setdefault(k.spec.family, set()).add(k.spec.dispatch_class)
     classes: list[MeasuredClass] = []
+    untunable: list[str] = []
     for name, built in sorted(by_family.items()):
         family = registry.get(name)
-        if family.tuner is None or family.variables[:3] != ("m", "n", "k"):
+        reasons = []
+        if family.tuner is None:
+            reasons.append("no tuner hooks yet")
+        if family.variables[:3] != ("m", "n", "k"):
+            reasons.append(f"dispatch variables {', '.join(family.variables)}: the tuner "
+                           "measures m, n, k")
+        if reasons:
+            untunable.append(f"{name} ({'; '.join(reasons)})")
             continue
         try:
             classes += family.tuner.classes(built, options)
         except GemmgenError as exc:
             raise GemmgenError(f"library {library.name!r} {exc}") from None
     if not classes:
-        raise GemmgenError(f"library {library.name!r} has no kernels of a tunable op family")
+        raise GemmgenError(f"library {library.name!r} has no kernels of a tunable op family: "
+                           f"{'; '.join(untunable)}")
     return classes
 
 
