@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 
 from ...bindings import launch
+from . import FAMILY
 from ...bindings.library import Kernel
 from ...generator.kernel_config import RuntimeKnobs
 from .abi import ARGS_LAYOUT, GROUP_LIST_CODES, RASTER_CODES, MoeArgs
@@ -33,10 +34,6 @@ K_MAX_INT8 = 2**17  # int8: K * 2^14 < 2^31, so the int32 accumulator cannot ove
 _INTERMEDIATE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _fail = launch.ArgumentErrors(OP)
 _describe = launch.describe
-
-
-def _ptr(t: Optional[torch.Tensor]) -> int:
-    return 0 if t is None else t.data_ptr()
 
 
 def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
@@ -113,7 +110,7 @@ def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: 
 
 def _kernel_for(kernel: Optional[str], x: torch.Tensor, m: int, e: int, n: int, k: int,
                 weight_bits: int) -> tuple[Kernel, RuntimeKnobs]:
-    key, values = _family().dispatch_request(OP, x_dtype=x.dtype, m=m, experts=e, n=n, k=k,
+    key, values = FAMILY.dispatch_request(OP, x_dtype=x.dtype, m=m, experts=e, n=n, k=k,
                                              weight_bits=weight_bits)
     if kernel is None:
         device = x.get_device()
@@ -124,11 +121,6 @@ def _kernel_for(kernel: Optional[str], x: torch.Tensor, m: int, e: int, n: int, 
         raise _fail("kernel", f"a {OP} kernel for {key[1]} x {key[2]}",
                     f"{kernel} ({' '.join(chosen.spec.dispatch_class)})")
     return chosen, chosen.spec.knobs
-
-
-def _family():
-    from . import FAMILY
-    return FAMILY
 
 
 def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
@@ -143,13 +135,13 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
     e, n = w.shape[0], w.shape[1]
     # None: check unless a CUDA graph is being captured (values cannot be read back then; a bad
     # list is clamped on the device). Decided here, at run time, not when torch.compile traces.
-    if check is None:
-        check = not _capturing(x.get_device())
-    if check:
-        if _capturing(x.get_device()):
+    if check is not False:   # check=False (the sync-free hot path) asks nothing of the device
+        capturing = _capturing(x.get_device())
+        if check and capturing:
             raise _fail("check", "False or None while a CUDA graph is captured (the group list "
                         "cannot be read back during capture)", "check=True")
-        check_group_list(group_list, group_list_type, m, where=OP)
+        if not capturing:
+            check_group_list(group_list, group_list_type, m, where=OP)
     if m == 0:
         if kernel is not None:
             _kernel_for(kernel, x, 1, e, n, k, weight_bits)  # still reject a wrong name
