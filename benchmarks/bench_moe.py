@@ -20,7 +20,10 @@ gemmgen.pack_moe_weights(..., weight_bits=4)):
   gemmgen           gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list,
                     check=False), dispatch as shipped (a8w4: the MoeWeight with bits=4)
   gemmgen best      the same op forced to each built kernel of the row's (x, w) types
-                    (kernel=name; spec.x, spec.w): the fastest
+                    (kernel=name; spec.x, spec.w): the fastest; also the fastest unfused
+                    (grouped GEMM writing C, then SwiGLU + quant) and the fastest fused kernel
+                    (SwiGLU and the row max in the GEMM's epilogue, then a quant pass), and
+                    their ratio
   floor             weights (+ scales) of the experts that got >= 1 token read once at the
                     measured copy bandwidth (a8w4: the int4 bytes, N x K/2 per expert)
   A8W8 / A8W4       a8w4 rows: gemmgen's int8 A8W8 µs of the same (model, T, routing) over the
@@ -105,7 +108,8 @@ TARGETS = ("(1) gemmgen >= 2.5x torch per-expert at >= 256 tokens (A8W8: int8 an
            "(2) gemmgen faster than torch's fp8 grouped pipeline at every shape (e4m3 rows)",
            "(3) gemmgen <= 1.5x the weight-read floor at <= 1024 tokens (A8W8: int8 and e4m3 rows)",
            "(4) A8W4 >= 1.5x faster than gemmgen's A8W8 at <= 256 tokens (a8w4 rows)",
-           "(5) A8W4 <= 1.5x the int4 weight-read floor at <= 256 tokens (a8w4 rows)")
+           "(5) A8W4 <= 1.5x the int4 weight-read floor at <= 256 tokens (a8w4 rows)",
+           "(6) fused >= 1.15x unfused (best kernel of each) where tokens per expert >= 128 (A8W8 rows)")
 
 
 # ---------------------------------------------------------------- arguments
@@ -186,9 +190,11 @@ def weight_bytes(dtype: str) -> float:
 
 
 def bytes_per_copy(dtype: str) -> float:
-    """Bytes per weight element of one rotated copy: the packed weight, plus (a8w4) the values
-    held as int8, plus (int8, a8w4) the bf16 dequantized weight of the torch grouped baseline."""
-    return weight_bytes(dtype) + (1 if dtype == "a8w4" else 0) + (2 if X_TYPE[dtype] == "int8" else 0)
+    """Bytes per weight element of one rotated copy: the packed weight, the logical one (torch's),
+    plus (a8w4) the values held as int8, plus (int8, a8w4) the bf16 dequantized weight of the
+    torch grouped baseline."""
+    return (weight_bytes(dtype) + 1 + (1 if dtype == "a8w4" else 0)
+            + (2 if X_TYPE[dtype] == "int8" else 0))
 
 
 @dataclass
@@ -196,10 +202,13 @@ class Weights:
     """Copies of one model's expert weights, rotated call by call."""
 
     packed: list                                   # gemmgen.MoeWeight: [E, N, K] (a8w4: uint8
-                                                   # [E, N, K/2], bits=4) + scales [E, N]
-    held: list                                     # 8-bit MoeWeights of the same values: the torch
-                                                   # per-expert weights (a8w4: the int4 values held
-                                                   # as int8, also the A8W8 op's); else `packed`
+                                                   # [E, N, K/2], bits=4) + scales [E, N], act and
+                                                   # gate interleaved
+    held: list                                     # 8-bit MoeWeights of the same values (a8w4: the
+                                                   # int4 values held as int8, the A8W8 op's); else
+                                                   # `packed`
+    logical: list                                  # (weight [E, N, K] contiguous, act half then gate
+                                                   # half; scale [E, N]) of the same values: torch's
     bf16: list = field(default_factory=list)       # int8, a8w4: dequantized [E, K, N] views (K-major)
 
 
@@ -211,15 +220,15 @@ def make_weights(model: Model, dtype: str, copies: int) -> Weights:
         w[i] = _random((n, k), kind)
     scale = _scales((e, n), k, kind)
     pack = gemmgen.pack_moe_weights
-    held = [pack(w.transpose(1, 2), scale)] + [pack(w.clone().transpose(1, 2), scale)
-                                               for _ in range(copies - 1)]
+    logical = [(w, scale)] + [(w.clone(), scale) for _ in range(copies - 1)]
+    held = [pack(lw.transpose(1, 2), scale) for lw, _ in logical]
     if dtype == "a8w4":
         first = pack(w.transpose(1, 2), scale, weight_bits=4)  # uint8 [E, N, K/2], bits=4
         packed = [first] + [dataclasses.replace(first, weight=first.weight.clone())
                             for _ in range(copies - 1)]
     else:
         packed = held
-    weights = Weights(packed, held)
+    weights = Weights(packed, held, logical)
     if X_TYPE[dtype] == "int8":
         wb = torch.empty(e, n, k, dtype=torch.bfloat16, device="cuda")
         for i in range(e):
@@ -266,7 +275,7 @@ def per_expert_fn(dtype: str, weights: Weights, inp: Inputs):
     """The straightforward loop over the non-empty experts (counts on the host). a8w4: the int8
     loop on the int4 values held as int8 (torch has no int4 x int8 GEMM): A8W4's exact math."""
     m, k = inp.x[0].shape
-    n = weights.held[0].n
+    n = weights.logical[0][0].shape[1]
     int8 = X_TYPE[dtype] == "int8"
     spans, start = [], 0
     for e, count in enumerate(inp.counts):
@@ -283,18 +292,18 @@ def per_expert_fn(dtype: str, weights: Weights, inp: Inputs):
 
     def fn(i: int):
         x, xs = inp.x[i % len(inp.x)], inp.x_scale[i % len(inp.x)]
-        w = weights.held[i % len(weights.held)]
+        w, w_scale = weights.logical[i % len(weights.logical)]
         for e, a0, a1 in spans:
             rows, a, sa = a1 - a0, x[a0:a1], xs[a0:a1]
             if int8:
                 if rows <= 16:
                     a_pad[:rows].copy_(a)
                     a = a_pad
-                c = torch._int_mm(a, w.weight[e].t())[:rows].float() * sa[:, None] * w.scale[e][None]
+                c = torch._int_mm(a, w[e].t())[:rows].float() * sa[:, None] * w_scale[e][None]
             else:
                 if a0 % 4:
                     sa = s_buf[:rows].copy_(sa)
-                c = torch._scaled_mm(a, w.weight[e].t(), scale_a=sa[:, None], scale_b=w.scale[e][None],
+                c = torch._scaled_mm(a, w[e].t(), scale_a=sa[:, None], scale_b=w_scale[e][None],
                                      out_dtype=torch.bfloat16, use_fast_accum=True).float()
             qe, se = swiglu_quant(c, dtype)
             q[a0:a1].copy_(qe)
@@ -310,9 +319,9 @@ def grouped_fn(dtype: str, weights: Weights, inp: Inputs):
             g = torch._grouped_mm(inp.x_bf16[i % len(inp.x_bf16)], weights.bf16[i % len(weights.bf16)],
                                   offs=inp.offs)
         else:
-            w = weights.packed[i % len(weights.packed)]
-            g = torch._scaled_grouped_mm(inp.x[i % len(inp.x)], w.weight.transpose(1, 2),
-                                         inp.x_scale[i % len(inp.x)], w.scale, offs=inp.offs,
+            w, w_scale = weights.logical[i % len(weights.logical)]
+            g = torch._scaled_grouped_mm(inp.x[i % len(inp.x)], w.transpose(1, 2),
+                                         inp.x_scale[i % len(inp.x)], w_scale, offs=inp.offs,
                                          out_dtype=torch.bfloat16, use_fast_accum=True)
         return swiglu_quant(g.float(), dtype)
     return fn
@@ -454,6 +463,9 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
             continue
         if us < row.get("best", math.inf):
             row["best"], row["best_kernel"] = us, short_kernel(kernel)
+        kind = "fused" if kernel.spec.config.fused else "unfused"
+        if us < row.get(kind, math.inf):
+            row[kind], row[kind + "_kernel"] = us, short_kernel(kernel)
     del inp
     return row
 
@@ -479,6 +491,16 @@ def ratio(a, b):
     return a / b if a is not None and b is not None and b > 0 else None
 
 
+def fused_gain(r: dict):
+    """unfused best µs / fused best µs (None without a fused or an unfused kernel)."""
+    return ratio(r.get("unfused"), r.get("fused"))
+
+
+def tokens_per_expert(r: dict) -> int:
+    """ceil(M / E), as dispatch defines it."""
+    return -(-r["m"] // MODELS[r["model"]].experts)
+
+
 def a8w8_ratio(r: dict):
     """A8W8 µs / A8W4 µs of an a8w4 row (None when either is missing)."""
     return ratio(r.get("a8w8"), r["gemmgen"]) if r["dtype"] == "a8w4" else None
@@ -489,9 +511,9 @@ HELD = "†"  # marks the a8w4 rows' torch per-expert time: the int8 pipeline on
 
 def table(rows: list[dict]) -> str:
     lines = ["| dtype | model | T | routing | M | active E | torch per-expert µs | torch grouped µs | "
-             "gemmgen µs | gemmgen best µs | kernel (dispatched; best) | floor µs | x per-expert | "
-             "x grouped | gemmgen / floor | A8W8 / A8W4 |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+             "gemmgen µs | gemmgen best µs | kernel (dispatched; best) | unfused best µs | fused best µs | "
+             "unfused / fused | floor µs | x per-expert | x grouped | gemmgen / floor | A8W8 / A8W4 |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         kernel = r.get("dispatched", "?")
         if r.get("best_kernel") and r["best_kernel"] != kernel:
@@ -502,6 +524,7 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['dtype']} | {r['model']} | {r['tokens']} | {r['routing']} | {r['m']} | {r['active']} | "
             f"{per_expert} | {grouped} | {fmt(r['gemmgen'])} | {fmt(r.get('best'))} | {kernel} | "
+            f"{fmt(r.get('unfused'))} | {fmt(r.get('fused'))} | {fmt(fused_gain(r), 2, 'x')} | "
             f"{fmt(r['floor'])} | {fmt(ratio(r.get('per_expert'), r['gemmgen']), 2, 'x')} | "
             f"{fmt(ratio(r.get('grouped'), r['gemmgen']), 2, 'x')} | {fmt(ratio(r['gemmgen'], r['floor']), 2)} | "
             f"{a8w8} |")
@@ -525,6 +548,8 @@ def targets(rows: list[dict]) -> list[str]:
          a8w8_ratio, lambda v: v >= 1.5, min, "x A8W8 (A8W8 µs / A8W4 µs)"),
         ([r for r in a8w4 if r["tokens"] <= 256],
          lambda r: ratio(r["gemmgen"], r["floor"]), lambda v: v <= 1.5, max, "x int4 floor"),
+        ([r for r in a8w8 if tokens_per_expert(r) >= 128 and r.get("unfused")],
+         fused_gain, lambda v: v >= 1.15, min, "x (unfused / fused)"),
     ]
     out = []
     for title, (sel, value, ok, worst, unit) in zip(TARGETS, checks):
@@ -636,7 +661,8 @@ def main(argv=None) -> int:
                     print(f"  T={tokens:5d} {routing:7s} M={r['m']:6d} act={r['active']:3d} R={r['rotations']}  "
                           f"per-expert{held} {fmt(r.get('per_expert')):>8s}  grouped {fmt(r.get('grouped')):>8s}  "
                           f"gemmgen {fmt(r['gemmgen']):>7s} [{r['dispatched']}]  best {fmt(r.get('best')):>7s} "
-                          f"[{r.get('best_kernel', '-')}]  floor {fmt(r['floor']):>7s} µs{a8w8}"
+                          f"[{r.get('best_kernel', '-')}]  unfused/fused {fmt(fused_gain(r), 2, 'x')}  "
+                          f"floor {fmt(r['floor']):>7s} µs{a8w8}"
                           + (f"  ({'; '.join(r['notes'])})" if r["notes"] else ""), flush=True)
             del weights
             torch.cuda.empty_cache()

@@ -84,15 +84,21 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 10
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 15
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
     # fp8 stops at 128x128 tiles (promoted accumulation spills a 128x256 cooperative tile)
     assert {(k.x, k.w, k.origin.config) for k in kernels} == {
-        ("int8", "int8", c) for c in ("decode", "small", "mid", "large")} | {
-        ("e4m3", "e4m3", c) for c in ("decode", "small", "mid")} | {
+        ("int8", "int8", c) for c in ("decode", "small", "mid", "large", "mid_fused", "large_fused",
+                                      "wide_fused")} | {
+        ("e4m3", "e4m3", c) for c in ("decode", "small", "mid", "small_fused", "mid_fused")} | {
         ("int8", "int4", c) for c in ("decode", "small", "mid")}
+    # fused kernels: A8W8 only, never swap-AB, fp32 S; each has an unfused twin of its tile
+    fused = [k for k in kernels if k.config.fused]
+    assert {k.origin.config for k in fused} == {"mid_fused", "large_fused", "wide_fused", "small_fused"}
+    assert len(fused) == 5 and all(k.name.endswith("_fused") for k in fused)
+    assert all(k.w != "int4" and not k.config.swap_ab and k.c == "fp32" for k in fused)
     # A8W4 kernels, and only they, are named `_i8w4_`; every one is swap-AB
     assert {k.name for k in kernels if "_i8w4_" in k.name} == {k.name for k in kernels if k.w == "int4"}
     assert all(k.config.swap_ab and k.origin.family == "moe_a8w4" for k in kernels if k.w == "int4")
@@ -160,6 +166,14 @@ def _add(*lines: str) -> tuple[str, str]:
     ([("tile: [128, 128, 128]", "tile: [256, 256, 256]")], "stages", "name: mid",
      r"the minimum of 2 stages \(stages: auto\) of tile 256x256x256 need .* over the sm90 limit"),
     ([_add("split_k: 2")], "split_k", "split_k:", r"unknown key in configs\[0\]"),
+    # fused: not swap-AB, S in fp32, not A8W4, a boolean
+    ([_add("fused: 1")], "fused", "fused:", "expected true or false, got 1"),
+    ([("intermediate: bf16", "intermediate: fp32"), _add("swap_ab: true", "fused: true")], "fused",
+     "fused:", "a fused config cannot be swap_ab: its epilogue pairs act and gate as adjacent columns"),
+    ([_add("fused: true")], "intermediate", "intermediate:", "fp32 for a fused config"),
+    ([("dtypes: [e4m3]", "dtypes: [int8, {x: int8, w: int4}]"), ("intermediate: bf16", "intermediate: fp32"),
+      _add("swap_ab: true", "fused: true")], "fused", "fused:",
+     "a fused config cannot be swap_ab"),
     ([_add("raster: diagonal")], "raster", "raster:", "unknown value 'diagonal'"),
     ([('when: "true"', 'when: "m <= 16"')], "when", "when:",
      "unknown variable 'm' .* allowed: tokens_per_expert, experts, n, k"),
@@ -280,7 +294,12 @@ def test_render_shipped_manifest_spells_every_variant():
         (k,) = unit.kernels
         swap = "true" if k.config.swap_ab else "false"
         assert f"MoeConfig<\n    {element[k.x]}, {element[k.w]}, float, /*swap_ab=*/{swap}" in unit.source
-        assert f"{k.x} x {k.w} -> fp32 C -> SwiGLU -> {k.x} q" in unit.source
+        if k.config.fused:
+            assert f"{k.x} x {k.w} -> SwiGLU in the epilogue -> fp32 S + row max -> {k.x} q" in unit.source
+            assert "/*fused=*/true> {};" in unit.source
+        else:
+            assert f"{k.x} x {k.w} -> fp32 C -> SwiGLU -> {k.x} q" in unit.source
+            assert "/*fused=*/false> {};" in unit.source
         assert f"family '{k.origin.family}', config '{k.origin.config}'" in unit.source
         assert "gemmgen::device_supports(9, 0, 9, 0)" in unit.source
     assert len({unit.name for unit in units}) == len(units)
@@ -298,6 +317,31 @@ def test_bf16_intermediate_spelling(tmp_path):
     manifest = load_manifest(_write(tmp_path, text))
     (unit,) = render_kernel_sources(manifest, expand(manifest))
     assert "MoeConfig<\n    int8_t, int8_t, cutlass::bfloat16_t, /*swap_ab=*/false" in unit.source
+
+
+def test_fused_config_name_and_rendering(tmp_path):
+    """A fused config: its own name (`_fused`), MoeConfig's Fused flag, the header comment."""
+    text = MANIFEST.replace("dtypes: [e4m3]", "dtypes: [int8]").replace("intermediate: bf16", "intermediate: fp32")
+    text = text.replace(*_add("fused: true"))
+    manifest = load_manifest(_write(tmp_path, text))
+    (kernel,) = kernels = expand(manifest)
+    assert kernel.config.fused and not kernel.config.swap_ab
+    assert kernel.name == "sm90a_grouped_matmul_swiglu_quant_i8_f32_t128x128x128_c1x1x1_coop_sauto_fused"
+    (unit,) = render_kernel_sources(manifest, kernels)
+    assert "/*stages (0 = auto)=*/0, /*fused=*/true> {};" in unit.source
+    assert "int8 x int8 -> SwiGLU in the epilogue -> fp32 S + row max -> int8 q" in unit.source
+    assert FAMILY.config_fields(manifest.families[0].configs[0])["fused"] is True
+    unfused = load_manifest(_write(tmp_path, text.replace("fused: true", "fused: false")))
+    (plain,) = render_kernel_sources(unfused, expand(unfused))
+    assert "/*fused=*/false> {};" in plain.source and "-> fp32 C -> SwiGLU" in plain.source
+
+
+def test_a8w4_with_fused_is_refused(tmp_path):
+    text = MANIFEST.replace("dtypes: [e4m3]", "dtypes: [{x: int8, w: int4}]").replace(
+        "intermediate: bf16", "intermediate: fp32").replace(*_add("fused: true"))
+    with pytest.raises(ManifestError, match="fused config cannot be swap_ab|int4") as info:
+        expand(load_manifest(_write(tmp_path, text)))
+    assert info.value.key in ("fused", "tile", "swap_ab")
 
 
 def test_a8w4_renders_int4_weights(tmp_path):
@@ -379,19 +423,24 @@ def fresh_dispatch():
 
 # each shipped family: (its class, x_dtype, weight_bits, its rules' configs in order)
 _SHIPPED_FAMILIES = {
-    "moe_int8": (I8, INT8, 8, ["decode", "small", "mid", "large"]),
-    "moe_e4m3": (E4M3, FP8, 8, ["decode", "small", "mid"]),
+    "moe_int8": (I8, INT8, 8, ["decode", "small", "mid_fused", "large", "wide_fused"]),
+    "moe_e4m3": (E4M3, FP8, 8, ["decode", "small", "small_fused", "mid_fused"]),
     "moe_a8w4": (A8W4, INT8, 4, ["decode", "small", "mid"]),
 }
 
 
 @pytest.mark.parametrize("family,n,tokens,config", [
+    # int8: <= 16 decode; <= 32 (<= 64 at N >= 8192) small; <= 128 mid_fused; then large (unfused)
+    # at N >= 8192, else wide_fused
     ("moe_int8", 4096, 1, "decode"), ("moe_int8", 4096, 16, "decode"), ("moe_int8", 4096, 17, "small"),
-    ("moe_int8", 4096, 64, "small"), ("moe_int8", 4096, 65, "mid"), ("moe_int8", 4096, 128, "mid"),
-    ("moe_int8", 4096, 129, "large"), ("moe_int8", 4096, 100_000, "large"),
-    ("moe_e4m3", 4096, 16, "decode"), ("moe_e4m3", 4096, 17, "small"), ("moe_e4m3", 4096, 64, "small"),
-    ("moe_e4m3", 4096, 65, "mid"), ("moe_e4m3", 4096, 100_000, "mid"),
-    ("moe_e4m3", 8192, 65, "small"), ("moe_e4m3", 28672, 100_000, "small"),
+    ("moe_int8", 4096, 32, "small"), ("moe_int8", 4096, 33, "mid_fused"), ("moe_int8", 8192, 64, "small"),
+    ("moe_int8", 8192, 65, "mid_fused"), ("moe_int8", 4096, 128, "mid_fused"),
+    ("moe_int8", 4096, 129, "wide_fused"), ("moe_int8", 8192, 129, "large"),
+    ("moe_int8", 28672, 100_000, "large"), ("moe_int8", 1536, 100_000, "wide_fused"),
+    # e4m3: <= 16 decode; N >= 8192 small; <= 64 small_fused; else mid_fused
+    ("moe_e4m3", 4096, 16, "decode"), ("moe_e4m3", 4096, 17, "small_fused"), ("moe_e4m3", 4096, 64, "small_fused"),
+    ("moe_e4m3", 4096, 65, "mid_fused"), ("moe_e4m3", 4096, 100_000, "mid_fused"),
+    ("moe_e4m3", 8192, 17, "small"), ("moe_e4m3", 28672, 100_000, "small"), ("moe_e4m3", 28672, 3, "decode"),
     # A8W4: <= 16 decode, <= 64 small, else mid (no large tile, no wide-N rule)
     ("moe_a8w4", 4096, 1, "decode"), ("moe_a8w4", 4096, 8, "decode"), ("moe_a8w4", 4096, 9, "small"),
     ("moe_a8w4", 4096, 32, "small"), ("moe_a8w4", 4096, 33, "mid"), ("moe_a8w4", 4096, 129, "mid"),
@@ -429,6 +478,11 @@ def _random_weight(e, k, n, dtype, seed=0) -> torch.Tensor:
     return torch.randint(-128, 128, (e, k, n), generator=gen, dtype=torch.int8).view(dtype)
 
 
+def _packed_row(j: int, n: int) -> int:
+    """The packed row of logical column j: act j -> 2j, gate j -> 2j + 1 (act and gate interleaved)."""
+    return 2 * j if j < n // 2 else 2 * (j - n // 2) + 1
+
+
 @pytest.mark.parametrize("dtype", [INT8, FP8])
 def test_pack_stacked_and_list(dtype):
     e, k, n = 3, 32, 16
@@ -438,36 +492,42 @@ def test_pack_stacked_and_list(dtype):
     assert isinstance(packed, gemmgen.MoeWeight)
     assert packed.weight.shape == (e, n, k) and packed.weight.is_contiguous()
     assert packed.weight.dtype == dtype and (packed.experts, packed.n, packed.k) == (e, n, k)
-    assert torch.equal(_bits(packed.weight), _bits(w.transpose(1, 2)))
+    for i, j in ((0, 0), (1, 3), (2, n // 2), (2, n - 1), (0, n // 2 + 5)):  # by hand
+        assert torch.equal(_bits(packed.weight[i, _packed_row(j, n)]), _bits(w[i, :, j]))
+        assert packed.scale[i, _packed_row(j, n)] == scale[i, j]
     assert packed.logical_weight().shape == (e, k, n)
     assert torch.equal(_bits(packed.logical_weight()), _bits(w))
-    assert packed.scale.dtype == torch.float32 and torch.equal(packed.scale, scale)
-    assert (packed.layout_version, packed.arch) == (packing.LAYOUT_VERSION, "sm90a") == (1, "sm90a")
+    assert packed.scale.dtype == torch.float32 and torch.equal(packed.logical_scale(), scale)
+    assert (packed.layout_version, packed.arch) == (packing.LAYOUT_VERSION, "sm90a") == (2, "sm90a")
     from_lists = gemmgen.pack_moe_weights(list(w.unbind(0)), list(scale.unbind(0)))
     assert torch.equal(_bits(from_lists.weight), _bits(packed.weight))
-    assert from_lists.scale.shape == (e, n) and torch.equal(from_lists.scale, scale)
+    assert from_lists.scale.shape == (e, n) and torch.equal(from_lists.scale, packed.scale)
     moved = dataclasses.replace(packed, arch="sm80").to("cpu")
-    assert moved.arch == "sm80" and moved.layout_version == 1
+    assert moved.arch == "sm80" and moved.layout_version == 2
     assert torch.equal(_bits(moved.weight), _bits(packed.weight))
 
 
 @pytest.mark.parametrize("dtype", [INT8, FP8])
-def test_k_major_weights_are_used_without_a_copy(dtype):
+def test_k_major_weights_are_packed_alike(dtype):
+    """An [E, K, N] view of nn.Linear-style [E, N, K] weights packs like a contiguous copy of it."""
     e, n, k = 2, 24, 48
-    w_nk = _random_weight(e, n, k, dtype)          # nn.Linear-style [E, N, K], contiguous
-    view = w_nk.transpose(1, 2)                    # the contract's [E, K, N]
-    assert packing.is_k_major(view) and not packing.is_k_major(view.contiguous())
-    packed_w = packing.packed_weight("test", view)
-    assert packed_w.data_ptr() == w_nk.data_ptr() and packed_w.is_contiguous()
-    packed = gemmgen.pack_moe_weights(view, torch.ones(e, n))
-    assert packed.weight.data_ptr() == w_nk.data_ptr()
-    copied = packing.packed_weight("test", view.contiguous())
-    assert copied.data_ptr() != w_nk.data_ptr() and torch.equal(_bits(copied), _bits(w_nk))
+    w_nk = _random_weight(e, n, k, dtype)
+    view = w_nk.transpose(1, 2)
+    from_view, from_copy = packing.packed_weight("test", view), packing.packed_weight("test", view.contiguous())
+    assert from_view.is_contiguous() and torch.equal(_bits(from_view), _bits(from_copy))
+    assert torch.equal(_bits(from_view[:, 1::2]), _bits(w_nk[:, n // 2:]))  # the gate rows
+
+
+def test_odd_n_is_refused_by_the_packer():
+    with pytest.raises(ValueError, match=r"^gemmgen\.pack_moe_weights: argument 'weight': expected an even N"):
+        gemmgen.pack_moe_weights(_random_weight(1, 16, 7, INT8), torch.ones(1, 7))
+    with pytest.raises(ValueError, match=r"argument 'weight_scale': expected an even N"):
+        gemmgen.pack_moe_weights(_random_weight(1, 16, 8, INT8), torch.ones(1, 7))
 
 
 @st.composite
 def _packing_case(draw):
-    e, k, n = draw(st.integers(1, 4)), draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    e, k, n = draw(st.integers(1, 4)), draw(st.integers(1, 9)), 2 * draw(st.integers(1, 5))
     return (e, k, n, draw(st.sampled_from([INT8, FP8])), draw(st.booleans()),
             draw(st.sampled_from(["stacked", "list", "k_major"])), draw(st.integers(0, 2**16)))
 
@@ -486,12 +546,12 @@ def test_pack_round_trip(case):
     assert packed.weight.shape == (e, n, k) and packed.weight.is_contiguous()
     assert packed.scale.shape == (e, n) and packed.scale.is_contiguous()
     assert torch.equal(_bits(packed.logical_weight()), _bits(w))
-    assert torch.equal(_bits(packed.weight), _bits(w.transpose(1, 2)))
-    assert torch.equal(packed.scale, scale)
-    if form == "k_major":
-        assert packed.weight.data_ptr() == w.data_ptr()
-    again = gemmgen.pack_moe_weights(packed.logical_weight(), packed.scale)  # already K-major
-    assert again.weight.data_ptr() == packed.weight.data_ptr()
+    assert torch.equal(packed.logical_scale(), scale)
+    j = seed % n  # one column by hand
+    assert torch.equal(_bits(packed.weight[:, _packed_row(j, n)]), _bits(w[:, :, j]))
+    assert torch.equal(packed.scale[:, _packed_row(j, n)], scale[:, j])
+    again = gemmgen.pack_moe_weights(packed.logical_weight(), packed.logical_scale())
+    assert torch.equal(_bits(again.weight), _bits(packed.weight)) and torch.equal(again.scale, packed.scale)
 
 
 def _pack_error(argument: str, expected: str) -> str:
@@ -565,7 +625,7 @@ def test_pack_int4_by_hand():
 
 @st.composite
 def _int4_case(draw):
-    e, k, n = draw(st.integers(1, 4)), 2 * draw(st.integers(0, 9)), draw(st.integers(1, 9))
+    e, k, n = draw(st.integers(1, 4)), 2 * draw(st.integers(0, 9)), 2 * draw(st.integers(1, 5))
     return (e, k, n, draw(st.booleans()), draw(st.sampled_from(["stacked", "list", "k_major"])),
             draw(st.integers(0, 2**16)))
 
@@ -584,13 +644,15 @@ def test_pack_int4_round_trip(case):
     assert (packed.layout_version, packed.arch) == (packing.LAYOUT_VERSION, "sm90a")
     logical = packed.logical_weight()
     assert logical.dtype == INT8 and logical.shape == (e, k, n) and torch.equal(logical, w)
-    assert torch.equal(packed.scale, scale) and packed.scale.dtype == torch.float32
-    assert torch.equal(packed.weight, packing.pack_int4(w.transpose(1, 2)))
-    assert torch.equal(packing.unpack_int4(packed.weight), w.transpose(1, 2))
+    assert torch.equal(packed.logical_scale(), scale) and packed.scale.dtype == torch.float32
+    interleaved = packing.interleave_act_gate(w.transpose(1, 2), 1)
+    assert torch.equal(packed.weight, packing.pack_int4(interleaved))
+    assert torch.equal(packing.unpack_int4(packed.weight), interleaved)
     if k:  # one byte, by hand: expert i, column j, byte b holds k = 2b (low) and 2b + 1 (high)
         i, j, b = seed % e, seed % n, seed % (k // 2)
-        assert int(packed.weight[i, j, b]) == _nibble_byte(int(w[i, 2 * b, j]), int(w[i, 2 * b + 1, j]))
-    again = gemmgen.pack_moe_weights(logical, packed.scale, weight_bits=4)  # packing is a function
+        assert int(packed.weight[i, _packed_row(j, n), b]) == _nibble_byte(int(w[i, 2 * b, j]),
+                                                                           int(w[i, 2 * b + 1, j]))
+    again = gemmgen.pack_moe_weights(logical, packed.logical_scale(), weight_bits=4)  # a function
     assert torch.equal(again.weight, packed.weight)
     moved = packed.to("cpu")
     assert moved.bits == 4 and moved.k == k and torch.equal(moved.weight, packed.weight)
@@ -831,10 +893,10 @@ def test_public_op_early_errors_on_cpu():
     prefix = r"^gemmgen\.grouped_matmul_swiglu_quant: argument "
     with pytest.raises(ValueError, match=prefix + r"'weight_scale': expected None with a packed MoeWeight"):
         gemmgen.grouped_matmul_swiglu_quant(x, packed, _S, x_scale, g)
-    for stale, got in ((dataclasses.replace(packed, layout_version=2), "arch 'sm90a', layout version 2"),
-                       (dataclasses.replace(packed, arch="sm80"), "arch 'sm80', layout version 1")):
+    for stale, got in ((dataclasses.replace(packed, layout_version=1), "arch 'sm90a', layout version 1"),
+                       (dataclasses.replace(packed, arch="sm80"), "arch 'sm80', layout version 2")):
         with pytest.raises(ValueError, match=prefix + r"'weight': expected a MoeWeight packed for "
-                                                      r"sm90a with layout version 1 .*; got " + got):
+                                                      r"sm90a with layout version 2 .*; got " + got):
             gemmgen.grouped_matmul_swiglu_quant(x, stale, None, x_scale, g)
     with pytest.raises(ValueError, match=prefix + r"'x': expected a 2-D tensor \[M, K\]"):
         gemmgen.grouped_matmul_swiglu_quant(x[0], packed, None, x_scale, g)

@@ -542,7 +542,8 @@ def test_a8w4_weight_forms_and_assist_matrix():
 
 @variant_params()
 def test_bit_identical_runs(variant):
-    """The same call three times gives the same bits (no atomics, no order dependence)."""
+    """The same call three times gives the same bits (the fused kernels' atomic row max is
+    order-independent; everything else has one writer)."""
     v = require_variant(variant)
     dtype = v.dtype
     m, e, k, n = 1024, 64, 512, 512
@@ -727,6 +728,76 @@ def test_non_finite_rows_get_a_non_finite_scale():
     assert torch.isnan(q_scale[1]) and not torch.isfinite(q_scale[5])
     rest = [i for i in range(m) if i not in (1, 5)]
     assert same_bits(q_scale[rest], clean[rest])
+
+
+# ------------------------------------------------------------------ 7. fused = unfused
+
+def fused_pairs() -> list[tuple]:
+    """(fused kernel, an unfused fp32 kernel of the same variant) for every built fused kernel."""
+    kernels = [k for k in gemmgen.list_kernels() if k.spec.family == "moe"]
+    pairs = []
+    for fused in (k for k in kernels if k.spec.config.fused):
+        plain = [k for k in kernels if not k.spec.config.fused and k.spec.c == "fp32"
+                 and (k.spec.x, k.spec.w) == (fused.spec.x, fused.spec.w)]
+        if plain:
+            pairs.append((fused, plain[0]))
+    return pairs
+
+
+# (E, M, K, N, routing): N not a multiple of any tile N (partial last N tiles: 520 = 2·256 + 8,
+# 1416 = 5·256 + 136), K not one of the tile K, many M tiles, rows past the last group.
+FUSED_CASES = [(8, 300, 256, 520, "skewed"), (4, 2048, 272, 1416, "short"),
+               (1, 3000, 128, 2064, "uniform"), (16, 33, 1024, 256, "empty"), (64, 1000, 512, 768, "skewed")]
+
+
+def test_fused_kernels_equal_unfused_bit_for_bit():
+    """SwiGLU in the epilogue (S stored in fp32, the row max reduced across N tiles by atomics,
+    then a quant pass) gives the fp32 unfused kernels' q and q_scale bit for bit: same C, same S,
+    same max. Also against the reference, into poisoned outputs, and run twice (the atomics)."""
+    pairs = fused_pairs()
+    if not pairs:
+        pytest.skip("no built fused kernel with an unfused fp32 kernel of its variant")
+    for (fused, plain), (e, m, k, n, routing) in itertools.product(pairs, FUSED_CASES):
+        v = variant_of(fused.spec)
+        label = f"{fused.name} vs {plain.name} E={e} M={m} K={k} N={n} {routing}"
+        weight = random_weight((e, k, n), v)
+        weight_scale = random_weight_scales((e, n), v)
+        packed = pack(weight, weight_scale, v)
+        x = random_values((m, k), v.dtype)
+        x_scale = random_scales((m,), v.dtype)
+        group_list = group_list_of(routing_counts(routing, m, e), "count")
+        got = call_out_op(x, packed, x_scale, group_list, "count", fused.name)
+        again = call_out_op(x, packed, x_scale, group_list, "count", fused.name)
+        want = call_out_op(x, packed, x_scale, group_list, "count", plain.name)
+        torch.cuda.synchronize()
+        assert not poison_left(*got), f"{label}: the fused kernel left poison"
+        assert same_bits(got[0], want[0]) and same_bits(got[1], want[1]), \
+            f"{label}: fused and unfused differ in {int((got[0].view(torch.uint8) != want[0].view(torch.uint8)).sum())} q elements"
+        assert same_bits(got[0], again[0]) and same_bits(got[1], again[1]), f"{label}: not deterministic"
+        assert_quant_close(*got, x, weight, weight_scale, x_scale, group_list, "count", "fp32",
+                           label, weight_bits=v.bits)
+
+
+def test_fused_non_finite_rows():
+    """The fused kernels' row max keeps a NaN (its bits exceed +inf's) and an infinity."""
+    pairs = fused_pairs()
+    if not pairs:
+        pytest.skip("no built fused kernel")
+    for fused, _ in pairs:
+        v = variant_of(fused.spec)
+        m, e, k, n = 8, 2, 256, 512
+        packed = pack(random_weight((e, k, n), v), random_weight_scales((e, n), v), v)
+        x = random_values((m, k), v.dtype)
+        x_scale = random_scales((m,), v.dtype)
+        group_list = group_list_of([4, 4], "count")
+        _, clean = gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list,
+                                                       kernel=fused.name)
+        x_scale[1], x_scale[5] = float("nan"), float("inf")
+        _, q_scale = gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list,
+                                                         kernel=fused.name)
+        assert torch.isnan(q_scale[1]) and not torch.isfinite(q_scale[5]), fused.name
+        rest = [i for i in range(m) if i not in (1, 5)]
+        assert same_bits(q_scale[rest], clean[rest]), fused.name
 
 
 # ---------------------------------------------------------------------- 8. argument errors

@@ -4,7 +4,8 @@ kernel.
 A kernel is fixed by its activation type `x` (int8 or e4m3: also the quantized output q), its
 weight type `w` (x's, or int4 with int8 x: A8W4) and its tile config, which also fixes the type of the intermediate C (the
 scaled GEMM result that SwiGLU reads): fp32, or bf16 to halve its bytes. Dispatch picks among every config of an element
-type, so the intermediate is a config choice, not part of the op's contract.
+type, so the intermediate is a config choice, not part of the op's contract. A fused config
+(`fused`) does SwiGLU in the GEMM's epilogue: its intermediate is S (fp32, N/2 columns), not C.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class MoeTileConfig:
     schedule: str
     stages: int  # 0 means "auto"
     swap_ab: bool
-    intermediate: str  # fp32 or bf16: the element type of C
+    intermediate: str  # fp32 or bf16: the element type of C (fused: of S, fp32)
+    fused: bool = False  # SwiGLU + row max in the epilogue, then a light quant pass
 
     @property
     def terse(self) -> str:
@@ -43,6 +45,8 @@ class MoeTileConfig:
                  _SHORT_SCHEDULE[self.schedule], f"s{self.stages}" if self.stages else "sauto"]
         if self.swap_ab:
             parts.append("swap")
+        if self.fused:
+            parts.append("fused")
         return "_".join(parts)
 
 

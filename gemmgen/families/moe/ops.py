@@ -153,7 +153,9 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
     knobs = knobs or chosen_knobs
     device = x.get_device()
     launch.check_device(device, chosen, _fail, tensor="x")
-    c = torch.empty((m, n), dtype=_INTERMEDIATE[chosen.spec.c], device=x.device)
+    # the intermediate: C [M, N] (unfused) or S [M, N/2] fp32 (fused kernels)
+    fused = chosen.spec.config.fused
+    c = torch.empty((m, n // 2 if fused else n), dtype=_INTERMEDIATE[chosen.spec.c], device=x.device)
     buffer = launch.args_buffer(MoeArgs)
     ARGS_LAYOUT.pack_into(buffer, 0, x.data_ptr(), w.data_ptr(), w_scale.data_ptr(),
                           x_scale.data_ptr(), group_list.data_ptr(), c.data_ptr(), q.data_ptr(),
@@ -170,8 +172,9 @@ def grouped_matmul_swiglu_quant_out(q: torch.Tensor, q_scale: torch.Tensor, x: t
                                     group_list_type: str, weight_bits: int = 8,
                                     check: Optional[bool] = None,
                                     kernel_name: Optional[str] = None) -> None:
-    """(q, q_scale) = grouped_matmul_swiglu_quant(...) into given tensors; `weight` packed
-    ([E, N, K] contiguous, or uint8 [E, N, K/2] with weight_bits=4), `weight_scale` [E, N].
+    """(q, q_scale) = grouped_matmul_swiglu_quant(...) into given tensors; `weight` and
+    `weight_scale` packed by gemmgen.pack_moe_weights (MoeWeight.weight: [E, N, K] contiguous, or
+    uint8 [E, N, K/2] with weight_bits=4; MoeWeight.scale [E, N]; act and gate interleaved).
     See gemmgen.grouped_matmul_swiglu_quant."""
     _gmm_swiglu_quant_out_impl(q, q_scale, x, weight, weight_scale, x_scale, group_list,
                                group_list_type, weight_bits, check, kernel_name)
@@ -202,8 +205,8 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     x: [M, K] torch.int8 or torch.float8_e4m3fn, rows grouped by expert (contiguous, in expert
     order), K a multiple of 16 (32 for A8W4). weight: a `gemmgen.MoeWeight` from
     `gemmgen.pack_moe_weights` (then weight_scale is None), or the expert weights as the
-    contract states them, x's dtype [E, K, N] or a list of E [K, N] (packed on every call unless
-    already K-major: pack once), N a multiple of 8. weight_scale: float32 [E, N] (or a list of
+    contract states them, x's dtype [E, K, N] or a list of E [K, N] (packed, a copy, on every
+    call: pack once), N a multiple of 8. weight_scale: float32 [E, N] (or a list of
     E [N]). x_scale: float32 [M]. group_list: int64 [E] on x's device, rows per expert
     ("count") or end offsets ("cumsum"), read on the device only.
 

@@ -1,13 +1,15 @@
-"""The MoE family's packed weight layout (layout version 1, sm90a) and its packer.
+"""The MoE family's packed weight layout (layout version 2, sm90a) and its packer.
 
 The op takes the expert weights as the contract states them, [E, K, N] (or a list of E [K, N]),
 but 8-bit wgmma reads both operands K-major, so the kernels want each expert's weight as [N, K]
 with K contiguous: `pack_moe_weights` stores the stacked weight as one contiguous [E, N, K]
-tensor, once, beside its [E, N] float32 scales. `MoeWeight.logical_weight()` gives the
-[E, K, N] view back (no copy), the form `gemmgen.reference.grouped_matmul_swiglu_quant` takes.
-
-A weight that already is K-major — an [E, K, N] view of a contiguous [E, N, K] tensor, such as
-`w.transpose(1, 2)` of nn.Linear-style [E, N, K] weights — needs no packing: the op uses it as is.
+tensor, once, beside its [E, N] float32 scales. Its N rows (and the scales' columns) are the act
+and gate columns interleaved: packed row 2j is logical column j (act), row 2j + 1 logical
+column N/2 + j (gate), so one GEMM tile holds matching pairs and the fused kernels do SwiGLU in
+their epilogue (the unfused kernels read C pair-wise too). `MoeWeight.logical_weight()` and
+`logical_scale()` give the [E, K, N] and [E, N] forms back, the forms
+`gemmgen.reference.grouped_matmul_swiglu_quant` takes. Layout version 1 (act and gate halves
+not interleaved) is no longer read: re-pack.
 
 A8W4 (`weight_bits=4`): the int4 values -8..7, given in an int8 [E, K, N] tensor (the reference's
 form), are stored two per byte as a uint8 [E, N, K/2] tensor, element k in the low nibble when k
@@ -24,7 +26,7 @@ import torch
 from ...errors import argument_error, describe_argument
 from .grouping import _stack_weights
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 ELEMENT_DTYPES = (torch.int8, torch.float8_e4m3fn)
 
 Weights = Union[torch.Tensor, Sequence[torch.Tensor]]
@@ -33,8 +35,9 @@ Weights = Union[torch.Tensor, Sequence[torch.Tensor]]
 @dataclass(frozen=True)
 class MoeWeight:
     """Expert weights packed for the MoE kernels: `weight` [E, N, K] contiguous (K-major) of
-    torch.int8 or torch.float8_e4m3fn, `scale` [E, N] float32 contiguous; for `arch`'s kernels,
-    in layout `layout_version`."""
+    torch.int8 or torch.float8_e4m3fn (uint8 [E, N, K/2] for int4), `scale` [E, N] float32
+    contiguous, act and gate columns interleaved (see the module); for `arch`'s kernels, in
+    layout `layout_version`."""
 
     weight: torch.Tensor
     scale: torch.Tensor
@@ -55,11 +58,14 @@ class MoeWeight:
         return self.weight.shape[2] * (2 if self.bits == 4 else 1)
 
     def logical_weight(self) -> torch.Tensor:
-        """The [E, K, N] weight of the op's contract: a view (8-bit), or the int4 values
-        unpacked into a new int8 tensor (A8W4)."""
-        if self.bits == 4:
-            return unpack_int4(self.weight).transpose(1, 2)
-        return self.weight.transpose(1, 2)
+        """The [E, K, N] weight of the op's contract (a new tensor; int4 values unpacked into
+        int8 for A8W4)."""
+        w = unpack_int4(self.weight) if self.bits == 4 else self.weight
+        return deinterleave_act_gate(w, 1).transpose(1, 2)
+
+    def logical_scale(self) -> torch.Tensor:
+        """The [E, N] weight scale of the op's contract (a new tensor)."""
+        return deinterleave_act_gate(self.scale, 1)
 
     def to(self, device) -> "MoeWeight":
         return MoeWeight(self.weight.to(device), self.scale.to(device), self.layout_version,
@@ -81,20 +87,35 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     return torch.where(both >= 8, both - 16, both).to(torch.int8)
 
 
-def is_k_major(w: torch.Tensor) -> bool:
-    """Whether an [E, K, N] tensor is a view of a contiguous [E, N, K] one (no packing needed)."""
-    e, k, n = w.shape
-    return w.transpose(1, 2).is_contiguous() or (e * k * n == 0)
+def interleave_act_gate(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """[..., N, ...] with act = [:N/2] and gate = [N/2:] along `dim` -> act and gate
+    interleaved (index 2j: act j, 2j + 1: gate j); contiguous. N must be even."""
+    n = t.shape[dim]
+    act, gate = t.narrow(dim, 0, n // 2), t.narrow(dim, n // 2, n // 2)
+    return torch.stack((act, gate), dim=dim + 1).flatten(dim, dim + 1).contiguous()
+
+
+def deinterleave_act_gate(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """The inverse of interleave_act_gate: act (even indices) then gate (odd), contiguous."""
+    n = t.shape[dim]
+    pairs = t.unflatten(dim, (n // 2, 2))
+    return torch.cat((pairs.select(dim + 1, 0), pairs.select(dim + 1, 1)), dim=dim).contiguous()
+
+
+def _even_n(where: str, argument: str, t: torch.Tensor, n: int) -> None:
+    if n % 2:
+        raise argument_error(where, argument, "an even N (act and gate halves)", describe_argument(t))
 
 
 def packed_weight(where: str, weight: Weights) -> torch.Tensor:
-    """The [E, N, K] contiguous form of a stacked [E, K, N] weight or a list of E [K, N]: a view
-    when the weight is already K-major, else one copy."""
+    """The packed [E, N, K] contiguous form (act and gate interleaved) of a stacked [E, K, N]
+    weight or a list of E [K, N]: one copy."""
     w = _stack_weights(where, weight, "weight")
     if w.dim() != 3 or w.dtype not in ELEMENT_DTYPES:
         raise argument_error(where, "weight", "a torch.int8 or torch.float8_e4m3fn tensor "
                              "[E, K, N] (or a list of E [K, N] tensors)", describe_argument(w))
-    return w.transpose(1, 2) if is_k_major(w) else w.transpose(1, 2).contiguous()
+    _even_n(where, "weight", w, w.shape[2])
+    return interleave_act_gate(w.transpose(1, 2), 1)
 
 
 PER_GROUP_REFUSED = ("per-channel scales [E, N]: per-group [E, K/group, N] scales are not built "
@@ -110,7 +131,8 @@ def packed_scale(where: str, weight_scale: Weights) -> torch.Tensor:
     if s.dtype != torch.float32 or s.dim() != 2:
         raise argument_error(where, "weight_scale", "a torch.float32 tensor [E, N] (or a list "
                              "of E [N] tensors)", describe_argument(s))
-    return s.contiguous()
+    _even_n(where, "weight_scale", s, s.shape[1])
+    return interleave_act_gate(s, 1)
 
 
 def pack_moe_weights(weight: Weights, weight_scale: Weights, *,
@@ -120,8 +142,9 @@ def pack_moe_weights(weight: Weights, weight_scale: Weights, *,
     weight: int8 or float8_e4m3fn [E, K, N] (or a list of E [K, N]); weight_scale: float32
     [E, N] (or a list of E [N]), on the same device. weight_bits=4 (A8W4): weight holds int4
     values -8..7 in an int8 tensor (checked: this reads the values), K even; per-channel scales
-    only (per-group [E, K/group, N] scales are refused: see the op). Returns a `MoeWeight`:
-    [E, N, K] contiguous, or uint8 [E, N, K/2] for int4. Runs on CPU or GPU tensors."""
+    only (per-group [E, K/group, N] scales are refused: see the op). N even. Returns a
+    `MoeWeight`: [E, N, K] contiguous, or uint8 [E, N, K/2] for int4, act and gate columns
+    interleaved. Runs on CPU or GPU tensors."""
     return pack("pack_moe_weights", weight, weight_scale, weight_bits)
 
 
@@ -146,4 +169,4 @@ def pack(where: str, weight: Weights, weight_scale: Weights, weight_bits: int) -
                 raise argument_error(where, "weight", "int4 values -8..7 (weight_bits=4)",
                                      f"values in {lo}..{hi}")
         return MoeWeight(pack_int4(w).contiguous(), s, bits=4)
-    return MoeWeight(w.contiguous(), s)
+    return MoeWeight(w, s)

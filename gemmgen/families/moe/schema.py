@@ -6,6 +6,13 @@
       configs:
         - {name: decode, tile: [128, 16, 128], cluster: [1, 1, 1], schedule: pingpong,
            swap_ab: true, intermediate: fp32, stages: auto, raster: heuristic, swizzle: 1}
+        - {name: large_fused, tile: [128, 256, 128], cluster: [2, 1, 1],
+           schedule: cooperative, fused: true}
+
+`fused: true` does SwiGLU in the GEMM's epilogue (S stored in fp32, the row max reduced by
+atomics, then a light quant pass) instead of writing C for a separate SwiGLU kernel; fused
+configs are not swap-AB (act/gate pairs are adjacent columns of a tokens-by-N tile), their
+intermediate is fp32, and the weight is not int4.
 
 With `swap_ab: true` the tile is in the kernel's terms C_iᵀ = W_i · X_iᵀ: tile M runs over the
 weight's N, tile N over an expert's tokens (a narrow tile N serves decode). int4 weights need
@@ -23,7 +30,7 @@ from .configs import ELEMENTS, INTERMEDIATES, PAIRS, SCHEDULES, WEIGHTS, MoeTile
 FAMILY_KEYS = frozenset({"dtypes"})
 REQUIRED_FAMILY_KEYS = frozenset({"dtypes"})
 CONFIG_KEYS = frozenset({"name", "tile", "cluster", "schedule", "stages", "swap_ab",
-                         "intermediate", "raster", "swizzle"})
+                         "intermediate", "raster", "swizzle", "fused"})
 TILE_K = 128  # 128 bytes of 8-bit elements: one swizzle atom
 _C_BYTES = {"fp32": 4, "bf16": 2}
 
@@ -87,10 +94,22 @@ def read_config(reader, node: Any, index: int, line: int,
     swap_ab = c.get("swap_ab", False)
     if not isinstance(swap_ab, bool):
         raise reader.error(c, "swap_ab", f"expected true or false, got {swap_ab!r}")
+    fused = c.get("fused", False)
+    if not isinstance(fused, bool):
+        raise reader.error(c, "fused", f"expected true or false, got {fused!r}")
     config = MoeTileConfig(
         tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster"),
         schedule=reader.choice(c, "schedule", SCHEDULES), stages=common["stages"],
-        swap_ab=swap_ab, intermediate=reader.choice(c, "intermediate", INTERMEDIATES, "fp32"))
+        swap_ab=swap_ab, intermediate=reader.choice(c, "intermediate", INTERMEDIATES, "fp32"),
+        fused=fused)
+    if fused and swap_ab:
+        raise reader.error(c, "fused", "a fused config cannot be swap_ab: its epilogue pairs act "
+                                       "and gate as adjacent columns of a tokens-by-N tile")
+    if fused and config.intermediate != "fp32":
+        raise reader.error(c, "intermediate", "fp32 for a fused config (it stores S in fp32, so "
+                                              "that q matches the unfused kernels)")
+    if fused and any(w == "int4" for _, w in variants or ()):
+        raise reader.error(c, "fused", "not with int4 weights (A8W4 kernels are swap-AB only)")
     for key, message in check_config(config):
         raise reader.error(c, key, message)
     if not swap_ab and any(w == "int4" for _, w in variants or ()):
@@ -104,4 +123,5 @@ def config_fields(entry: ConfigEntry) -> dict[str, Any]:
     cfg, knobs = entry.config, entry.knobs
     return {"tile": list(cfg.tile), "cluster": list(cfg.cluster), "schedule": cfg.schedule,
             "stages": cfg.stages if cfg.stages else "auto", "swap_ab": cfg.swap_ab,
-            "intermediate": cfg.intermediate, "raster": knobs.raster, "swizzle": knobs.swizzle}
+            "intermediate": cfg.intermediate, "fused": cfg.fused, "raster": knobs.raster,
+            "swizzle": knobs.swizzle}

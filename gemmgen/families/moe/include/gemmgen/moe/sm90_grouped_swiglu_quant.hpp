@@ -9,6 +9,15 @@
  *      w_scale per column and writes the intermediate C (fp32 or bf16);
  *   3. swiglu_quant: SwiGLU and per-row quantization of C.
  *
+ * A fused kernel (Config::Fused) does SwiGLU in the GEMM's epilogue instead: the epilogue's root
+ * node (sm90_swiglu_rowmax_store.hpp) stores S, half C's width, in fp32 and reduces each row's
+ * max |S| across the N tiles by atomic max; C is never written. Then quantize_rows quantizes S.
+ * Its q and q_scale equal the fp32 unfused kernels' bit for bit (same C, same S, same max).
+ * Fused kernels are not swap-AB (their pairs are adjacent columns of the tokens-by-N tile).
+ *
+ * act and gate are interleaved in the packed weight (packing.py): C[:, 2j] is act column j,
+ * C[:, 2j + 1] gate column j, for both kinds of kernel.
+ *
  * The weights are [E, N, K] (K contiguous): 8-bit wgmma reads both operands K-major. A8W4
  * kernels read int4 weights and convert them to int8 in registers (CUTLASS's mixed-input
  * mainloop), so a decode step reads half the weight bytes; the weight scale is per channel. With swap-AB
@@ -32,6 +41,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 
 #include "gemmgen/moe/moe_args.h"
+#include "gemmgen/moe/sm90_swiglu_rowmax_store.hpp"
 #include "gemmgen/moe/swiglu_quant.cuh"
 #include "gemmgen/runtime_support.hpp"
 #include "gemmgen/sm90_launch.hpp"
@@ -41,9 +51,10 @@ namespace gemmgen::moe::sm90 {
 // ElementX: int8_t or cutlass::float_e4m3_t (activations; q has the same type); ElementW: the
 // weights, ElementX or cutlass::int4b_t (A8W4: converted to int8 in registers in front of the
 // int8 wgmma, CUTLASS's mixed-input mainloop; the weight must then be operand A, so swap-AB);
-// ElementC: the intermediate (float or cutlass::bfloat16_t); Cooperative: else Pingpong.
+// ElementC: the intermediate (float or cutlass::bfloat16_t; fused: float, the type of S);
+// Cooperative: else Pingpong; Fused: SwiGLU in the epilogue (not with SwapAB).
 template <class ElementX_, class ElementW_, class ElementC_, bool SwapAB_, class TileShape_,
-          class ClusterShape_, bool Cooperative_, int Stages_ /* 0 = auto */>
+          class ClusterShape_, bool Cooperative_, int Stages_ /* 0 = auto */, bool Fused_ = false>
 struct MoeConfig {
   using ElementX = ElementX_;
   using ElementW = ElementW_;
@@ -53,6 +64,7 @@ struct MoeConfig {
   using ClusterShape = ClusterShape_;
   static constexpr bool Cooperative = Cooperative_;
   static constexpr int Stages = Stages_;
+  static constexpr bool Fused = Fused_;
 };
 
 template <class Config>
@@ -67,6 +79,9 @@ struct GroupedSwigluQuant {
   static constexpr bool SwapAB = Config::SwapAB;
   static constexpr bool MixedInput = !cute::is_same_v<ElementW, ElementX>;
   static_assert(!MixedInput || SwapAB, "int4 weights must be CUTLASS's A operand: swap-AB only");
+  static constexpr bool Fused = Config::Fused;
+  static_assert(!Fused || (!SwapAB && cute::is_same_v<ElementC, float>),
+                "fused kernels: not swap-AB (act/gate pairs are adjacent columns), S in fp32");
   using ElementA = cute::conditional_t<SwapAB, ElementW, ElementX>;
   using ElementB = cute::conditional_t<SwapAB, ElementX, ElementW>;
   static constexpr int AlignA = 128 / cutlass::sizeof_bits<ElementA>::value;
@@ -106,15 +121,19 @@ struct GroupedSwigluQuant {
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float,
                                              cutlass::FloatRoundStyle::round_to_nearest>,
       XScale, cutlass::epilogue::fusion::Sm90AccFetch>;
-  using Tree = cutlass::epilogue::fusion::Sm90EVT<
+  using ScaledTree = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementC, float,
                                              cutlass::FloatRoundStyle::round_to_nearest>,
       WScale, Scaled>;
+  // Fused: S = swish(act) · gate of the scaled pairs, stored by the root; no D.
+  using Tree = cute::conditional_t<
+      Fused, cutlass::epilogue::fusion::Sm90EVT<Sm90SwigluRowMaxStore, ScaledTree>, ScaledTree>;
+  using ElementD = cute::conditional_t<Fused, void, ElementC>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape,
       typename Config::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc,
-      float, void, LayoutC*, AlignC, ElementC, LayoutC*, AlignC, EpilogueSchedule,
+      float, void, LayoutC*, AlignC, ElementD, LayoutC*, AlignC, EpilogueSchedule,
       Tree>::CollectiveOp;
 
   using StageCount = cute::conditional_t<
@@ -142,9 +161,9 @@ struct GroupedSwigluQuant {
   static constexpr size_t kAlign = 256;
   static constexpr size_t round_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-  // The per-expert arrays, carved from the front of the workspace; CUTLASS's own workspace
-  // follows. With `base` null only the sizes matter.
-  static size_t carve(int64_t experts, char* base, Arrays* arrays) {
+  // The per-expert arrays (and, fused, the [M] row maxima), carved from the front of the
+  // workspace; CUTLASS's own workspace follows. With `base` null only the sizes matter.
+  static size_t carve(int64_t experts, int64_t m, char* base, Arrays* arrays) {
     size_t offset = 0;
     auto take = [&](auto*& ptr, size_t element_bytes, int64_t count) {
       ptr = reinterpret_cast<cute::remove_reference_t<decltype(ptr)>>(base ? base + offset : nullptr);
@@ -161,6 +180,8 @@ struct GroupedSwigluQuant {
     take(a.stride_b, sizeof(StrideB), experts);
     take(a.stride_d, sizeof(StrideC), experts);
     take(a.rows_total, sizeof(int64_t), 1);
+    take(a.row_max, sizeof(void*), experts);
+    take(a.row_max_bits, sizeof(uint32_t), Fused ? m : 0);
     if (arrays != nullptr) {
       *arrays = a;
     }
@@ -168,15 +189,29 @@ struct GroupedSwigluQuant {
   }
 
   static typename Gemm::Arguments make_arguments(gemmgen_moe_args const& p, Arrays const& a) {
-    typename Tree::Arguments tree{
+    typename ScaledTree::Arguments scaled{
         {a.w_scales, 0.0f, {}},             // WScale
         {{a.x_scales, 0.0f, {}}, {}, {}},   // Scaled: XScale, acc, multiply
         {}};                                // multiply
+    typename Tree::Arguments tree = [&] {
+      if constexpr (Fused) {
+        return typename Tree::Arguments{scaled, {a.d, a.row_max, p.n / 2}};
+      } else {
+        return scaled;
+      }
+    }();
+    auto d = [&] {
+      if constexpr (Fused) {
+        return nullptr;  // no D
+      } else {
+        return a.d;
+      }
+    }();
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGrouped,
         {static_cast<int>(p.experts), a.shapes, nullptr},  // no host copy: read on the device
         {a.a, a.stride_a, a.b, a.stride_b},
-        {tree, nullptr, nullptr, a.d, a.stride_d},
+        {tree, nullptr, nullptr, d, a.stride_d},
         hardware_info()};
     gemmgen::sm90::set_scheduler_knobs(args, p.raster_order, p.max_swizzle_size);
     return args;
@@ -184,7 +219,7 @@ struct GroupedSwigluQuant {
 
   static size_t workspace_size(gemmgen_moe_args const* p) {
     Arrays arrays{};
-    size_t const own = carve(p->experts, nullptr, &arrays);
+    size_t const own = carve(p->experts, p->m, nullptr, &arrays);
     return own + Gemm::get_workspace_size(make_arguments(*p, arrays));
   }
 
@@ -197,7 +232,7 @@ struct GroupedSwigluQuant {
       return GEMMGEN_OK;  // no rows: nothing to compute or write
     }
     Arrays arrays{};
-    size_t const own = carve(p->experts, static_cast<char*>(workspace), &arrays);
+    size_t const own = carve(p->experts, p->m, static_cast<char*>(workspace), &arrays);
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     int const n = static_cast<int>(p->n), k = static_cast<int>(p->k);
 
@@ -212,10 +247,17 @@ struct GroupedSwigluQuant {
       cute::get<0>(stride_c) = n;  // row-major [tokens, N]
     }
     int64_t const w_expert_bytes = int64_t(n) * k * cutlass::sizeof_bits<ElementW>::value / 8;
+    if constexpr (Fused) {  // the row maxima start at 0 (= |0.0f|): atomicMax builds them
+      cudaError_t const zeroed =
+          cudaMemsetAsync(arrays.row_max_bits, 0, sizeof(uint32_t) * p->m, cuda_stream);
+      if (zeroed != cudaSuccess) {
+        return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(zeroed));
+      }
+    }
     group_setup<SwapAB><<<1, kSetupThreads, 0, cuda_stream>>>(
         arrays, p->group_list, p->group_list_type, p->experts, p->m, n, k, p->x, p->w,
-        w_expert_bytes, static_cast<ElementC*>(p->c), p->x_scale, p->w_scale, stride_a, stride_b,
-        stride_c);
+        w_expert_bytes, static_cast<ElementC*>(p->c), Fused ? n / 2 : n, p->x_scale, p->w_scale,
+        stride_a, stride_b, stride_c);
     int status = launch_status(cutlass::Status::kSuccess, kernel_name);
     if (status != GEMMGEN_OK) {
       return status;
@@ -226,10 +268,19 @@ struct GroupedSwigluQuant {
     if (status != GEMMGEN_OK) {
       return status;
     }
-    int const blocks = static_cast<int>(p->m < 65535 * 4 ? p->m : 65535 * 4);
-    swiglu_quant<<<blocks, kQuantThreads, 0, cuda_stream>>>(
-        static_cast<ElementC const*>(p->c), static_cast<ElementQ*>(p->q), p->q_scale, p->m,
-        p->n / 2, arrays.rows_total);
+    if constexpr (Fused) {
+      int64_t const vectors = p->n / 8;  // 4 values of S each
+      dim3 const grid(static_cast<unsigned>((vectors + kQuantizeThreads - 1) / kQuantizeThreads),
+                      static_cast<unsigned>(p->m < 65535 ? p->m : 65535));
+      quantize_rows<<<grid, kQuantizeThreads, 0, cuda_stream>>>(
+          static_cast<float const*>(p->c), arrays.row_max_bits, static_cast<ElementQ*>(p->q),
+          p->q_scale, p->m, p->n / 2, arrays.rows_total);
+    } else {
+      int const blocks = static_cast<int>(p->m < 65535 * 4 ? p->m : 65535 * 4);
+      swiglu_quant<<<blocks, kQuantThreads, 0, cuda_stream>>>(
+          static_cast<ElementC const*>(p->c), static_cast<ElementQ*>(p->q), p->q_scale, p->m,
+          p->n / 2, arrays.rows_total);
+    }
     return launch_status(cutlass::Status::kSuccess, kernel_name);
   }
 };

@@ -4,10 +4,14 @@
  *   group_setup   reads the group list on the device and writes the grouped GEMM's per-expert
  *                 problem sizes, operand pointers and strides (no host synchronisation, so the
  *                 op can be captured in a CUDA graph, and empty experts cost nothing);
- *   swiglu_quant  SwiGLU of the GEMM result and dynamic per-row quantization (int8 or e4m3).
+ *   swiglu_quant  (unfused kernels) SwiGLU of the GEMM result C and dynamic per-row
+ *                 quantization (int8 or e4m3);
+ *   quantize_rows (fused kernels) quantization of S, whose row maxima the GEMM's epilogue
+ *                 already reduced (sm90_swiglu_rowmax_store.hpp).
  *
- * Both are deterministic: the row maximum is order-independent, every other value has one
- * writer.
+ * C's columns come in (act, gate) pairs, act and gate interleaved by the packer (packing.py):
+ * C[:, 2j] is act column j, C[:, 2j + 1] gate column j. All are deterministic: the row maximum
+ * is order-independent, every other value has one writer.
  */
 #pragma once
 
@@ -32,13 +36,15 @@ struct GroupArrays {
   ProblemShape* shapes;
   ElementA const** a;
   ElementB const** b;
-  ElementD** d;
+  ElementD** d;                  // per group: C (unfused) or S (fused) of its first row
   float const** x_scales;        // per group: its tokens' x_scale
   float const** w_scales;        // per group: its expert's w_scale row
   StrideA* stride_a;
   StrideB* stride_b;
   StrideD* stride_d;
   int64_t* rows_total;           // end of the last group: rows past it are outside every group
+  uint32_t** row_max;            // fused: per group, the max|S| bits of its first row
+  uint32_t* row_max_bits;        // fused: [M] max|S| bits per row (zeroed before the GEMM)
 };
 
 constexpr int kSetupThreads = 256;
@@ -46,11 +52,12 @@ constexpr int kSetupThreads = 256;
 // One block. Ends are clamped exactly as grouping.group_offsets(check=False) does:
 //   count:  ends = min(cumsum(clamp(g, 0, m)), m);  cumsum: ends = running max of clamp(g, 0, m)
 // so 0 <= start_i <= end_i <= m whatever the list holds. The weights are addressed in bytes
-// (`w_expert_bytes` per expert), so packed int4 weights work alike.
+// (`w_expert_bytes` per expert), so packed int4 weights work alike. `ld_d`: the elements of one
+// row of D (N for C, N/2 for the fused kernels' S).
 template <bool SwapAB, class Arrays, class ElementD, class StrideA, class StrideB, class StrideD>
 __global__ void group_setup(Arrays arrays, int64_t const* group_list, int32_t cumsum,
                             int64_t experts, int64_t m, int n, int k, void const* x,
-                            void const* w, int64_t w_expert_bytes, ElementD* d,
+                            void const* w, int64_t w_expert_bytes, ElementD* d, int64_t ld_d,
                             float const* x_scale, float const* w_scale, StrideA stride_a,
                             StrideB stride_b, StrideD stride_d) {
   using ElementX = cute::conditional_t<SwapAB, typename Arrays::ElementB, typename Arrays::ElementA>;
@@ -99,7 +106,8 @@ __global__ void group_setup(Arrays arrays, int64_t const* group_list, int32_t cu
       }
       arrays.x_scales[i] = x_scale + start;
       arrays.w_scales[i] = w_scale + i * n;
-      arrays.d[i] = d + start * n;
+      arrays.d[i] = d + start * ld_d;
+      arrays.row_max[i] = arrays.row_max_bits + start;
       arrays.stride_a[i] = stride_a;
       arrays.stride_b[i] = stride_b;
       arrays.stride_d[i] = stride_d;
@@ -118,21 +126,37 @@ __device__ __forceinline__ float max_keep_nan(float a, float b) {
   return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
 }
 
+// swish(act) · gate within a few ulps: expf (not __expf, whose error grows with |act|) and the
+// fast reciprocal division (__fdividef, 2 ulps; the IEEE division's slow path cost the fused
+// epilogue, which runs on the math warps). act < -87.3: the denominator passes 2^126, and the
+// result is 0 (exactly -0 past -88.7), where the exact value is below 1e-36 in magnitude.
 __device__ __forceinline__ float swiglu(float act, float gate) {
-  return act / (1.0f + expf(-act)) * gate;  // expf, not __expf: within a few ulps of exact
+  return __fdividef(act, 1.0f + expf(-act)) * gate;
 }
 
-// Four consecutive elements of C as floats (16-byte loads for fp32, 8-byte for bf16).
+// Four consecutive floats (one 16-byte load).
 __device__ __forceinline__ void load4(float const* p, int64_t vec, float out[4]) {
   float4 const v = reinterpret_cast<float4 const*>(p)[vec];
   out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
 }
 
-__device__ __forceinline__ void load4(cutlass::bfloat16_t const* p, int64_t vec, float out[4]) {
-  uint2 const v = reinterpret_cast<uint2 const*>(p)[vec];
+// The four (act, gate) pairs of S vector `vec` from a row of C, act and gate interleaved
+// (two 16-byte loads for fp32, one for bf16).
+__device__ __forceinline__ void load_pairs(float const* row, int64_t vec, float act[4],
+                                           float gate[4]) {
+  float4 const lo = reinterpret_cast<float4 const*>(row)[2 * vec];
+  float4 const hi = reinterpret_cast<float4 const*>(row)[2 * vec + 1];
+  act[0] = lo.x, gate[0] = lo.y, act[1] = lo.z, gate[1] = lo.w;
+  act[2] = hi.x, gate[2] = hi.y, act[3] = hi.z, gate[3] = hi.w;
+}
+
+__device__ __forceinline__ void load_pairs(cutlass::bfloat16_t const* row, int64_t vec,
+                                           float act[4], float gate[4]) {
+  uint4 const v = reinterpret_cast<uint4 const*>(row)[vec];
   cutlass::bfloat16_t const* h = reinterpret_cast<cutlass::bfloat16_t const*>(&v);
   for (int i = 0; i < 4; ++i) {
-    out[i] = static_cast<float>(h[i]);
+    act[i] = static_cast<float>(h[2 * i]);
+    gate[i] = static_cast<float>(h[2 * i + 1]);
   }
 }
 
@@ -170,7 +194,7 @@ __device__ __forceinline__ void store4(ElementQ* q_row, int64_t vec, float const
 constexpr int kQuantThreads = 512;
 constexpr int kQuantVectorsPerThread = 8;  // rows of N/2 <= 512 * 4 * 8 = 16384 stay in registers
 
-// One block per row (grid-stride over rows), 4 elements per thread and step. Pass 1 reads the
+// One block per row (grid-stride over rows), 4 elements of S per thread and step. Pass 1 reads the
 // row once (act and gate halves), computes S and the row's max |S|; pass 2 quantizes S from
 // registers. Rows longer than the register budget recompute S from C (then still in L2).
 // Needs N/2 % 4 == 0 (the op checks N % 8 == 0).
@@ -193,14 +217,12 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
       }
       continue;
     }
-    ElementC const* act = c + row * 2 * n_half;
-    ElementC const* gate = act + n_half;
+    ElementC const* c_row = c + row * 2 * n_half;
     float s[kQuantVectorsPerThread][4];
     float amax = 0.0f;
     auto compute = [&](int64_t v, float out[4]) {
       float a[4], g[4];
-      load4(act, v, a);
-      load4(gate, v, g);
+      load_pairs(c_row, v, a, g);
       for (int i = 0; i < 4; ++i) {
         out[i] = swiglu(a[i], g[i]);
         amax = max_keep_nan(amax, fabsf(out[i]));
@@ -249,6 +271,39 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
       }
     }
     if (threadIdx.x == 0) {
+      q_scale[row] = scale;
+    }
+  }
+}
+
+// The fused kernels' light pass: q = quantize(S / scale), scale = max|S_row| / QMAX from the
+// row maxima the epilogue reduced (bits of |S|). Element-wise, 4 values per thread: blockIdx.x
+// runs over a row's vectors, blockIdx.y over rows (grid-stride). Rows past the last group get
+// q = 0, q_scale = 0 (the GEMM wrote nothing there).
+constexpr int kQuantizeThreads = 128;
+
+template <class ElementQ>
+__global__ void __launch_bounds__(kQuantizeThreads)
+quantize_rows(float const* s, uint32_t const* row_max_bits, ElementQ* q, float* q_scale,
+              int64_t m, int64_t n_half, int64_t const* rows_total) {
+  int64_t const total = *rows_total;
+  int64_t const vectors = n_half / 4;
+  int64_t const v = int64_t(blockIdx.x) * kQuantizeThreads + threadIdx.x;
+  if (v >= vectors) {
+    return;
+  }
+  for (int64_t row = blockIdx.y; row < m; row += gridDim.y) {
+    ElementQ* q_row = q + row * n_half;
+    float scale = 0.0f;
+    if (row >= total) {
+      reinterpret_cast<uint32_t*>(q_row)[v] = 0u;
+    } else {
+      scale = __uint_as_float(row_max_bits[row]) / Quantizer<ElementQ>::kMax;
+      float values[4];
+      load4(s + row * n_half, v, values);
+      store4(q_row, v, values, scale);
+    }
+    if (v == 0) {
       q_scale[row] = scale;
     }
   }
