@@ -1,0 +1,108 @@
+"""Kernels under NVIDIA's compute-sanitizer: a sample of the built kernels of every op family and
+arch runs at tile-boundary shapes (tests/gpu/sanitizer_launches.py) in a subprocess under
+`compute-sanitizer --tool memcheck` (out-of-bounds and misaligned global / shared memory
+accesses, invalid frees, CUDA API errors), and under `--tool racecheck` (shared-memory hazards)
+the CUTLASS 2.x (sm80) sample and the MoE sample (its own setup / SwiGLU / quant kernels use
+shared memory and barriers). Each run must report zero errors (racecheck: zero warnings too).
+
+The sample: up to SAMPLE_PER_GROUP kernels per (family, arch, dispatch class) — the first of each
+config kind, so swap-AB, split-K / stream-K and fused kernels are in it when built; set
+GEMMGEN_SANITIZER_ALL=1 to run every built kernel. Skipped (with the reason) when the
+`compute-sanitizer` binary is not found (PATH, next to nvcc, $CUDA_HOME/bin).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gemmgen
+
+pytestmark = pytest.mark.gpu
+
+SCRIPT = Path(__file__).with_name("sanitizer_launches.py")
+SAMPLE_PER_GROUP = 2
+TIMEOUT_S = 900
+
+
+def sanitizer() -> str | None:
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    candidates = []
+    nvcc = shutil.which(os.environ.get("CUDACXX", "nvcc"))
+    if nvcc:
+        candidates.append(Path(nvcc).resolve().parent / "compute-sanitizer")
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            candidates += [Path(home) / "bin" / "compute-sanitizer",
+                           Path(home) / "compute-sanitizer" / "compute-sanitizer"]
+    return next((str(c) for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
+
+
+def kind(spec) -> tuple:
+    """What makes a kernel's code path different: swap-AB, split-K / stream-K, fused."""
+    config = spec.config
+    return (getattr(config, "swap_ab", False), bool(spec.split_k), getattr(config, "fused", False))
+
+
+def sample(arch: str | None = None, families=("w8a8", "mixed", "moe")) -> list[str]:
+    kernels = [k for k in gemmgen.list_kernels() if k.spec.family in families
+               and (arch is None or k.spec.arch == arch)]
+    if os.environ.get("GEMMGEN_SANITIZER_ALL") == "1":
+        return [k.name for k in kernels]
+    chosen: dict[tuple, list[str]] = {}
+    seen_kinds: set[tuple] = set()
+    for k in kernels:  # first the first kernel of every kind, then fill each group up
+        group = (k.spec.family, k.spec.arch, k.spec.dispatch_class)
+        if (group, kind(k.spec)) not in seen_kinds and len(chosen.get(group, [])) < SAMPLE_PER_GROUP:
+            seen_kinds.add((group, kind(k.spec)))
+            chosen.setdefault(group, []).append(k.name)
+    return [name for names in chosen.values() for name in names]
+
+
+def run_under(tool: str, names: list[str]) -> str:
+    binary = sanitizer()
+    if binary is None:
+        pytest.skip("compute-sanitizer not found (PATH, next to nvcc, $CUDA_HOME/bin)")
+    if not names:
+        pytest.skip("no built kernel in this sample")
+    command = [binary, "--tool", tool, "--error-exitcode", "86", "--print-limit", "20",
+               sys.executable, str(SCRIPT), *names]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    output = done.stdout + done.stderr
+    # memcheck: "ERROR SUMMARY: 0 errors"; racecheck: "RACECHECK SUMMARY: 0 hazards displayed
+    # (0 errors, 0 warnings)": every count must be 0
+    summary = [int(n) for n in re.findall(r"ERROR SUMMARY: (\d+) error", output)]
+    for errors, warnings in re.findall(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, "
+                                       r"(\d+) warnings?\)", output):
+        summary += [int(errors), int(warnings)]
+    launched = re.search(r"launched (\d+) calls of (\d+) kernels", output)
+    tail = "\n".join(output.splitlines()[-60:])
+    assert done.returncode == 0, f"{tool}: exit {done.returncode}\n{tail}"
+    assert launched, f"{tool}: the launcher did not finish\n{tail}"
+    assert summary and not any(summary), f"{tool}: errors reported\n{tail}"
+    print(f"{tool}: {launched.group(1)} calls of {launched.group(2)} kernels, 0 errors: "
+          + ", ".join(names))
+    return output
+
+
+def test_memcheck_every_family():
+    run_under("memcheck", sample())
+
+
+def test_racecheck_sm80():
+    run_under("racecheck", sample(arch="sm80", families=("w8a8",)))
+
+
+def test_racecheck_moe():
+    """The MoE op's own kernels (group setup's shared-memory scan, the SwiGLU + quant block
+    reduction, the fused quant pass) beside its grouped GEMMs."""
+    run_under("racecheck", sample(families=("moe",)))
