@@ -1,6 +1,7 @@
 """Host (CPU) time per call of gemmgen's op and of its parts, beside torch's own ops.
 
     python benchmarks/host_overhead.py        # needs an sm90 GPU and a built default library
+    python benchmarks/host_overhead.py --kernel NAME   # any built int8 bf16 bias kernel, by name
 
 Each row is the wall time of 3000 back-to-back calls (no sync inside the loop) divided by 3000;
 the problem (M=16, N=K=4096) is small, so host time, not GPU time, is what is measured.
@@ -8,6 +9,7 @@ the problem (M=16, N=K=4096) is small, so host time, not GPU time, is what is me
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import torch
@@ -32,6 +34,10 @@ def per_call_us(fn, calls: int = 3000) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernel", help="force this built kernel (int8 -> bf16, ScaledEpilogueBias) "
+                        "instead of the one dispatch picks")
+    forced = parser.parse_args().kernel
     dev = "cuda"
     a = torch.randint(-128, 128, (M, K), device=dev, dtype=torch.int8)
     b = torch.randint(-128, 128, (N, K), device=dev, dtype=torch.int8).t()
@@ -42,18 +48,24 @@ def main() -> None:
     a32 = torch.randint(-128, 128, (32, K), device=dev, dtype=torch.int8)  # _int_mm needs M > 16
     a8 = torch.randn(M, K, device=dev).to(torch.float8_e4m3fn)
     b8 = torch.randn(N, K, device=dev).to(torch.float8_e4m3fn).t()
-    kernel = dispatch.lookup("scaled_mm", a_dtype=torch.int8, out_dtype=torch.bfloat16,
-                             epilogue="ScaledEpilogueBias", m=M, n=N, k=K)
-    gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out)  # fills the args buffer
+    if forced:
+        kernel = {k.name: k for k in gemmgen.list_kernels()}[forced]
+    else:
+        kernel = dispatch.lookup("scaled_mm", a_dtype=torch.int8, out_dtype=torch.bfloat16,
+                                 epilogue="ScaledEpilogueBias", m=M, n=N, k=K)
+    gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out, kernel=forced)  # fills the args buffer
+    compiled = torch.compile(lambda x: gemmgen.scaled_mm(x, b, scale_a, scale_b, torch.bfloat16, bias,
+                                                         kernel=forced), fullgraph=True)
     buffer = ops._args_buffer()
     stream = torch.cuda.current_stream().cuda_stream
     rows = {
         "gemmgen.scaled_mm, eager (out= given)":
-            lambda: gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out),
+            lambda: gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out, kernel=forced),
         "gemmgen.scaled_mm, eager (allocates out)":
-            lambda: gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias),
-        "torch.ops.gemmgen.scaled_mm_out (custom-op dispatcher)":
-            lambda: torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, None, None, None),
+            lambda: gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, kernel=forced),
+        "torch.ops.gemmgen.scaled_mm_out (the op on the dispatcher)":
+            lambda: torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, None, None, forced),
+        "torch.compile(fullgraph=True) of gemmgen.scaled_mm, no CUDA graphs": lambda: compiled(a),
         "  argument checks": lambda: ops.check_arguments(out, a, b, scale_a, scale_b, bias, None, None),
         "  dispatch.choose (memoized)": lambda: dispatch.choose(
             "scaled_mm", a_dtype=torch.int8, out_dtype=torch.bfloat16, epilogue="ScaledEpilogueBias",

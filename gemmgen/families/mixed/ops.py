@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from ...bindings import launch
+from ...bindings import launch, torch_ops
 from ...bindings.library import Kernel
 from ...dtypes import dtype_name
 from ...generator.kernel_config import RuntimeKnobs
@@ -131,22 +131,19 @@ def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, g
     launch.raise_on_status(launch.launch(chosen, buffer, device), chosen)
 
 
-@torch.library.custom_op("gemmgen::mixed_mm_out", mutates_args=("out",), device_types="cuda")
-def mixed_mm_out(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
-                 zeros: Optional[torch.Tensor], bias: Optional[torch.Tensor], weight_type: str,
-                 group_size: int, n: int, k: int, kernel_name: Optional[str] = None) -> None:
-    """out = a @ dequant(packed weight) (+ bias); see gemmgen.mixed_mm.
-
-    NOTES: the argument is `kernel_name`, not `kernel`: inductor's fallback lowering passes a
-    defaulted argument by keyword, and `kernel` collides with FallbackKernel.create's own."""
-    _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k,
-                       kernel_name)
-
-
-@mixed_mm_out.register_fake
 def _mixed_mm_out_fake(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k,
                        kernel_name=None) -> None:
     check_arguments(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k)
+
+
+# out = a @ dequant(packed weight) (+ bias); see gemmgen.mixed_mm.
+# NOTES: the argument is `kernel_name`, not `kernel`: inductor's fallback lowering passes a
+# defaulted argument by keyword, and `kernel` collides with FallbackKernel.create's own.
+mixed_mm_out = torch_ops.define_out_op(
+    "mixed_mm_out",
+    "(Tensor(a!) out, Tensor a, Tensor qweight, Tensor scales, Tensor? zeros, Tensor? bias, "
+    "str weight_type, SymInt group_size, SymInt n, SymInt k, str? kernel_name=None) -> ()",
+    _mixed_mm_out_impl, _mixed_mm_out_fake)
 
 
 def mixed_mm(a: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor] = None,

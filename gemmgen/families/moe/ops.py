@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from ...bindings import launch
+from ...bindings import launch, torch_ops
 from . import FAMILY
 from ...bindings.library import Kernel
 from ...generator.kernel_config import RuntimeKnobs
@@ -164,27 +164,21 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
     launch.raise_on_status(launch.launch(chosen, buffer, device), chosen)
 
 
-@torch.library.custom_op("gemmgen::grouped_matmul_swiglu_quant_out", mutates_args=("q", "q_scale"),
-                         device_types="cuda")
-def grouped_matmul_swiglu_quant_out(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor,
-                                    weight: torch.Tensor, weight_scale: torch.Tensor,
-                                    x_scale: torch.Tensor, group_list: torch.Tensor,
-                                    group_list_type: str, weight_bits: int = 8,
-                                    check: Optional[bool] = None,
-                                    kernel_name: Optional[str] = None) -> None:
-    """(q, q_scale) = grouped_matmul_swiglu_quant(...) into given tensors; `weight` and
-    `weight_scale` packed by gemmgen.pack_moe_weights (MoeWeight.weight: [E, N, K] contiguous, or
-    uint8 [E, N, K/2] with weight_bits=4; MoeWeight.scale [E, N]; act and gate interleaved).
-    See gemmgen.grouped_matmul_swiglu_quant."""
-    _gmm_swiglu_quant_out_impl(q, q_scale, x, weight, weight_scale, x_scale, group_list,
-                               group_list_type, weight_bits, check, kernel_name)
-
-
-@grouped_matmul_swiglu_quant_out.register_fake
 def _fake(q, q_scale, x, weight, weight_scale, x_scale, group_list, group_list_type,
           weight_bits=8, check=None, kernel_name=None) -> None:
     check_arguments(q, q_scale, x, weight, weight_scale, x_scale, group_list, group_list_type,
                     weight_bits)
+
+
+# (q, q_scale) = grouped_matmul_swiglu_quant(...) into given tensors; `weight` and `weight_scale`
+# packed by gemmgen.pack_moe_weights (MoeWeight.weight: [E, N, K] contiguous, or uint8
+# [E, N, K/2] with weight_bits=4; MoeWeight.scale [E, N]; act and gate interleaved).
+grouped_matmul_swiglu_quant_out = torch_ops.define_out_op(
+    "grouped_matmul_swiglu_quant_out",
+    "(Tensor(a!) q, Tensor(b!) q_scale, Tensor x, Tensor weight, Tensor weight_scale, "
+    "Tensor x_scale, Tensor group_list, str group_list_type, SymInt weight_bits=8, "
+    "bool? check=None, str? kernel_name=None) -> ()",
+    _gmm_swiglu_quant_out_impl, _fake)
 
 
 def _capturing(device: int) -> bool:

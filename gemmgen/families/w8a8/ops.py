@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from ...bindings import launch
+from ...bindings import launch, torch_ops
 from ...bindings.library import Kernel
 from ...dtypes import dtype_name
 from ...generator.kernel_config import RuntimeKnobs
@@ -200,19 +200,17 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
     launch.raise_on_status(_launch(chosen, buffer, device), chosen)
 
 
-@torch.library.custom_op("gemmgen::scaled_mm_out", mutates_args=("out",), device_types="cuda")
-def scaled_mm_out(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
-                  scale_b: torch.Tensor, bias: Optional[torch.Tensor], azp_adj: Optional[torch.Tensor],
-                  azp: Optional[torch.Tensor], kernel: Optional[str],
-                  arch: Optional[str] = None, split_k: Optional[int] = None) -> None:
-    """out = epilogue(a · b); see gemmgen.scaled_mm / gemmgen.scaled_mm_azp."""
-    _scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch, split_k)
-
-
-@scaled_mm_out.register_fake
 def _scaled_mm_out_fake(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch=None,
                         split_k=None) -> None:
     check_arguments(out, a, b, scale_a, scale_b, bias, azp_adj, azp)
+
+
+# out = epilogue(a · b); see gemmgen.scaled_mm / gemmgen.scaled_mm_azp.
+scaled_mm_out = torch_ops.define_out_op(
+    "scaled_mm_out",
+    "(Tensor(a!) out, Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, "
+    "Tensor? azp_adj, Tensor? azp, str? kernel, str? arch=None, SymInt? split_k=None) -> ()",
+    _scaled_mm_out_impl, _scaled_mm_out_fake)
 
 
 def _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch, split_k) -> None:
