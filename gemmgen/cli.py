@@ -36,7 +36,7 @@ def _check_across(manifest, kernels, libraries: dict, owners: dict) -> None:
     path = manifest.path
     other = libraries.get(manifest.library)
     if other is not None and other != path:
-        raise ManifestError(path, None, "library", f"library {manifest.library!r} is also built by "
+        raise ManifestError(path, manifest.library_line, "library", f"library {manifest.library!r} is also built by "
                             f"{other}: both would publish into <build dir>/{manifest.library}; "
                             "give one of them another `library` name")
     libraries[manifest.library] = path
@@ -60,9 +60,11 @@ def _check_across(manifest, kernels, libraries: dict, owners: dict) -> None:
                 "stay callable by name)")
 
 
-def _validated(paths: list[Path]):
+def _validated(paths: list[Path], keep_going: bool = False):
     """Load and expand each manifest in turn, checked against the ones before it (see
-    `_check_across`); yields (path, kernels). The same file given twice counts once."""
+    `_check_across`); yields (path, kernels). The same file given twice counts once. With
+    `keep_going`, a manifest's ManifestError is yielded as (path, error) and the next manifest
+    is checked too (a broken one takes no part in the checks across manifests)."""
     from .generator.expand import expand
     from .generator.manifest import load_manifest
 
@@ -73,9 +75,15 @@ def _validated(paths: list[Path]):
         if path.resolve() in seen:
             continue
         seen.add(path.resolve())
-        manifest = load_manifest(path)
-        kernels = expand(manifest)
-        _check_across(manifest, kernels, libraries, owners)
+        try:
+            manifest = load_manifest(path)
+            kernels = expand(manifest)
+            _check_across(manifest, kernels, libraries, owners)
+        except ManifestError as exc:
+            if not keep_going:
+                raise
+            yield path, exc
+            continue
         yield path, kernels
 
 
@@ -99,7 +107,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from .build.builder import tuned_table_status
     from .tuning.table import table_path_for
 
-    for path, kernels in _validated(_manifests(args.manifests)):
+    failed = 0
+    for path, kernels in _validated(_manifests(args.manifests), keep_going=True):
+        if isinstance(kernels, ManifestError):  # every manifest is checked: all errors at once
+            sys.stdout.flush()
+            print(f"gemmgen: error: {kernels}", file=sys.stderr)
+            failed += 1
+            continue
         table = table_path_for(path)
         note = ""
         if table.exists():  # validated like `gemmgen build` does: file:line errors, staleness
@@ -111,7 +125,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         if args.verbose:
             for spec in kernels:
                 print(f"  {spec.name}")
-    return 0
+    return 1 if failed else 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

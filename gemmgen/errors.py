@@ -63,14 +63,25 @@ class KernelLaunchError(GemmgenError, RuntimeError):
     """A kernel refused the problem or failed to launch; carries CUTLASS's or CUDA's reason."""
 
 
+_PLAIN_NAMES = {bool: "a bool", int: "an int", float: "a float", str: "a string", list: "a list",
+                tuple: "a tuple", dict: "a dict"}
+
+
 def describe_argument(value) -> str:
-    """A value as argument errors show it: a tensor's dtype, shape and device, else its type
-    (and the value itself for a plain int, float or str). Needs no torch import."""
+    """A value as argument errors show it, in plain words (no Python type names such as
+    NoneType): a tensor's dtype, shape and device; None; a plain int, float, bool or str with
+    its value; a list / tuple with its length; else "a <class name> object". Needs no torch
+    import."""
     if hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value, "device"):
         return f"{value.dtype} tensor of shape {tuple(value.shape)} on {value.device}"
-    if isinstance(value, (int, float, str)):
-        return f"{type(value).__name__} {value!r}"
-    return type(value).__name__
+    if value is None:
+        return "None"
+    kind = _PLAIN_NAMES.get(type(value))
+    if isinstance(value, (bool, int, float, str)) and kind:
+        return f"{kind} {value!r}"
+    if isinstance(value, (list, tuple)) and kind:
+        return f"{kind} of {len(value)} item{'' if len(value) == 1 else 's'}"
+    return kind or f"a {type(value).__name__} object"
 
 
 def argument_error(where: str, argument: str, expected: str, got: object) -> ValueError:

@@ -20,6 +20,7 @@ from typing import Optional
 
 import torch
 
+from .errors import describe_argument
 from .families.mixed.packing import PackedWeight, dequantize
 from .families.moe.grouping import _group_offsets, _stack_weights
 
@@ -41,7 +42,7 @@ def mixed_mm(a: torch.Tensor, packed: PackedWeight,
     the correctly rounded output.
     """
     if not isinstance(packed, PackedWeight):
-        raise _fail("mixed_mm", "packed", "a PackedWeight", type(packed).__name__)
+        raise _fail("mixed_mm", "packed", "a PackedWeight", describe_argument(packed))
     if not isinstance(a, torch.Tensor) or a.dim() != 2 or a.shape[1] != packed.k:
         raise _fail("mixed_mm", "a", f"a 2-D tensor [M, K={packed.k}]", a)
     w = dequantize(packed).to(device=a.device, dtype=torch.float64)

@@ -393,13 +393,18 @@ def test_cli_validate_broken(capsys, case):
     assert err.count("\n") == 1  # one line, no traceback
 
 
-def test_cli_validate_stops_at_first_broken(capsys, case, default_manifest):
+def test_cli_validate_reports_every_broken_manifest(capsys, case, default_manifest, tmp_path):
+    """Each manifest is checked, a broken one does not hide the next one's errors."""
+    text = case.text
     case.replace("library: demo", "library: 9lives")
     path = case.write()
-    assert cli_main(["validate", str(default_manifest), str(path)]) == 1
+    other = tmp_path / "other.yaml"
+    other.write_text(text.replace("cluster: [2, 1, 1]", "cluster: [3, 1, 1]", 1))
+    assert cli_main(["validate", str(path), str(default_manifest), str(other)]) == 1
     captured = capsys.readouterr()
-    assert re.search(r"OK, \d+ kernels", captured.out)
-    assert f"{path}:1: library:" in captured.err
+    assert re.search(r"OK, \d+ kernels", captured.out)  # the good one between them
+    assert f"gemmgen: error: {path}:1: library:" in captured.err
+    assert f"gemmgen: error: {other}:" in captured.err and "cluster M must be a power of two" in captured.err
 
 
 def test_cli_list_without_library(capsys, monkeypatch, tmp_path, fresh_libraries):

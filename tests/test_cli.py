@@ -376,5 +376,5 @@ def test_two_manifests_of_one_library(capsys, case):
     second = _copy(case, "copy.yaml", "demo")
     assert cli_main(["validate", str(first), str(second)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"gemmgen: error: {second}: library: library 'demo' is also built by "
+    assert err.startswith(f"gemmgen: error: {second}:{case.line('library: demo')}: library: library 'demo' is also built by "
                           f"{first}")

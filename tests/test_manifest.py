@@ -591,19 +591,49 @@ def test_tuned_table_scalar_bucket_and_empty_file(tmp_path):
     assert (info.value.line, info.value.key) == (12, "bucket")
 
 
+def doc_message_matches(documented: str, actual: str) -> bool:
+    """The rule docs/manifest-errors.md states at its top: a documented message is the code's
+    message (the text after `file:line: key: `) verbatim and in full, except that each `...`
+    stands for any text."""
+    pattern = ".*?".join(re.escape(part) for part in documented.split("..."))
+    return re.fullmatch(pattern, actual, re.S) is not None
+
+
+def test_doc_message_rule():
+    real = "unknown value 'gemm'; expected one of mixed_mm, grouped_matmul_swiglu_quant, scaled_mm"
+    assert doc_message_matches(real, real)
+    assert doc_message_matches("unknown value 'gemm'; expected one of ...", real)
+    assert doc_message_matches("unknown value ...; expected one of mixed_mm, ..., scaled_mm", real)
+    assert not doc_message_matches("unknown value 'gemm'; expected one of mixed_mm, scaled_mm", real)
+    assert not doc_message_matches("unknown value 'gemm'", real)          # no silent prefix
+    assert not doc_message_matches("value 'gemm'; expected one of ...", real)  # nor suffix
+    assert not doc_message_matches("unknown value 'gemm'.*", real)        # no regex in the doc
+
+
 def test_manifest_errors_doc(tmp_path):
-    """Every case of docs/manifest-errors.md still produces the key and line it documents."""
+    """Every case of docs/manifest-errors.md still fails with the key, the line and the message
+    it documents (the message by `doc_message_matches`), for every op family."""
     import json
     doc = (Path(__file__).resolve().parents[1] / "docs" / "manifest-errors.md").read_text()
-    examples = doc.split("## Example manifests", 1)[1]
-    base, sm80 = re.findall(r"```yaml\n(.*?)```", examples, re.S)[:2]
-    cases = [json.loads(m) for m in re.findall(r"<!-- case: (.*) -->", doc)]
-    assert len(cases) >= 60
-    for i, c in enumerate(cases):
+    bases = dict(re.findall(r"<!-- base: (\w+) -->\n```yaml\n(.*?)```", doc, re.S))
+    assert set(bases) == {"base", "sm80", "mixed", "moe"}, sorted(bases)
+    for name, text in bases.items():  # the example manifests themselves are valid
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text)
+        assert expand(load_manifest(path)), name
+    # each case comment is followed by its entry's first line: **`key`**: message
+    entries = re.findall(r"<!-- case: (.*) -->\n\*\*`([^`]+)`\*\*: (.+)\n", doc)
+    assert len(entries) == doc.count("<!-- case: {"), "a case without its **`key`**: message line"
+    cases = [(json.loads(c), key, message) for c, key, message in entries]
+    assert len(cases) >= 75
+    for family in ("mixed", "moe"):
+        assert sum(c["base"] == family for c, _, _ in cases) >= 5, family
+    for i, (c, key, message) in enumerate(cases):
+        assert key == c["key"], c
         if c["base"] == "text":
             text = c["edits"]
         else:
-            text = {"base": base, "sm80": sm80}[c["base"]]
+            text = bases[c["base"]]
             for old, new in c["edits"]:
                 assert text.count(old) == 1, (old, c)
                 text = text.replace(old, new)
@@ -611,4 +641,8 @@ def test_manifest_errors_doc(tmp_path):
         path.write_text(text)
         with pytest.raises(ManifestError) as info:
             expand(load_manifest(path))
-        assert (info.value.key, info.value.line) == (c["key"], c["line"]), (c, str(info.value))
+        err = info.value
+        assert (err.key, err.line) == (c["key"], c["line"]), (c, str(err))
+        assert doc_message_matches(message, err.detail), (
+            f"docs/manifest-errors.md is stale for {c}:\n  documented: {message}\n"
+            f"  real:       {err.detail}")

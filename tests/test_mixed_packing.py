@@ -353,7 +353,7 @@ Q = torch.randint(0, 16, (16, 256), dtype=torch.int32)
 ERRORS = [  # (changes, argument, a regex the message must contain)
     (dict(weight_type="uint3"), "weight_type", r"int4, uint4b8, uint4, int8, uint8b128.*'uint3'"),
     (dict(weight_type=None), "weight_type", r"one of"),
-    (dict(q=[[1, 2]]), "q", r"2-D integer tensor \[N, K\].*got list"),
+    (dict(q=[[1, 2]]), "q", r"2-D integer tensor \[N, K\].*got a list of 1 item"),
     (dict(q=Q[0]), "q", r"2-D.*shape \(256,\)"),
     (dict(q=Q.float()), "q", r"integer dtype.*torch.float32"),
     (dict(q=Q.bool()), "q", r"integer dtype.*torch.bool"),
@@ -375,7 +375,7 @@ ERRORS = [  # (changes, argument, a regex the message must contain)
     (dict(group_size=128.0), "group_size", r"got 128.0"),
     (dict(group_size=True), "group_size", r"got True"),
     (dict(scales=torch.ones(16, 2)), "scales", r"float16 or bfloat16.*torch.float32"),
-    (dict(scales=None), "scales", r"float16 or bfloat16.*got NoneType"),
+    (dict(scales=None), "scales", r"float16 or bfloat16.*got None$"),
     (dict(scales=torch.ones(2, 16, dtype=torch.float16)), "scales", r"shape \[N=16, K/group_size=2\]; got .*\(2, 16\)"),
     (dict(scales=torch.ones(16, dtype=torch.float16)), "scales", r"shape \[N=16, K/group_size=2\]"),
     (dict(scales=torch.ones(16, 2, dtype=torch.float16, device="meta")), "scales", r"on cpu like q"),

@@ -825,6 +825,20 @@ def test_sizes_beyond_int32(fake):
         ops.check_arguments(**_args(m=2**31, e=1, n=8, k=16))
 
 
+@pytest.mark.parametrize("bits,k_max,per_product", [(8, 2**17 - 16, 2**14), (4, 2**21 - 32, 2**10)])
+def test_int8_k_limit(fake, bits, k_max, per_product):
+    """int32 accumulation: the largest K (a multiple of the K granule) whose sum of products of
+    the largest magnitude still fits; one granule more is refused."""
+    assert (ops.K_MAX_A8W4 if bits == 4 else ops.K_MAX_INT8) == k_max
+    assert per_product * k_max <= 2**31 - 1 < per_product * (k_max + (32 if bits == 4 else 16))
+    assert ops.check_arguments(**_args(m=2, e=1, n=8, k=k_max, weight_bits=bits)) is None
+    step = 32 if bits == 4 else 16
+    with pytest.raises(ValueError, match=rf"argument 'x': expected K <= {k_max} for int8 x "
+                                         rf"\(\|x·w\| <= 2\^{14 if bits == 8 else 10} per product"):
+        ops.check_arguments(**_args(m=2, e=1, n=8, k=k_max + step, weight_bits=bits))
+    assert ops.check_arguments(**_args(m=2, e=1, n=8, k=4 * k_max, dtype=FP8)) is None  # fp32 acc
+
+
 def test_public_op_on_fake_tensors(fake):
     """The public op under a dispatch mode goes through the custom op's fake: every check, a
     K-major unpacked weight used as is, outputs of the right shapes."""

@@ -88,18 +88,20 @@ def test_check_arguments_picks_the_prefix_by_azp_adj():
 # ------------------------------------------------------------- numbers at the edges
 
 def test_int8_k_limit(fake):
-    """int8 products accumulate in int32: 127 * 127 * K stays below 2^31 up to K = 131072."""
-    assert ops.INT8_MAX_K == 131072 and 127 * 127 * ops.INT8_MAX_K < 2**31 - 1
+    """int8 products accumulate in int32: (-128) * (-128) * K stays below 2^31 up to K = 131056
+    (the largest multiple of 16 below 2^17; at 2^17 an all -128 problem overflows)."""
+    assert ops.INT8_MAX_K == 131056 and 128 * 128 * ops.INT8_MAX_K <= 2**31 - 1
+    assert 128 * 128 * (ops.INT8_MAX_K + 16) > 2**31 - 1
     ok = _problem(2, 16, ops.INT8_MAX_K)
     assert gemmgen.scaled_mm(*ok, BF16).shape == (2, 16)
     a, b, scale_a, scale_b = _problem(2, 16, ops.INT8_MAX_K + 16)
-    with pytest.raises(ValueError, match=r"^gemmgen\.scaled_mm: argument 'a': expected K <= 131072 "
+    with pytest.raises(ValueError, match=r"^gemmgen\.scaled_mm: argument 'a': expected K <= 131056 "
                                          r"for int8: int8 products accumulate in int32") as info:
         gemmgen.scaled_mm(a, b, scale_a, scale_b, BF16)
     assert "float8_e4m3fn accumulates in float32" in str(info.value)
-    assert "shape (2, 131088)" in str(info.value)
+    assert "shape (2, 131072)" in str(info.value)
     adj = torch.empty(16, dtype=torch.int32, device="cuda")
-    with pytest.raises(ValueError, match=r"^gemmgen\.scaled_mm_azp: argument 'a': expected K <= 131072"):
+    with pytest.raises(ValueError, match=r"^gemmgen\.scaled_mm_azp: argument 'a': expected K <= 131056"):
         gemmgen.scaled_mm_azp(a, b, scale_a, scale_b, BF16, adj)
 
 
@@ -144,3 +146,11 @@ def test_dispatch_request_accepts_the_edges():
     key, values = FAMILY.dispatch_request("scaled_mm_azp", a_dtype=INT8, out_dtype=BF16,
                                           m=2**31 - 1, n=1, k=2**31 - 1)
     assert key == ("scaled_mm", "int8", "bf16", "ScaledEpilogueAzp") and values == (2**31 - 1, 1, 2**31 - 1)
+
+
+@pytest.mark.parametrize("value, shown", [(None, "None"), ([1, 2], "a list of 2 items"), (3, "an int 3"),
+                                          ("x", "a string 'x'"), (object(), "a object object")])
+def test_argument_errors_show_values_in_plain_words(value, shown):
+    """No Python type names (NoneType, list, ...) in an op's argument error: plain words."""
+    with pytest.raises(ValueError, match=rf"^gemmgen\.scaled_mm: argument 'a': expected .*; got {re.escape(shown)}$"):
+        gemmgen.scaled_mm(value, None, None, None, BF16)

@@ -18,7 +18,7 @@ import torch
 
 from .. import arch as arch_policy
 from .. import dispatch
-from ..errors import KernelLaunchError
+from ..errors import KernelLaunchError, describe_argument
 from ..generator.kernel_config import RuntimeKnobs
 from .library import Kernel, all_kernels
 
@@ -26,9 +26,10 @@ ALIGN_BYTES = 16  # TMA: base addresses and leading strides in multiples of 16 b
 
 
 def describe(t) -> str:
-    """A tensor as argument errors show it."""
+    """A tensor as argument errors show it (with its strides); anything else in plain words
+    (errors.describe_argument)."""
     if not isinstance(t, torch.Tensor):
-        return type(t).__name__
+        return describe_argument(t)
     return f"{t.dtype} tensor of shape {tuple(t.shape)}, strides {tuple(t.stride())} on {t.device}"
 
 
@@ -47,7 +48,7 @@ class ArgumentErrors:
         if t is None:
             return
         if not isinstance(t, torch.Tensor):
-            raise self(name, f"a {dtype} tensor", type(t).__name__)
+            raise self(name, f"a {dtype} tensor", describe(t))
         numel = t.numel()
         if t.dtype != dtype or numel not in sizes or t.get_device() != device:
             raise self(name, f"{dtype} on cuda:{device} with {what}", describe(t))

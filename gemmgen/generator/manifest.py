@@ -74,6 +74,7 @@ class Manifest:
     arch: str
     kernels_per_file: int
     families: tuple[Family, ...]
+    library_line: int | None = None  # the line of the `library` key (errors across manifests)
 
 
 def load_manifest(path: str | Path) -> Manifest:
@@ -124,7 +125,8 @@ def _load(path_str: str) -> Manifest:
             if family is not None:
                 families.append(family)
     errors.raise_if_any()
-    return Manifest(str(Path(path_str).resolve()), library, arch, per_file, tuple(families))
+    return Manifest(str(Path(path_str).resolve()), library, arch, per_file, tuple(families),
+                    top.line_of("library"))
 
 
 def _read_family(reader: Reader, node: Any, index: int, arch: str, line: int, errors: Collector,

@@ -22,6 +22,7 @@ from .schema import TILE_K
 
 _ACTIVATIONS = (torch.bfloat16, torch.float16)
 _ALIGN = launch.ALIGN_BYTES
+INT32_MAX = 2**31 - 1  # M, N, K: the C++ wrapper and CUTLASS's problem shapes take int
 _fail = launch.ArgumentErrors("mixed_mm")
 _describe = launch.describe
 
@@ -46,6 +47,9 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor,
     m, k_a = a.shape
     if k_a != k:
         raise _fail("a", f"K = {k} columns (the packed weight's K)", _describe(a))
+    if max(m, n, k) > INT32_MAX:
+        raise _fail("a", f"M, N and K <= {INT32_MAX} (2^31 - 1: the kernels take int sizes)",
+                    f"M={m}, N={n}, K={k}")
     lda, inner = a.stride()
     if inner != 1 or (m > 1 and lda < k):
         raise _fail("a", "row-major [M, K] (stride(1) == 1)", _describe(a))
@@ -156,7 +160,7 @@ def mixed_mm(a: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor]
     kernel by name (default: dispatch picks by M, N, K).
     """
     if not isinstance(packed, PackedWeight):
-        raise _fail("packed", "a gemmgen.PackedWeight (see gemmgen.pack_weights)", type(packed).__name__)
+        raise _fail("packed", "a gemmgen.PackedWeight (see gemmgen.pack_weights)", _describe(packed))
     if packed.layout_version != LAYOUT_VERSION or packed.arch != "sm90a":
         raise _fail("packed", f"a weight packed for sm90a with layout version {LAYOUT_VERSION} "
                               "(re-pack it with gemmgen.pack_weights(..., arch='sm90a'))",

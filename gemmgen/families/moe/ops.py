@@ -30,7 +30,10 @@ _ALIGN = launch.ALIGN_BYTES
 K_MULTIPLE = 16
 K_MULTIPLE_INT4 = 32  # int4 weight rows: K/2 bytes, 16-byte aligned
 N_MULTIPLE = 8
-K_MAX_INT8 = 2**17  # int8: K * 2^14 < 2^31, so the int32 accumulator cannot overflow
+# int32 accumulation: |x·w| <= 2^14 per int8 product (-128 · -128), 2^10 per A8W4 one (-128 · -8),
+# so K < 2^31 / max|x·w|; K is a multiple of 16 (32 for A8W4): the largest such K below it
+K_MAX_INT8 = 2**17 - 16
+K_MAX_A8W4 = 2**21 - 32
 _INTERMEDIATE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _fail = launch.ArgumentErrors(OP)
 _describe = launch.describe
@@ -101,8 +104,9 @@ def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: 
                     ("group_list", group_list), ("q", q), ("q_scale", q_scale)):
         if t.get_device() != device:
             raise _fail(name, f"a tensor on cuda:{device} like x", _describe(t))
-    if x.dtype == torch.int8 and k > K_MAX_INT8:
-        raise _fail("x", f"K <= {K_MAX_INT8} for int8 (|x·w| <= 2^14 per product: a longer K "
+    k_max = K_MAX_A8W4 if int4 else K_MAX_INT8
+    if x.dtype == torch.int8 and k > k_max:
+        raise _fail("x", f"K <= {k_max} for int8 x (|x·w| <= 2^{10 if int4 else 14} per product: a longer K "
                     "could overflow the int32 accumulator)", _describe(x))
     if max(m, n, k) > 2**31 - 1 or e > 2**31 - 1:
         raise _fail("x", "M, N and K below 2^31 (the kernels take int sizes)", _describe(x))
@@ -227,7 +231,7 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     to bf16; the shipped configs use float32 C. So q may differ from the reference by one step
     where S / q_scale lies within rounding distance of a tie, and q_scale by a few float32 ulps.
     Non-finite values: a row whose S holds a NaN gets q_scale NaN, an infinite S q_scale +inf
-    (q of that row unspecified); int8 K is limited to 2^17 (int32 accumulation). kernel: force a kernel by name (default: dispatch picks by
+    (q of that row unspecified); int8 K is limited to 131056 (A8W4: 2097120; int32 accumulation). kernel: force a kernel by name (default: dispatch picks by
     tokens per expert, E, N and K).
     """
     if weight_bits is not None and (type(weight_bits) is not int or weight_bits not in (8, 4)):

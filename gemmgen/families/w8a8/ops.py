@@ -30,10 +30,11 @@ _fail_azp = launch.ArgumentErrors("scaled_mm_azp")
 _check_vector, _check_vector_azp = _fail.vector, _fail_azp.vector  # bound once, not per call
 _describe = launch.describe
 INT32_MAX = 2**31 - 1  # M, N, K: the C++ wrappers and CUTLASS's problem shapes take int
-# int8 x int8 products accumulate in int32: a sum of K products of up to 127 x 127 stays below
-# 2^31 up to K = 2^17 = 131072 (127 * 127 * 131072 = 2,114,060,288 < 2^31 - 1 = 2,147,483,647).
+# int8 x int8 products accumulate in int32: a product is at most (-128) * (-128) = 2^14, so a
+# sum of K of them fits for K * 2^14 <= 2^31 - 1, i.e. K < 2^17; K is a multiple of 16, so the
+# largest K is 2^17 - 16 = 131056 (2^17 itself overflows when every product is 2^14).
 # fp8 accumulates in fp32: no such limit.
-INT8_MAX_K = 131072
+INT8_MAX_K = 2**17 - 16
 _launch = launch.launch
 clear_caches = launch.clear_caches
 
@@ -72,7 +73,7 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a
         fail, check_vector = _fail_azp, _check_vector_azp
     for name, t in (("a", a), ("b", b), ("out", out)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
-            raise fail(name, "a 2-D tensor", _describe(t) if isinstance(t, torch.Tensor) else type(t).__name__)
+            raise fail(name, "a 2-D tensor", _describe(t))
     a_dtype = a.dtype
     if a_dtype not in _IN_DTYPES:
         raise fail("a", "dtype torch.int8 or torch.float8_e4m3fn", _describe(a))
@@ -87,7 +88,7 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a
             raise fail("a", f"K <= {INT32_MAX} (2^31 - 1: the kernels take int sizes)", _describe(a))
         if a_dtype == torch.int8:
             raise fail("a", f"K <= {INT8_MAX_K} for int8: int8 products accumulate in int32, and a "
-                            f"sum of more than {INT8_MAX_K} products of up to 127 x 127 can "
+                            f"sum of more than {INT8_MAX_K} products of up to 128 x 128 can "
                             "overflow it (float8_e4m3fn accumulates in float32 and has no such "
                             "limit)", _describe(a))
     if m > INT32_MAX or n > INT32_MAX:
@@ -228,7 +229,7 @@ def _output(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, out: Optio
     if out is None:
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() != 2 or b.dim() != 2:
             raise fail("a" if not isinstance(a, torch.Tensor) or a.dim() != 2 else "b", "a 2-D tensor",
-                       type(a).__name__ if not isinstance(a, torch.Tensor) else tuple(a.shape))
+                       _describe(a) if not isinstance(a, torch.Tensor) or a.dim() != 2 else _describe(b))
         return torch.empty((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
     if out.dtype != out_dtype:
         raise fail("out", f"dtype {out_dtype} (out_dtype)", _describe(out))
