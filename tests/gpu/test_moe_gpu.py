@@ -730,6 +730,36 @@ def test_non_finite_rows_get_a_non_finite_scale():
     assert same_bits(q_scale[rest], clean[rest])
 
 
+@pytest.mark.parametrize("kind", ["unfused", "fused"])
+def test_non_finite_weight_scale_reaches_its_expert_only(kind):
+    """A NaN (or inf) in weight_scale[e, j] makes column j of expert e's C non-finite, so every
+    row of expert e gets a non-finite q_scale; the other experts' rows are untouched."""
+    v = require_variant("int8")
+    kernels = [k for k in gemmgen.list_kernels() if k.spec.family == "moe" and (k.spec.x, k.spec.w) == ("int8", "int8")
+               and k.spec.config.fused == (kind == "fused") and k.spec.c == "fp32"]
+    if not kernels:
+        pytest.skip(f"no built {kind} fp32 int8 kernel")
+    m, e, k, n = 12, 3, 256, 512
+    weight = random_weight((e, k, n), v)
+    weight_scale = random_weight_scales((e, n), v)
+    x = random_values((m, k), v.dtype)
+    x_scale = random_scales((m,), v.dtype)
+    group_list = group_list_of([5, 4, 3], "count")
+    for kernel in kernels:
+        _, clean = gemmgen.grouped_matmul_swiglu_quant(x, pack(weight, weight_scale, v), None, x_scale,
+                                                       group_list, kernel=kernel.name)
+        for bad in (float("nan"), float("inf")):
+            poisoned = weight_scale.clone()
+            poisoned[1, 7 if bad != bad else n // 2 + 3] = bad  # an act column / a gate column
+            _, q_scale = gemmgen.grouped_matmul_swiglu_quant(x, pack(weight, poisoned, v), None,
+                                                             x_scale, group_list, kernel=kernel.name)
+            assert not torch.isfinite(q_scale[5:9]).any(), f"{kernel.name}: expert 1's rows stayed finite"
+            if bad != bad:
+                assert torch.isnan(q_scale[5:9]).all(), kernel.name
+            rest = [0, 1, 2, 3, 4, 9, 10, 11]
+            assert same_bits(q_scale[rest], clean[rest]), f"{kernel.name}: other experts changed"
+
+
 # ------------------------------------------------------------------ 7. fused = unfused
 
 def fused_pairs() -> list[tuple]:
