@@ -13,6 +13,7 @@ not-implemented fallback (C++), which only speaks when an input requires grad.
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import torch
@@ -29,6 +30,30 @@ def define_out_op(name: str, schema: str, cuda_impl: Callable, fake_impl: Callab
     `cuda_impl` as its CUDA kernel and `fake_impl` as its fake (meta) kernel; return the op
     (`torch.ops.gemmgen.<name>`)."""
     _LIBRARY.define(name + schema)
+    op = getattr(getattr(torch.ops, NAMESPACE), name)
+    for fn in (cuda_impl, fake_impl):
+        _check_defaults(op.default._schema, fn)
     _LIBRARY.impl(name, cuda_impl, "CUDA")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake_impl, lib=_LIBRARY)
-    return getattr(getattr(torch.ops, NAMESPACE), name)
+    return op
+
+
+def _check_defaults(schema, fn: Callable) -> None:
+    """`fn` must take the schema's arguments in order, with the schema's defaults.
+
+    NOTES: the dispatcher calls a Python kernel without the trailing arguments that equal their
+    schema default, so the kernel's own default stands in for them: a different one would
+    silently change the op (a `check=False` default under a `check=None` schema once turned
+    the group-list check off for every torch.compile'd call)."""
+    params = list(inspect.signature(fn).parameters.values())
+    for i, argument in enumerate(schema.arguments):
+        if i >= len(params) or params[i].kind not in (inspect.Parameter.POSITIONAL_ONLY,
+                                                      inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            raise TypeError(f"{fn.__qualname__} does not take {schema.name}'s argument "
+                            f"{argument.name!r} at position {i}")
+        if argument.has_default_value():
+            default = params[i].default
+            if default is inspect.Parameter.empty or default != argument.default_value:
+                raise TypeError(f"{fn.__qualname__}: argument {i} ({params[i].name}) must default "
+                                f"to {argument.default_value!r} like {schema.name}'s "
+                                f"{argument.name!r}; it defaults to {default!r}")

@@ -129,7 +129,7 @@ def _kernel_for(kernel: Optional[str], x: torch.Tensor, m: int, e: int, n: int, 
 
 def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
                                group_list_type: str, weight_bits: int = 8,
-                               check: Optional[bool] = False,
+                               check: Optional[bool] = None,
                                kernel: Optional[str] = None,
                                knobs: Optional[RuntimeKnobs] = None) -> None:
     """The eager implementation. `check` reads the group list back (a sync) and raises on a bad
