@@ -35,7 +35,7 @@ def table_file(tmp_path):
 
 def test_round_trip_keeps_every_field(table_file):
     table = load_table(table_file)
-    assert table.metadata == META
+    assert table.metadata == META | {"buckets": 6}  # render_table counts the buckets
     (ctable,) = table.classes.values()
     assert ctable.key == KEY
     by_shape = {(s.n, s.k): s for s in ctable.shapes}
@@ -75,6 +75,30 @@ def test_metadata_mismatch_names_the_reason(table_file):
     assert "NVIDIA H100" in table.mismatch(gpu=("NVIDIA H100 80GB HBM3", 132), kernel_set="abc123")
     assert "114 SMs" in table.mismatch(gpu=("NVIDIA H200", 114), kernel_set="abc123")
     assert "kernel set" in table.mismatch(gpu=("NVIDIA H200", 132), kernel_set="zzz")
+
+
+@pytest.mark.parametrize("cut", range(1, 12))
+def test_a_table_cut_short_at_a_line_boundary_is_an_error(table_file, cut):
+    """A table truncated between lines may still parse as YAML: the metadata's bucket count
+    catches what the schema does not (file, line and key named)."""
+    lines = table_file.read_text().splitlines(keepends=True)
+    table_file.write_text("".join(lines[:-cut]))
+    with pytest.raises(ManifestError) as info:
+        load_table(table_file)
+    if cut == 4:  # the last shape gone whole: valid YAML, valid schema, one bucket short
+        assert "the table lists 5 buckets but its metadata says 6: it was cut short or edited" in str(info.value)
+        assert info.value.key == "buckets" and info.value.line == _line_of(lines, "  buckets: 6")
+
+
+def _line_of(lines, text: str) -> int:
+    return next(i for i, line in enumerate(lines, 1) if line.rstrip("\n") == text)
+
+
+def test_shipped_table_counts_its_buckets():
+    from pathlib import Path
+    shipped = Path(__file__).resolve().parent.parent / "gemmgen" / "manifests" / "w8a8_sm90.tuned.yaml"
+    table = load_table(shipped)
+    assert table.metadata["buckets"] == sum(len(s.buckets) for t in table.classes.values() for s in t.shapes)
 
 
 def test_kernel_set_hash_ignores_order_and_sees_changes():

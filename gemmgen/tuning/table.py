@@ -49,7 +49,7 @@ FORMAT = 1
 TABLE_SUFFIX = ".tuned.yaml"
 TUNED_TABLE_FILE = "tuned.yaml"  # its name inside a published library folder
 _METADATA_KEYS = ("library", "arch", "kernel_set", "gpu", "sm_count", "cuda", "cutlass", "gemmgen",
-                  "torch", "shapes", "m_grid", "tie_tolerance", "kernels")
+                  "torch", "shapes", "m_grid", "tie_tolerance", "kernels", "buckets")
 _REQUIRED_METADATA = {"library", "arch", "kernel_set", "gpu", "sm_count"}
 _BUCKET_KEYS = {"m_max", "kernel", "raster", "swizzle", "split_k"}
 
@@ -298,6 +298,15 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
                 buckets.append(bucket)
             shapes.append(ShapeEntry(n, k, tuple(buckets), s.line))
         classes[key] = ClassTable(key, tuple(shapes), c.line)
+    # `buckets` (written by render_table; absent from older tables): a table cut short at a line
+    # boundary still parses, so its bucket count is what tells.
+    if "buckets" in meta:
+        listed = sum(len(s.buckets) for t in classes.values() for s in t.shapes)
+        expected = _positive_int(reader, meta, "buckets")
+        if listed != expected:
+            raise reader.error(meta, "buckets", f"the table lists {listed} buckets but its metadata "
+                                                f"says {expected}: it was cut short or edited; "
+                                                "re-run `gemmgen tune` (or restore the file)")
     return TunedTable(path, dict(meta), classes)
 
 
@@ -391,6 +400,7 @@ def render_table(metadata: dict, classes: Sequence[ClassTable], header: Sequence
     """Deterministic, human-diffable YAML text of a table (load_table reads it back)."""
     lines = [f"# {h}" if h else "#" for h in header]
     lines += [f"format: {FORMAT}", "metadata:"]
+    metadata = dict(metadata, buckets=sum(len(s.buckets) for t in classes for s in t.shapes))
     for key in _METADATA_KEYS:
         if key in metadata:
             value = metadata[key]
