@@ -33,21 +33,21 @@ def _check_across(manifest, kernels, libraries: dict, owners: dict) -> None:
     """Manifests given together must not fight over a library folder, nor over an op: no two
     libraries of one arch may both carry dispatch rules for one dispatch class (otherwise only
     loading both libraries would tell). `libraries` and `owners` collect the manifests seen."""
-    path = manifest.path
+    path = manifest.path  # NOTES: nothing is recorded before every check passed (validate goes on)
     other = libraries.get(manifest.library)
     if other is not None and other != path:
         raise ManifestError(path, manifest.library_line, "library", f"library {manifest.library!r} is also built by "
                             f"{other}: both would publish into <build dir>/{manifest.library}; "
                             "give one of them another `library` name")
-    libraries[manifest.library] = path
     classes: dict[str, dict[tuple, None]] = {}  # family name -> its dispatch classes, in order
     for spec in kernels:
         if spec.origin is not None:
             classes.setdefault(spec.origin.family, {})[spec.dispatch_class] = None
+    claims: dict[tuple, tuple] = {}
     for family, key in ((f, key) for f in manifest.families if f.dispatch  # else: by name only
                         for key in classes.get(f.name, ())):
         owned = (manifest.arch, *key)
-        first = owners.setdefault(owned, (path, manifest.library, family))
+        first = owners.get(owned) or claims.setdefault(owned, (path, manifest.library, family))
         if first[0] != path:
             first_path, first_library, first_family = first
             raise ManifestError(
@@ -58,6 +58,9 @@ def _check_across(manifest, kernels, libraries: dict, owners: dict) -> None:
                 f"{family.plugin.describe_class(key)}: which one serves it would "
                 "be arbitrary. Drop the `dispatch` list from one of the two families (its kernels "
                 "stay callable by name)")
+    libraries[manifest.library] = path
+    for owned, claim in claims.items():
+        owners.setdefault(owned, claim)
 
 
 def _validated(paths: list[Path], keep_going: bool = False):
@@ -117,7 +120,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         table = table_path_for(path)
         note = ""
         if table.exists():  # validated like `gemmgen build` does: file:line errors, staleness
-            _, status, message = tuned_table_status(path, kernels)
+            try:
+                _, status, message = tuned_table_status(path, kernels)
+            except ManifestError as exc:  # reported, and the next manifest is checked too
+                sys.stdout.flush()
+                print(f"gemmgen: error: {exc}", file=sys.stderr)
+                failed += 1
+                continue
             if message is not None and status == "stale, not used":
                 print(message)  # a partial table: its status says all
             note = f"; tuned table {table.name}: {status}"

@@ -81,7 +81,8 @@ def describe_argument(value) -> str:
         return f"{kind} {value!r}"
     if isinstance(value, (list, tuple)) and kind:
         return f"{kind} of {len(value)} item{'' if len(value) == 1 else 's'}"
-    return kind or f"a {type(value).__name__} object"
+    name = type(value).__name__
+    return kind or f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name} object"
 
 
 def argument_error(where: str, argument: str, expected: str, got: object) -> ValueError:

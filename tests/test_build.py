@@ -437,3 +437,18 @@ def test_two_libraries_dispatching_one_op_is_an_error(monkeypatch, tmp_path, fre
     with pytest.raises(GemmgenError, match=r"libraries 'alpha' and 'beta' .* both carry sm90a "
                                            r"dispatch rules for scaled_mm int8 bf16 ScaledEpilogue"):
         binding_library.libraries()
+
+
+def test_cli_validate_reports_a_broken_tuned_table_and_goes_on(capsys, case, tmp_path):
+    """A manifest whose tuned table is broken is an error like a broken manifest: reported with
+    its file:line, and the next manifest is still checked."""
+    from gemmgen.tuning.table import table_path_for
+    path = case.write()
+    table_path_for(path).write_text("format: 1\nmetadata:\n  library: demo\ntables: []\n")
+    other = tmp_path / "other.yaml"
+    other.write_text(case.text.replace("library: demo", "library: other").replace(
+        "cluster: [2, 1, 1]", "cluster: [3, 1, 1]", 1))
+    assert cli_main(["validate", str(path), str(other)]) == 1
+    err = capsys.readouterr().err
+    assert f"gemmgen: error: {table_path_for(path)}:" in err
+    assert f"gemmgen: error: {other}:" in err and "cluster M must be a power of two" in err

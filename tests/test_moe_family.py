@@ -371,8 +371,9 @@ def test_args_mirror_matches_the_header():
         first, *rest = [part.strip() for part in decl.split(",")]
         names += [first.split()[-1].lstrip("*"), *rest]
     assert names == [name for name, _ in MoeArgs._fields_]
-    assert ARGS_LAYOUT.size == ctypes.sizeof(MoeArgs) == 8 * 8 + 4 * 8 + 4 * 4
-    values = tuple(range(1, 9)) + (-1, 2**40, 3, 4) + (1, 2, 8, 0)
+    assert ARGS_LAYOUT.size == ctypes.sizeof(MoeArgs) == 8 * 8 + 4 * 8 + 6 * 4
+    assert "#define GEMMGEN_MOE_LAYOUT_VERSION 2" in header and packing.LAYOUT_VERSION == 2
+    values = tuple(range(1, 9)) + (-1, 2**40, 3, 4) + (1, 2, 8, 0, 2, 0)
     buffer = (ctypes.c_char * ARGS_LAYOUT.size)()
     ARGS_LAYOUT.pack_into(buffer, 0, *values)
     args = MoeArgs.from_buffer(buffer)

@@ -149,7 +149,7 @@ def test_dispatch_request_accepts_the_edges():
 
 
 @pytest.mark.parametrize("value, shown", [(None, "None"), ([1, 2], "a list of 2 items"), (3, "an int 3"),
-                                          ("x", "a string 'x'"), (object(), "a object object")])
+                                          ("x", "a string 'x'"), (object(), "an object object")])
 def test_argument_errors_show_values_in_plain_words(value, shown):
     """No Python type names (NoneType, list, ...) in an op's argument error: plain words."""
     with pytest.raises(ValueError, match=rf"^gemmgen\.scaled_mm: argument 'a': expected .*; got {re.escape(shown)}$"):

@@ -166,6 +166,18 @@ def raise_on_status(status: int, kernel: Kernel) -> None:
         raise KernelLaunchError(f"gemmgen kernel failed (status {status}): {kernel.library.last_error()}")
 
 
+def mark_written(*tensors: torch.Tensor) -> None:
+    """Bump the version counters of tensors a kernel wrote through raw pointers, as an in-place
+    torch op does: autograd then refuses a saved tensor that was overwritten instead of using
+    the new values silently. (The ops are Library ops, not custom_op, which did this in its
+    ADInplaceOrView kernel; eager calls skip the dispatcher.)"""
+    for t in tensors:
+        _increment_version(t)
+
+
+_increment_version = torch.autograd.graph.increment_version
+
+
 def through_custom_op(first: torch.Tensor) -> bool:
     """Whether a call must go through the registered custom op rather than straight to the C call.
 

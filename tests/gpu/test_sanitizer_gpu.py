@@ -5,8 +5,8 @@ accesses, invalid frees, CUDA API errors), and under `--tool racecheck` (shared-
 the CUTLASS 2.x (sm80) sample and the MoE sample (its own setup / SwiGLU / quant kernels use
 shared memory and barriers). Each run must report zero errors (racecheck: zero warnings too).
 
-The sample: up to SAMPLE_PER_GROUP kernels per (family, arch, dispatch class) — the first of each
-config kind, so swap-AB, split-K / stream-K and fused kernels are in it when built; set
+The sample: per (family, arch, dispatch class), the first kernel of every config kind (swap-AB,
+split-K / stream-K, fused: each kind that is built is in it), then more up to SAMPLE_PER_GROUP; set
 GEMMGEN_SANITIZER_ALL=1 to run every built kernel. Skipped (with the reason) when the
 `compute-sanitizer` binary is not found (PATH, next to nvcc, $CUDA_HOME/bin).
 """
@@ -59,11 +59,15 @@ def sample(arch: str | None = None, families=("w8a8", "mixed", "moe")) -> list[s
         return [k.name for k in kernels]
     chosen: dict[tuple, list[str]] = {}
     seen_kinds: set[tuple] = set()
-    for k in kernels:  # first the first kernel of every kind, then fill each group up
+    for k in kernels:  # the first kernel of every kind, whatever the group holds already
         group = (k.spec.family, k.spec.arch, k.spec.dispatch_class)
-        if (group, kind(k.spec)) not in seen_kinds and len(chosen.get(group, [])) < SAMPLE_PER_GROUP:
+        if (group, kind(k.spec)) not in seen_kinds:
             seen_kinds.add((group, kind(k.spec)))
             chosen.setdefault(group, []).append(k.name)
+    for k in kernels:  # then fill each group up
+        group = (k.spec.family, k.spec.arch, k.spec.dispatch_class)
+        if len(chosen[group]) < SAMPLE_PER_GROUP and k.name not in chosen[group]:
+            chosen[group].append(k.name)
     return [name for names in chosen.values() for name in names]
 
 

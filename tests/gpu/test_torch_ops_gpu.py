@@ -180,3 +180,14 @@ def test_cuda_graph_of_the_raw_op(family):
     torch.cuda.synchronize()
     want = as_tuple(case.public(source.clone()))
     assert all(same_bits(g, w) for g, w in zip(case.outputs(), want, strict=True)), family
+
+
+@pytest.mark.parametrize("family", list(OPS))
+def test_written_outputs_get_a_new_version(family):
+    """The kernels write through raw pointers; the ops bump the outputs' version counters like
+    an in-place torch op, through the dispatcher and eagerly alike."""
+    case = OPS[family]()
+    before = [t._version for t in case.outputs()]
+    case.raw_op()(*case.raw_args())
+    after = [t._version for t in case.outputs()]
+    assert all(a > b for a, b in zip(after, before)), (family, before, after)

@@ -133,6 +133,7 @@ def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, g
                           a.stride(0) if m > 1 else k, out.stride(0) if m > 1 else n, group_size,
                           RASTER_CODES[knobs.raster], knobs.swizzle, knobs.split_k_slices, 0)
     launch.raise_on_status(launch.launch(chosen, buffer, device), chosen)
+    launch.mark_written(out)
 
 
 def _mixed_mm_out_fake(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k,

@@ -18,11 +18,12 @@ class MoeArgs(ctypes.Structure):
         ("experts", ctypes.c_int64),
         ("group_list_type", ctypes.c_int32), ("raster_order", ctypes.c_int32),
         ("max_swizzle_size", ctypes.c_int32), ("reserved", ctypes.c_int32),
+        ("layout_version", ctypes.c_int32), ("reserved2", ctypes.c_int32),
     ]
 
 
-# 8 pointers, 4 int64, 4 int32.
-ARGS_LAYOUT = struct.Struct("=QQQQQQQQqqqqiiii")
+# 8 pointers, 4 int64, 6 int32.
+ARGS_LAYOUT = struct.Struct("=QQQQQQQQqqqqiiiiii")
 assert ARGS_LAYOUT.size == ctypes.sizeof(MoeArgs)
 
 RASTER_CODES = {"heuristic": 0, "along_m": 1, "along_n": 2}

@@ -164,8 +164,9 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
     ARGS_LAYOUT.pack_into(buffer, 0, x.data_ptr(), w.data_ptr(), w_scale.data_ptr(),
                           x_scale.data_ptr(), group_list.data_ptr(), c.data_ptr(), q.data_ptr(),
                           q_scale.data_ptr(), m, n, k, e, GROUP_LIST_CODES[group_list_type],
-                          RASTER_CODES[knobs.raster], knobs.swizzle, 0)
+                          RASTER_CODES[knobs.raster], knobs.swizzle, 0, LAYOUT_VERSION, 0)
     launch.raise_on_status(launch.launch(chosen, buffer, device), chosen)
+    launch.mark_written(q, q_scale)
 
 
 def _fake(q, q_scale, x, weight, weight_scale, x_scale, group_list, group_list_type,

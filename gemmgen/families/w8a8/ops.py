@@ -199,6 +199,7 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
                            _ptr(azp), scale_a.numel() > 1, scale_b.numel() > 1,
                            RASTER_CODES[knobs.raster], knobs.swizzle, slices, 0)
     launch.raise_on_status(_launch(chosen, buffer, device), chosen)
+    launch.mark_written(out)
 
 
 def _scaled_mm_out_fake(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch=None,

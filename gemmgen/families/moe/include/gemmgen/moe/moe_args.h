@@ -32,7 +32,15 @@ typedef struct gemmgen_moe_args {
   int32_t raster_order;      /* 0 heuristic, 1 along M, 2 along N (in the kernel's terms) */
   int32_t max_swizzle_size;
   int32_t reserved;
+  int32_t layout_version;    /* the packed weight's layout (packing.py), which the kernels
+                                pair act and gate columns by: GEMMGEN_MOE_LAYOUT_VERSION */
+  int32_t reserved2;
 } gemmgen_moe_args;
+
+/* Layout 2: act and gate interleaved (packed row 2j is act column j, 2j + 1 gate column j).
+   A library built for another layout has another sizeof(gemmgen_moe_args) (1: without the
+   field), so the loader refuses it, and a kernel refuses a call that names another layout. */
+#define GEMMGEN_MOE_LAYOUT_VERSION 2
 
 #ifdef __cplusplus
 }

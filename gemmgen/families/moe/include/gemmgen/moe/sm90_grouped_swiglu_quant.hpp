@@ -225,6 +225,11 @@ struct GroupedSwigluQuant {
 
   static int run(gemmgen_moe_args const* p, void* workspace, size_t workspace_bytes, void* stream,
                  char const* kernel_name) {
+    if (p->layout_version != GEMMGEN_MOE_LAYOUT_VERSION) {
+      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                  "the packed weight's layout version differs from the one this library was "
+                  "built for (re-pack the weights, or rebuild with `gemmgen build`)");
+    }
     if (workspace == nullptr || workspace_bytes < workspace_size(p)) {
       return fail(GEMMGEN_WORKSPACE_TOO_SMALL, kernel_name, "workspace smaller than required");
     }
