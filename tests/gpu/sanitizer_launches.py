@@ -20,12 +20,12 @@ import torch
 
 import gemmgen
 import gemmgen.families.moe.ops  # noqa: F401  (registers the MoE custom op)
+from gemmgen.families.mixed.configs import WEIGHT_TYPES_FOR_KERNEL
 from gemmgen.families.mixed.packing import q_range
 
 DEVICE = torch.device("cuda")
 ELEMENTS = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn}
 FLOATS = {"bf16": torch.bfloat16, "fp16": torch.float16}
-MIXED_WEIGHT_TYPE = {("int4", "scale"): "int4", ("int4", "scale_zero"): "uint4", ("int8", "scale"): "int8"}
 
 
 def values(shape, dtype: torch.dtype) -> torch.Tensor:
@@ -79,7 +79,7 @@ def run_w8a8(kernel) -> int:
 def run_mixed(kernel) -> int:
     spec, calls = kernel.spec, 0
     dtype = FLOATS[spec.a]
-    weight_type = MIXED_WEIGHT_TYPE[(spec.w, spec.scheme)]
+    weight_type = WEIGHT_TYPES_FOR_KERNEL[(spec.w, spec.scheme)][0]
     low, high = q_range(weight_type)
     for m, n, k in boundary_shapes(spec, 8, 64):
         q = torch.randint(low, high + 1, (n, k), dtype=torch.int32, device=DEVICE)

@@ -11,13 +11,10 @@ import torch
 import gemmgen
 import gemmgen.families.mixed.ops  # noqa: F401  (registers torch.ops.gemmgen.mixed_mm_out)
 from gemmgen import reference
-from gemmgen.families.mixed.configs import KERNEL_FOR_WEIGHT_TYPE
+from gemmgen.families.mixed.configs import WEIGHT_TYPES_FOR_KERNEL as WEIGHT_TYPES_FOR
 from gemmgen.families.mixed.packing import q_range
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-WEIGHT_TYPES_FOR = {}
-for _wt, _kernel in KERNEL_FOR_WEIGHT_TYPE.items():
-    WEIGHT_TYPES_FOR.setdefault(_kernel, []).append(_wt)
 
 
 def random_packed(n: int, k: int, weight_type: str, group_size: int, dtype: torch.dtype):

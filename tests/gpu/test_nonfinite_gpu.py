@@ -48,7 +48,7 @@ import torch
 
 import gemmgen
 from gemmgen import reference
-from gemmgen.families.mixed.configs import KERNEL_FOR_WEIGHT_TYPE
+from gemmgen.families.mixed.configs import WEIGHT_TYPES_FOR_KERNEL
 from gemmgen.families.mixed.packing import Sm90Layout, q_range
 from gemmgen.families.w8a8.configs import AZP_EPILOGUES
 
@@ -70,9 +70,7 @@ SCALE_RANGE = {torch.int8: (0.001, 0.01), FP8: (0.05, 0.5)}
 FP8_SIGN_MARGIN = 5e-2
 
 MIXED_ACT = {"bf16": torch.bfloat16, "fp16": torch.float16}
-MIXED_WEIGHT_TYPES: dict[tuple[str, str], list[str]] = {}
-for _wt, _kernel_class in KERNEL_FOR_WEIGHT_TYPE.items():
-    MIXED_WEIGHT_TYPES.setdefault(_kernel_class, []).append(_wt)
+MIXED_WEIGHT_TYPES = WEIGHT_TYPES_FOR_KERNEL
 
 # Shapes every kernel takes (those of the other GPU tests): K a multiple of 16 (W8A8) / 64
 # (mixed), N of 8; M = 1 (swap-AB / decode tiles) and 65 (one past a tile multiple).

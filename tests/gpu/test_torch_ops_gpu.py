@@ -21,6 +21,7 @@ import gemmgen
 import gemmgen.families.mixed.ops  # noqa: F401
 import gemmgen.families.moe.ops  # noqa: F401
 import gemmgen.families.w8a8.ops  # noqa: F401
+from gemmgen.families.mixed.configs import WEIGHT_TYPES_FOR_KERNEL
 from gemmgen.families.mixed.packing import q_range
 
 pytestmark = pytest.mark.gpu
@@ -76,8 +77,7 @@ class Mixed:
         self.kernel = first_kernel("mixed")
         spec = self.kernel.spec
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[spec.a]
-        weight_type = {("int4", "scale"): "int4", ("int4", "scale_zero"): "uint4",
-                       ("int8", "scale"): "int8"}[(spec.w, spec.scheme)]
+        weight_type = WEIGHT_TYPES_FOR_KERNEL[(spec.w, spec.scheme)][0]
         m, n, k, group = 24, 256, 512, 128
         low, high = q_range(weight_type)
         q = torch.randint(low, high + 1, (n, k), dtype=torch.int32, device=DEVICE)

@@ -23,6 +23,11 @@ TILE_SCHEDULERS = ("persistent", "streamk")
 KERNEL_FOR_WEIGHT_TYPE = {"int4": ("int4", "scale"), "uint4b8": ("int4", "scale"),
                           "uint4": ("int4", "scale_zero"), "int8": ("int8", "scale"),
                           "uint8b128": ("int8", "scale")}
+# The other way round: a kernel's (stored element, scheme) -> the weight types it serves, in the
+# order above (the first is the plain one: int4, uint4, int8).
+WEIGHT_TYPES_FOR_KERNEL: dict[tuple[str, str], tuple[str, ...]] = {
+    kernel: tuple(t for t, k in KERNEL_FOR_WEIGHT_TYPE.items() if k == kernel)
+    for kernel in dict.fromkeys(KERNEL_FOR_WEIGHT_TYPE.values())}
 
 _SHORT = {"bf16": "bf16", "fp16": "f16", "int4": "i4", "int8": "i8", "scale": "s",
           "scale_zero": "sz"}
