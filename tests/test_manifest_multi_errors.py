@@ -298,7 +298,7 @@ def test_no_cascades(tmp_path):
     _, err = _errors(tmp_path, text)
     assert _where(text, err) == [(_line(text, "epilogue: [ScaledEpilogue]"), "epilogue")], str(err)
     # an op this arch does not build: nothing else of that family
-    text = _edit(SM80, ("op: scaled_mm", "op: mixed_mm"))
+    text = _edit(SM80, ("op: scaled_mm", "op: grouped_matmul_swiglu_quant"))
     _, err = _errors(tmp_path, text)
     assert [e.key for e in err.errors] == ["op"], str(err)
 

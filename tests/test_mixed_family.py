@@ -1,6 +1,6 @@
 """The mixed-input family on the CPU: manifest keys and rules (file:line errors), expansion and
 names, rendering, dispatch of a weight type to its kernel class, and one real nvcc build of a
-mixed-input kernel (the CI compile of this family's template)."""
+mixed-input kernel and of a direct kernel (the CI compiles of this family's templates)."""
 
 from __future__ import annotations
 
@@ -128,6 +128,76 @@ def test_dispatch_request_errors():
         family.dispatch_request("mixed_mm", a_dtype="int8", weight_type="int4", m=1, n=8, k=64)
     with pytest.raises(ValueError, match=r"m must be an int in \[1, 2\*\*31 - 1\]"):
         family.dispatch_request("mixed_mm", a_dtype="bf16", weight_type="int4", m=2**31, n=8, k=64)
+
+
+DIRECT_MANIFEST = """\
+library: onedirect
+arch: sm80
+families:
+  - name: mixed
+    op: mixed_mm
+    dtypes:
+      - {a: fp16, w: int8}
+    schemes: [scale]
+    configs:
+      - {name: stream, tile: [32, 16, 64], schedule: direct, warps_k: 4, stages: 3}
+    dispatch:
+      - {when: "true", use: stream}
+"""
+DIRECT_KERNEL = "sm80_mixed_mm_f16_i8_s_t32x16x64_direct_wk4_s3"
+
+
+def test_direct_config_renders_for_sm80_and_sm90a(tmp_path):
+    """The direct kernel's config reaches the template: warps over N, warps over K, token tiles,
+    ring depth; an sm80 library includes only the direct header."""
+    manifest = load_manifest(_write(tmp_path, DIRECT_MANIFEST))
+    kernels = expand(manifest)
+    assert [k.name for k in kernels] == [DIRECT_KERNEL]
+    (unit,) = render_kernel_sources(manifest, kernels)
+    assert '#include "gemmgen/mixed/direct_mixed_mm.cuh"' in unit.source
+    assert "sm90_mixed_mm.hpp" not in unit.source
+    assert ("DirectConfig<cutlass::half_t, int8_t, /*with_zero=*/false, /*warps_n=*/2, "
+            "/*warps_k=*/4, /*token_tiles=*/2, /*stages=*/3>") in unit.source
+    assert "gemmgen::device_supports(8, 0," in unit.source
+    sm90 = load_manifest(_write(tmp_path, DIRECT_MANIFEST.replace("arch: sm80", "arch: sm90a")))
+    (unit,) = render_kernel_sources(sm90, expand(sm90))
+    assert "direct_mixed_mm.cuh" in unit.source and "sm90_mixed_mm.hpp" not in unit.source
+
+
+@pytest.mark.parametrize("old,new,key,message", [
+    ("warps_k: 4, stages: 3", "stages: 3", "warps_k", "needs warps_k"),
+    ("warps_k: 4", "warps_k: 3", "warps_k", "one of 1, 2, 4, 8, 16; got 3"),
+    ("tile: [32, 16, 64], schedule: direct, warps_k: 4", "tile: [64, 16, 64], schedule: direct, warps_k: 16",
+     "warps_k", "2048 threads a CTA; at most 512"),
+    ("stages: 3", "stages: 9", "stages", "2 to 8 chunks"),
+    ("stages: 3", "stages: 8, cluster: [2, 1, 1]", "cluster", "no clusters"),
+    ("tile: [32, 16, 64], schedule: direct, warps_k: 4, stages: 3",
+     "tile: [32, 64, 64], schedule: direct, warps_k: 8, stages: 8", "stages", "over the sm80 limit"),
+])
+def test_direct_config_errors(tmp_path, old, new, key, message):
+    text = DIRECT_MANIFEST.replace(old, new)
+    assert text != DIRECT_MANIFEST
+    path = _write(tmp_path, text)
+    with pytest.raises(ManifestError, match=message) as info:
+        expand(load_manifest(path))
+    assert (info.value.file, info.value.key) == (str(path), key)
+
+
+@pytest.mark.compile
+def test_direct_kernel_compiles_and_loads(tmp_path):
+    """One real direct mma.sync kernel (sm80 SASS + PTX): builds in seconds, loads, refuses to run
+    without a GPU."""
+    if not (os.environ.get("CUDACXX") or shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()):
+        pytest.skip("nvcc not found")
+    toolchain.find_toolchain.cache_clear()
+    report = builder.build_manifest(_write(tmp_path, DIRECT_MANIFEST), tmp_path / "build", jobs=2,
+                                    log=lambda line: None)
+    assert report.kernel_count == 1
+    library = load_library(tmp_path / "build" / "onedirect" / "current")
+    assert library.arch == "sm80" and list(library.kernels) == [DIRECT_KERNEL]
+    args = MixedMmArgs()
+    assert library.kernels[DIRECT_KERNEL].run(ctypes.byref(args), None, 0, None) == 5  # WRONG_ARCH
+    assert DIRECT_KERNEL in library.last_error()
 
 
 @pytest.mark.compile

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from gemmgen import reference
 from gemmgen.families.mixed import packing
 from gemmgen.families.mixed.packing import (ARCH_LAYOUTS, LAYOUT_VERSION, WEIGHT_TYPES, Sm90Layout,
+                                            same_layout,
                                             default_arch, dequantize, pack_weights, unpack_weights)
 
 SCALE_DTYPES = (torch.float16, torch.bfloat16)
@@ -327,10 +328,11 @@ def test_default_arch_and_arch_argument():
     s = torch.ones(8, 1, dtype=torch.float16)
     assert pack_weights(q, s, weight_type="int8", group_size=64, arch=None).arch == "sm90a"
     assert pack_weights(q, s, weight_type="int8", group_size=64, arch="sm90a").arch == "sm90a"
-    with pytest.raises(ValueError, match=r"argument 'arch'.*sm80 \(TRT-LLM interleaved\) layout is "
-                       r"not built yet.*got 'sm80'") as info:
-        pack_weights(q, s, weight_type="int8", group_size=64, arch="sm80")
-    assert "sm90a" in str(info.value)
+    # sm80 names the same layout (the direct kernel reads it): same tensors, arch recorded
+    on_sm80 = pack_weights(q, s, weight_type="int8", group_size=64, arch="sm80")
+    on_sm90 = pack_weights(q, s, weight_type="int8", group_size=64, arch="sm90a")
+    assert on_sm80.arch == "sm80" and torch.equal(on_sm80.qweight, on_sm90.qweight)
+    assert same_layout("sm80", "sm90a") and not same_layout("sm70", "sm90a")
 
 
 # ---------------------------------------------------------------- argument errors
@@ -393,8 +395,7 @@ ERRORS = [  # (changes, argument, a regex the message must contain)
     (dict(zeros=torch.zeros(16, 2, dtype=torch.int32, device="meta")), "zeros", r"on cpu like q"),
     (dict(weight_type="uint4b8"), "zeros", r"None for uint4b8"),
     (dict(weight_type="int8", q=Q), "zeros", r"None for int8"),
-    (dict(arch="sm80"), "arch", r"sm80 \(TRT-LLM interleaved\) layout is not built yet"),
-    (dict(arch="sm70"), "arch", r"one of sm90a or None; got 'sm70'"),
+    (dict(arch="sm70"), "arch", r"one of sm90a, sm80 or None; got 'sm70'"),
 ]
 
 
@@ -422,7 +423,7 @@ def test_unpack_and_dequantize_want_a_packed_weight(function):
 
 def test_module_constants():
     assert WEIGHT_TYPES == ("int4", "uint4b8", "uint4", "int8", "uint8b128")
-    assert LAYOUT_VERSION == 1 and ARCH_LAYOUTS == ("sm90a",)
+    assert LAYOUT_VERSION == 1 and ARCH_LAYOUTS == ("sm90a", "sm80")
     assert packing.q_range("uint8b128") == (0, 255) and packing.bits_of("uint4") == 4
 
 

@@ -58,9 +58,35 @@ def test_every_built_kernel(built_mixed_kernel):
     spec = built_mixed_kernel.spec
     dtype = DTYPES[spec.a]
     for weight_type in WEIGHT_TYPES_FOR[(spec.w, spec.scheme)]:
-        for m, n, k, group in ((1, 256, 512, 128), (37, 384, 1024, 64), (200, 512, 768, 768)):
+        # (9, 264, 192, 64): N not a multiple of 16, three groups of one 64-K chunk each (a
+        # direct kernel's K-splitting warps start mid-group or have no chunk at all)
+        for m, n, k, group in ((1, 256, 512, 128), (37, 384, 1024, 64), (200, 512, 768, 768),
+                               (9, 264, 192, 64)):
             run(m, n, k, weight_type, group, dtype, bias=m % 2 == 0, kernel=built_mixed_kernel.name)
             run(m, n, k, weight_type, group, dtype, bias=m % 2 == 1, kernel=built_mixed_kernel.name)
+
+
+def test_direct_kernels_are_deterministic_and_stay_in_bounds(built_mixed_kernel):
+    """The direct kernel adds its K-splitting warps' partial sums in a fixed order: two runs are
+    bit-identical. K = 64 (fewer chunks than warps), M past several token blocks, and an output
+    view inside a NaN-filled buffer: nothing outside the view is written."""
+    spec = built_mixed_kernel.spec
+    if not spec.config.is_direct:
+        pytest.skip("not a direct kernel")
+    dtype = DTYPES[spec.a]
+    weight_type = WEIGHT_TYPES_FOR[(spec.w, spec.scheme)][0]
+    for m, n, k, group in ((3, 136, 64, 64), (70, 1040, 2048, 128)):
+        packed = random_packed(n, k, weight_type, group, dtype)
+        a = torch.randn(m, k, device="cuda").to(dtype)
+        big = torch.full((m + 2, n + 8), float("nan"), dtype=dtype, device="cuda")
+        out = big[1:m + 1, :n]
+        gemmgen.mixed_mm(a, packed, out=out, kernel=built_mixed_kernel.name)
+        check(out, a, packed)
+        again = gemmgen.mixed_mm(a, packed, kernel=built_mixed_kernel.name)
+        assert torch.equal(out, again), "two runs differ"
+        outside = big.clone()
+        outside[1:m + 1, :n] = 0
+        assert outside.isnan().sum() == big.numel() - m * n, "wrote outside the output view"
 
 
 # ------------------------------------------------------------------------- 2. dispatch path

@@ -1,6 +1,7 @@
 """The mixed-input GEMM op family (weight-only quantization): int4 / int8 weights × bf16 / fp16
 activations, per-channel or group-wise scales with or without zero points (GPTQ, AWQ), the
-weights pre-packed once (`gemmgen.pack_weights`); sm90a (CUTLASS 3.x mixed-input mainloop).
+weights pre-packed once (`gemmgen.pack_weights`). sm90a: CUTLASS 3.x mixed-input mainloops, and
+the family's own "direct" mma.sync kernel for few tokens; sm80: the direct kernel.
 
 Files: `configs.py` (configs, spec, naming), `schema.py` (manifest keys and legality rules),
 `packing.py` (the packed layout: packer and unpacker), `checkpoints.py` (GPTQ / AWQ import),
@@ -26,7 +27,7 @@ class MixedFamily(OpFamily):
     name = "mixed"
     ops = ("mixed_mm",)
     api_ops = ("mixed_mm",)
-    arches = ("sm90a",)
+    arches = ("sm90a", "sm80")
     variables = ("m", "n", "k")
     spec_type = MixedMmSpec
     family_keys = schema.FAMILY_KEYS
@@ -57,7 +58,7 @@ class MixedFamily(OpFamily):
 
     def read_config(self, reader, node, index: int, arch: str, variants, line: int) -> ConfigEntry:
         plain = None if variants is None else tuple(tuple(value for _, value in v) for v in variants)
-        return schema.read_config(reader, node, index, plain, line)
+        return schema.read_config(reader, node, index, plain, line, arch)
 
     def config_fields(self, entry: ConfigEntry) -> dict[str, Any]:
         return schema.config_fields(entry)
@@ -72,7 +73,7 @@ class MixedFamily(OpFamily):
                            knobs=entry.knobs, origin=origin, **dict(variant))
 
     def kernel_template(self, arch: str) -> str:
-        return "sm90_mixed_mm.cu.j2"
+        return "sm80_mixed_mm.cu.j2" if arch == "sm80" else "sm90_mixed_mm.cu.j2"
 
     def template_context(self, arch: str) -> dict[str, Any]:
         from .cpp import Cpp

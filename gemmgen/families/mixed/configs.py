@@ -17,7 +17,11 @@ from ...generator.kernel_config import RASTER_ORDERS, SWIZZLES, KernelSpec, Orig
 ACTIVATION_DTYPES = ("bf16", "fp16")
 WEIGHT_ELEMENTS = ("int4", "int8")
 SCHEMES = ("scale", "scale_zero")
-SCHEDULES = ("warpspecialized", "pingpong", "cooperative")
+SCHEDULES = ("warpspecialized", "pingpong", "cooperative", "direct")
+# "direct" is the family's own mma.sync kernel (include/gemmgen/mixed/direct_mixed_mm.cuh): the
+# weights stream from global memory through a per-warp cp.async ring into registers, no CUTLASS
+# collective; it is the one schedule an sm80 library has, and the small-M kernel of sm90a.
+DIRECT_WARPS_K = (1, 2, 4, 8, 16)
 TILE_SCHEDULERS = ("persistent", "streamk")
 # The user-facing weight types and the (stored element, scheme) kernel that serves each.
 KERNEL_FOR_WEIGHT_TYPE = {"int4": ("int4", "scale"), "uint4b8": ("int4", "scale"),
@@ -31,25 +35,47 @@ WEIGHT_TYPES_FOR_KERNEL: dict[tuple[str, str], tuple[str, ...]] = {
 
 _SHORT = {"bf16": "bf16", "fp16": "f16", "int4": "i4", "int8": "i8", "scale": "s",
           "scale_zero": "sz"}
-_SHORT_SCHEDULE = {"warpspecialized": "ws", "pingpong": "pp", "cooperative": "coop"}
+_SHORT_SCHEDULE = {"warpspecialized": "ws", "pingpong": "pp", "cooperative": "coop",
+                   "direct": "direct"}
 
 
 @dataclass(frozen=True)
 class MixedTileConfig:
-    """Compile-time shape of one sm90 mixed-input kernel. `tile` is in the kernel's terms:
-    M runs over the weight's N, N over the tokens (M of the user's problem)."""
+    """Compile-time shape of one mixed-input kernel. `tile` is in the kernel's terms: M runs over
+    the weight's N, N over the tokens (M of the user's problem).
+
+    Schedule "direct": tile [16·warps_n, 8·token_tiles, 64] is one CTA's features × tokens × the
+    K chunk, `warps_k` the warps that split K inside the CTA, `stages` each warp's ring depth
+    (0 = auto, 4); cluster is (1, 1, 1)."""
 
     tile: tuple[int, int, int]
     cluster: tuple[int, int, int]
     schedule: str
     stages: int  # 0 means "auto"
     tile_scheduler: str
+    warps_k: int = 0  # direct only
+
+    DIRECT_AUTO_STAGES = 4
+
+    @property
+    def is_direct(self) -> bool:
+        return self.schedule == "direct"
+
+    @property
+    def ring_stages(self) -> int:
+        """The direct kernel's ring depth, "auto" resolved."""
+        return self.stages or self.DIRECT_AUTO_STAGES
 
     @property
     def terse(self) -> str:
-        """Name fragment, e.g. `t128x16x64_c1x1x1_ws_sauto` (+ `_streamk`)."""
+        """Name fragment, e.g. `t128x16x64_c1x1x1_ws_sauto` (+ `_streamk`), or for the direct
+        kernel `t16x8x64_direct_wk8_s4`."""
+        stages = f"s{self.stages}" if self.stages else "sauto"
+        if self.is_direct:
+            return "_".join(["t" + "x".join(map(str, self.tile)), "direct", f"wk{self.warps_k}",
+                             stages])
         parts = ["t" + "x".join(map(str, self.tile)), "c" + "x".join(map(str, self.cluster)),
-                 _SHORT_SCHEDULE[self.schedule], f"s{self.stages}" if self.stages else "sauto"]
+                 _SHORT_SCHEDULE[self.schedule], stages]
         if self.tile_scheduler != "persistent":
             parts.append(self.tile_scheduler)
         return "_".join(parts)

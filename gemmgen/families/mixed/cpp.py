@@ -29,5 +29,13 @@ class Cpp:
     def epilogue_schedule(self, k: MixedMmSpec) -> str:
         return f"cutlass::epilogue::{self._EPILOGUE[k.config.schedule]}"
 
+    def direct_config(self, k: MixedMmSpec) -> str:
+        """The direct kernel's config type: tile [16·warps_n, 8·token_tiles, 64], warps_k, ring."""
+        c = k.config
+        return (f"gemmgen::mixed::direct::DirectConfig<{self.element(k.a)}, {self.element(k.w)}, "
+                f"/*with_zero=*/{'true' if k.scheme == 'scale_zero' else 'false'}, "
+                f"/*warps_n=*/{c.tile[0] // 16}, /*warps_k=*/{c.warps_k}, "
+                f"/*token_tiles=*/{c.tile[1] // 8}, /*stages=*/{c.ring_stages}>")
+
     def tile_scheduler(self, k: MixedMmSpec) -> str:
         return f"cutlass::gemm::{self._SCHEDULER[k.config.tile_scheduler]}"

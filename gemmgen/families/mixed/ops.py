@@ -17,7 +17,8 @@ from ...dtypes import dtype_name
 from ...generator.kernel_config import RuntimeKnobs
 from .abi import ARGS_LAYOUT, RASTER_CODES, MixedMmArgs
 from .configs import KERNEL_FOR_WEIGHT_TYPE
-from .packing import LAYOUT_VERSION, PackedWeight, pack_weights, unpack_weights  # noqa: F401 (gemmgen.*)
+from .packing import (ARCH_LAYOUTS, LAYOUT_VERSION, PackedWeight, pack_weights,  # noqa: F401 (gemmgen.*)
+                      same_layout, unpack_weights)
 from .schema import TILE_K
 
 _ACTIVATIONS = (torch.bfloat16, torch.float16)
@@ -156,15 +157,17 @@ def mixed_mm(a: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor]
     """out[M, N] = a[M, K] @ dequant(packed)[K, N] (+ bias[N]), in a's dtype.
 
     a: [M, K] bfloat16 or float16, row-major. packed: a `gemmgen.PackedWeight` (from
-    `gemmgen.pack_weights`, `PackedWeight.from_gptq` or `.from_awq`) for sm90a whose scales have
+    `gemmgen.pack_weights`, `PackedWeight.from_gptq` or `.from_awq`; sm90a and sm80 share one
+    layout) whose scales have
     a's dtype. bias: [N] in a's dtype. out: optional [M, N] row-major output. kernel: force a
     kernel by name (default: dispatch picks by M, N, K).
     """
     if not isinstance(packed, PackedWeight):
         raise _fail("packed", "a gemmgen.PackedWeight (see gemmgen.pack_weights)", _describe(packed))
-    if packed.layout_version != LAYOUT_VERSION or packed.arch != "sm90a":
-        raise _fail("packed", f"a weight packed for sm90a with layout version {LAYOUT_VERSION} "
-                              "(re-pack it with gemmgen.pack_weights(..., arch='sm90a'))",
+    if packed.layout_version != LAYOUT_VERSION or not same_layout(packed.arch, "sm90a"):
+        raise _fail("packed", f"a weight packed with layout version {LAYOUT_VERSION} (arch "
+                              f"{' or '.join(ARCH_LAYOUTS)}; re-pack it with "
+                              "gemmgen.pack_weights(..., arch=None))",
                     f"arch {packed.arch!r}, layout version {packed.layout_version}")
     if not isinstance(a, torch.Tensor) or a.dim() != 2:
         raise _fail("a", "a 2-D [M, K] tensor", _describe(a))

@@ -18,8 +18,9 @@ The semantics (what a packed weight means, whatever the layout)::
 Per-channel quantization is one group spanning K (`group_size=None` or `group_size == K`; the
 packed weight stores group_size = K).
 
-Packed layout, version 1, arch "sm90a" (what the CUTLASS 3.x Hopper kernels read; N = output
-features, K = input features, G = K / group_size):
+Packed layout, version 1 (N = output features, K = input features, G = K / group_size). Every
+kernel of the family reads it: the CUTLASS 3.x sm90a kernels and the direct mma.sync kernel (in
+sm90a and sm80 libraries alike), so archs "sm90a" and "sm80" both name this one layout:
 
 - stored value (a signed int that the kernel converts to the activation dtype):
   int4 -> q; uint4b8 -> q - 8; uint4 -> q - 8; int8 -> q; uint8b128 -> q - 128.
@@ -46,7 +47,9 @@ activations; this also makes K even for the 4-bit types), N a multiple of 8 (16-
 of the scales, zeros and the output rows in a 16-bit dtype), group_size a multiple of 64 that
 divides K, or K itself.
 
-The sm80 layout (TRT-LLM's interleaved one) is not built yet; `ARCH_LAYOUTS` lists those that are.
+Why no sm80-specific (TRT-LLM interleaved) layout: the direct kernel maps the MMA's k slots to
+the chunk's k values so that each lane's weights are contiguous in this K-major layout (see
+include/gemmgen/mixed/direct_mixed_mm.cuh), which is what the interleave buys on sm80.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ from ...errors import argument_error, describe_argument
 
 WEIGHT_TYPES = ("int4", "uint4b8", "uint4", "int8", "uint8b128")
 LAYOUT_VERSION = 1
-ARCH_LAYOUTS = ("sm90a",)
+ARCH_LAYOUTS = ("sm90a", "sm80")
 
 TILE_K = 64          # the sm90a kernels' tile K for 16-bit activations: K and group_size multiples
 N_ALIGN = 8          # 16 bytes of a 16-bit dtype: TMA alignment of scales / zeros / output rows
@@ -104,8 +107,8 @@ def default_arch(device=None) -> str:
     """The packed layout for the GPU that will run the kernels: the one place that decides it.
 
     `device`: the device of the weight; a CPU tensor (or None) asks about the current CUDA
-    device, if any. Capability 9.0 -> "sm90a"; no GPU -> "sm90a"; every other GPU -> "sm90a" too
-    until another layout exists (the best kernel arch for the GPU when it has a layout here).
+    device, if any. Capability 9.0 -> "sm90a"; 8.x -> "sm80"; no GPU (or one without a layout
+    here) -> "sm90a". Both name layout version 1 today (see the module docstring).
     """
     device = torch.device(device) if device is not None else None
     capability = None
@@ -121,17 +124,14 @@ def default_arch(device=None) -> str:
 
 
 def _check_arch(where: str, arch) -> str:
-    if arch == "sm80":
-        raise _error(where, "arch", f"one of {', '.join(ARCH_LAYOUTS)} or None: the sm80 "
-                     "(TRT-LLM interleaved) layout is not built yet", repr(arch))
     if arch not in ARCH_LAYOUTS:
         raise _error(where, "arch", f"one of {', '.join(ARCH_LAYOUTS)} or None", repr(arch))
     return arch
 
 
 class Sm90Layout:
-    """Layout version 1 for arch "sm90a" (see the module docstring): the one definition that
-    `pack_weights` writes, `unpack_weights` reads, and the C++ kernels consume."""
+    """Layout version 1 (see the module docstring), for archs "sm90a" and "sm80": the one
+    definition that `pack_weights` writes, `unpack_weights` reads, and the C++ kernels consume."""
 
     version = 1
     arch = "sm90a"
@@ -177,7 +177,12 @@ class Sm90Layout:
         return torch.round(8 - zp.float() / scale.float()).to(torch.int32)
 
 
-_LAYOUTS = {"sm90a": Sm90Layout}
+_LAYOUTS = {"sm90a": Sm90Layout, "sm80": Sm90Layout}
+
+
+def same_layout(arch_a: str, arch_b: str) -> bool:
+    """Whether weights packed for `arch_a` can be read by kernels built for `arch_b`."""
+    return arch_a in _LAYOUTS and _LAYOUTS.get(arch_a) is _LAYOUTS.get(arch_b)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,5 +1,6 @@
-"""The mixed-input family's manifest schema and sm90a legality rules, checked before anything
-compiles (file:line errors).
+"""The mixed-input family's manifest schema and legality rules (sm90a CUTLASS 3.x kernels and
+the direct kernel, the only one of an sm80 library), checked before anything compiles (file:line
+errors).
 
     - op: mixed_mm
       dtypes: [{a: [bf16, fp16], w: [int4, int8]}]   # activations (= output), stored weight
@@ -7,6 +8,7 @@ compiles (file:line errors).
       configs:
         - {name: decode, tile: [128, 16, 64], cluster: [1, 1, 1], schedule: warpspecialized,
            stages: auto, tile_scheduler: persistent, raster: heuristic, swizzle: 1}
+        - {name: stream, tile: [16, 8, 64], schedule: direct, warps_k: 8, stages: 4}
 
 `tile` is in the kernel's terms: M runs over the weight's N (output features), N over tokens.
 """
@@ -18,13 +20,18 @@ from typing import Any
 from ...generator import sm90_schema
 from ...generator.kernel_config import ConfigEntry
 from ...generator.yaml_lines import FAILED, Collector, LocatedDict
-from .configs import (ACTIVATION_DTYPES, SCHEDULES, SCHEMES, TILE_SCHEDULERS, WEIGHT_ELEMENTS,
-                      MixedTileConfig)
+from .configs import (ACTIVATION_DTYPES, DIRECT_WARPS_K, SCHEDULES, SCHEMES, TILE_SCHEDULERS,
+                      WEIGHT_ELEMENTS, MixedTileConfig)
 
 FAMILY_KEYS = frozenset({"dtypes", "schemes"})
 REQUIRED_FAMILY_KEYS = frozenset({"dtypes", "schemes"})
 CONFIG_KEYS = frozenset({"name", "tile", "cluster", "schedule", "stages", "tile_scheduler",
-                         "raster", "swizzle"})
+                         "raster", "swizzle", "warps_k"})
+# The direct kernel: 16 features a warp, 8 tokens an MMA tile, 64 K a chunk; at most 512 threads.
+DIRECT_TILE_M = (16, 32, 64)
+DIRECT_TILE_N = (8, 16, 32, 64)
+DIRECT_MAX_THREADS = 512
+SM80_SMEM_LIMIT_BYTES = 166_912  # dynamic shared memory per block on sm80 (A100)
 TILE_K = 64  # 128 bytes of 16-bit activations: one swizzle atom; group sizes are multiples of it
 _BITS = {"int4": 4, "int8": 8}
 
@@ -83,7 +90,62 @@ def estimate_smem(config: MixedTileConfig, w: str, with_zero: bool) -> tuple[int
     return stage, epilogue
 
 
-def check_config(config: MixedTileConfig, variants: tuple[Variant, ...]) -> list[tuple[str, str]]:
+def direct_smem_bytes(config: MixedTileConfig, w: str) -> int:
+    """The direct kernel's dynamic shared memory: a ring per warp of (16 weight rows + the CTA's
+    tokens) × 64 K (mirrors DirectMixedMm::kSmemBytes; the reduction buffer is smaller)."""
+    tm, tn, tk = config.tile
+    warps = tm // 16 * config.warps_k
+    stage = 16 * tk * _BITS[w] // 8 + tn * tk * 2
+    return warps * config.ring_stages * stage
+
+
+def check_direct(config: MixedTileConfig, variants: tuple[Variant, ...], arch: str
+                 ) -> list[tuple[str, str]]:
+    tm, tn, tk = config.tile
+    problems = []
+    if tm not in DIRECT_TILE_M or tn not in DIRECT_TILE_N or tk != TILE_K:
+        problems.append(("tile", "the direct kernel's tile is [16·warps over features (16, 32 or "
+                                 "64), 8·MMA tiles over tokens (8, 16, 32 or 64), 64]; got "
+                                 f"{list(config.tile)}"))
+    if config.warps_k not in DIRECT_WARPS_K:
+        problems.append(("warps_k", "schedule direct needs warps_k (the warps that split K in a "
+                                    f"CTA), one of {', '.join(map(str, DIRECT_WARPS_K))}; got "
+                                    f"{config.warps_k or 'none'}"))
+    elif tm in DIRECT_TILE_M and 32 * tm // 16 * config.warps_k > DIRECT_MAX_THREADS:
+        problems.append(("warps_k", f"tile M {tm} x warps_k {config.warps_k} makes "
+                                    f"{32 * tm // 16 * config.warps_k} threads a CTA; at most "
+                                    f"{DIRECT_MAX_THREADS}"))
+    if config.cluster != (1, 1, 1):
+        problems.append(("cluster", "the direct kernel has no clusters: leave cluster out or "
+                                    f"write [1, 1, 1]; got {list(config.cluster)}"))
+    if config.tile_scheduler != "persistent":
+        problems.append(("tile_scheduler", "the direct kernel has no tile scheduler: leave "
+                                           f"tile_scheduler out; got {config.tile_scheduler!r}"))
+    if config.stages and config.stages > 8:
+        problems.append(("stages", "the direct kernel's ring holds 2 to 8 chunks (auto: 4); got "
+                                   f"{config.stages}"))
+    if not problems:
+        limit = SM80_SMEM_LIMIT_BYTES if arch == "sm80" else sm90_schema.SMEM_LIMIT_BYTES
+        for w in sorted({w for _, w, _ in variants}):
+            smem = direct_smem_bytes(config, w)
+            if smem > limit:
+                problems.append(("stages", f"{config.ring_stages} stages of the direct tile "
+                                           f"{'x'.join(map(str, config.tile))} x warps_k "
+                                           f"{config.warps_k} ({w}) need {smem} bytes of shared "
+                                           f"memory, over the {arch} limit of {limit}"))
+                break
+    return problems
+
+
+def check_config(config: MixedTileConfig, variants: tuple[Variant, ...], arch: str = "sm90a"
+                 ) -> list[tuple[str, str]]:
+    if config.is_direct:
+        return check_direct(config, variants, arch)
+    if arch == "sm80":
+        return [("schedule", "an sm80 mixed library has the direct kernel only (schedule: "
+                             f"direct); got {config.schedule!r}")]
+    if config.warps_k:
+        return [("warps_k", f"warps_k belongs to schedule direct; got schedule {config.schedule!r}")]
     tk = config.tile[2]
     problems = sm90_schema.tile_mn_problems(config.tile, " (over the weight's N)", " (over tokens)")
     if tk != TILE_K:
@@ -105,24 +167,36 @@ def check_config(config: MixedTileConfig, variants: tuple[Variant, ...]) -> list
     return problems
 
 
+def _warps_k(reader, c) -> int:
+    value = c.get("warps_k", 0)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise reader.error(c, "warps_k", f"expected an integer, one of "
+                                         f"{', '.join(map(str, DIRECT_WARPS_K))}; got {value!r}")
+    return value
+
+
 def read_config(reader, node: Any, index: int, variants: tuple[Variant, ...] | None,
-                line: int) -> ConfigEntry:
+                line: int, arch: str = "sm90a") -> ConfigEntry:
     """One `configs` entry. `variants` None (the family's dtypes or schemes have errors): every
-    check but the shared-memory estimate, which depends on the weight type and scheme."""
-    c = reader.mapping(node, f"configs[{index}]", CONFIG_KEYS, ("tile", "cluster", "schedule"),
-                       line=line)
+    check but the shared-memory estimate, which depends on the weight type and scheme. `cluster`
+    may be left out: [1, 1, 1]."""
+    c = reader.mapping(node, f"configs[{index}]", CONFIG_KEYS, ("tile", "schedule"), line=line)
     common = sm90_schema.read_common(reader, c)
     config = MixedTileConfig(
-        tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster"),
+        tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster", [1, 1, 1]),
         schedule=reader.choice(c, "schedule", SCHEDULES), stages=common["stages"],
-        tile_scheduler=reader.choice(c, "tile_scheduler", TILE_SCHEDULERS, "persistent"))
-    for key, message in check_config(config, variants if variants is not None else ()):
+        tile_scheduler=reader.choice(c, "tile_scheduler", TILE_SCHEDULERS, "persistent"),
+        warps_k=_warps_k(reader, c))
+    for key, message in check_config(config, variants if variants is not None else (), arch):
         raise reader.error(c, key, message)
     return ConfigEntry(common["name"], config, common["knobs"], line)
 
 
 def config_fields(entry: ConfigEntry) -> dict[str, Any]:
     cfg, knobs = entry.config, entry.knobs
-    return {"tile": list(cfg.tile), "cluster": list(cfg.cluster), "schedule": cfg.schedule,
-            "stages": cfg.stages if cfg.stages else "auto", "tile_scheduler": cfg.tile_scheduler,
-            "raster": knobs.raster, "swizzle": knobs.swizzle}
+    fields = {"tile": list(cfg.tile), "cluster": list(cfg.cluster), "schedule": cfg.schedule,
+              "stages": cfg.stages if cfg.stages else "auto", "tile_scheduler": cfg.tile_scheduler,
+              "raster": knobs.raster, "swizzle": knobs.swizzle}
+    if cfg.is_direct:
+        fields["warps_k"] = cfg.warps_k
+    return fields

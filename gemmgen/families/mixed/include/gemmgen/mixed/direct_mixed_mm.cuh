@@ -1,0 +1,357 @@
+/*
+ * gemmgen/mixed/direct_mixed_mm.cuh — the mixed-input family's "direct" kernel: a weight-streaming
+ * GEMM on mma.sync (sm80 and later, so also sm90a) for few tokens, where the weight read is the
+ * whole cost. It reads the same packed weight as the CUTLASS 3.x kernels (layout version 1:
+ * [N, K] K-major, int4 two per byte or int8).
+ *
+ * Work split. A warp owns 16 output features (the MMA's M) and one contiguous range of K; a CTA
+ * has WarpsN × WarpsK warps (WarpsN feature blocks, each K split WarpsK ways) and 8·TokenTiles
+ * tokens (the MMA's N, 8 per tile). Each warp streams its weights through a private cp.async ring
+ * of Stages chunks of 64 K (no CTA barrier in the main loop), converts them in registers with
+ * CUTLASS's int→float converters (exact: every stored value is a small integer) and feeds
+ * mma.sync m16n8k16 with fp32 accumulation. The CTA's WarpsK partial sums are added in a fixed
+ * order through shared memory: results are bit-identical run to run.
+ *
+ * K order inside a chunk. The MMA sums over its 16 k slots, so any bijection between slots and
+ * the chunk's 64 k values gives the same sum if both operands use it. This kernel maps, for the
+ * lane with q = lane % 4, MMA j ∈ 0..3 and fragment slots {2q, 2q+1, 2q+8, 2q+9} to
+ * k = 16q + 4j + {0, 1, 2, 3}: each lane's 16 k values of a weight row, and of a token, are
+ * contiguous (one 8- or 16-byte shared-memory load each). No offline reordering is needed.
+ *
+ * Scales. Every (64-K chunk) MMA result is accumulated per group in fp32 and scaled in fp32 when
+ * the group ends: out = Σ_g scale[g] · Σ_{k∈g} x·stored (+ zp[g] · Σ_{k∈g} x for the zero-point
+ * scheme, the per-token sums coming from one more MMA against a ones fragment). Per-channel is
+ * one group. This is more exact than rounding scale·stored to 16 bits before the MMA.
+ */
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cute/arch/copy_sm80.hpp"
+#include "cute/arch/mma_sm80.hpp"
+#include "cutlass/array.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_conversion.h"
+#include "cutlass/numeric_types.h"
+
+#include "gemmgen/c_api.h"
+#include "gemmgen/mixed/mixed_mm_args.h"
+#include "gemmgen/runtime_support.hpp"
+
+namespace gemmgen::mixed::direct {
+
+template <class ElementA_, class ElementW_, bool WithZero_, int WarpsN_, int WarpsK_,
+          int TokenTiles_, int Stages_>
+struct DirectConfig {
+  using ElementA = ElementA_;  // activations = MMA, scale, zero and output type
+  using ElementW = ElementW_;  // cutlass::int4b_t or int8_t
+  static constexpr bool WithZero = WithZero_;
+  static constexpr int WarpsN = WarpsN_;
+  static constexpr int WarpsK = WarpsK_;
+  static constexpr int TokenTiles = TokenTiles_;
+  static constexpr int Stages = Stages_;
+};
+
+struct Params {
+  void const* a;
+  unsigned char const* w;
+  void const* scale;
+  void const* zero;
+  void const* bias;
+  void* d;
+  int m, n, k, group;
+  int64_t lda, ldd;
+};
+
+template <class Config>
+struct DirectMixedMm {
+  using ElementA = typename Config::ElementA;
+  using ElementW = typename Config::ElementW;
+  static constexpr bool kWithZero = Config::WithZero;
+  static constexpr int kWarpsN = Config::WarpsN;
+  static constexpr int kWarpsK = Config::WarpsK;
+  static constexpr int kTokenTiles = Config::TokenTiles;
+  static constexpr int kStages = Config::Stages;
+  static_assert(kStages >= 2, "the ring needs at least two stages");
+
+  static constexpr int kWarps = kWarpsN * kWarpsK;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kChunkK = 64;
+  static constexpr int kRows = 16;                // output features per warp (the MMA's M)
+  static constexpr int kTokens = 8 * kTokenTiles;  // tokens per CTA (the MMA's N, 8 per tile)
+  static constexpr int kWeightBits = cutlass::sizeof_bits<ElementW>::value;
+  static constexpr int kWeightRowBytes = kChunkK * kWeightBits / 8;       // 32 (int4), 64 (int8)
+  static constexpr int kWeightStageBytes = kRows * kWeightRowBytes;
+  static constexpr int kActRowBytes = kChunkK * 2;                        // 128: 8 × 16 bytes
+  static constexpr int kStageBytes = kWeightStageBytes + kTokens * kActRowBytes;
+  static constexpr int kWarpRingBytes = kStages * kStageBytes;
+  static constexpr int kReduceBytes = kWarps * kTokenTiles * 4 * 32 * 4;
+  static constexpr int kSmemBytes =
+      kWarps * kWarpRingBytes > kReduceBytes ? kWarps * kWarpRingBytes : kReduceBytes;
+
+  using Mma = cute::conditional_t<cute::is_same_v<ElementA, cutlass::bfloat16_t>,
+                                  cute::SM80_16x8x16_F32BF16BF16F32_TN,
+                                  cute::SM80_16x8x16_F32F16F16F32_TN>;
+  using Copy16 = cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<cute::uint128_t>;
+  using Converter = cutlass::NumericArrayConverter<ElementA, ElementW, 16>;
+
+  // Queue the copies of chunk `c` into ring slot `slot`: this warp's 16 weight rows (zero-filled
+  // past N), then the CTA's tokens (zero-filled past M), each token's eight 16-byte segments
+  // XOR-swizzled by (token % 8) so that the lanes' fragment loads are free of bank conflicts.
+  static __device__ void issue(Params const& p, char* slot_ptr, int c, int n0, int t0, int lane) {
+    constexpr int kSegsPerRow = kWeightRowBytes / 16;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = lane; i < kRows * kSegsPerRow; i += 32) {
+      int const n = n0 + i / kSegsPerRow;
+      bool const ok = n < p.n;
+      unsigned char const* src = p.w;
+      if (ok) {
+        src += (int64_t(n) * p.k + int64_t(c) * kChunkK) * kWeightBits / 8 + (i % kSegsPerRow) * 16;
+      }
+      Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
+                   *reinterpret_cast<cute::uint128_t*>(slot_ptr + i * 16), ok);
+    }
+    char* act = slot_ptr + kWeightStageBytes;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = lane; i < kTokens * 8; i += 32) {
+      int const row = i / 8, seg = i % 8;
+      bool const ok = t0 + row < p.m;
+      ElementA const* src = static_cast<ElementA const*>(p.a);
+      if (ok) {
+        src += int64_t(t0 + row) * p.lda + int64_t(c) * kChunkK + seg * 8;
+      }
+      Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
+                   *reinterpret_cast<cute::uint128_t*>(act + row * kActRowBytes +
+                                                       ((seg ^ (row & 7)) * 16)),
+                   ok);
+    }
+  }
+
+  // One weight row's 16 values of this lane (k = 16q .. 16q+15 of the chunk) as 8 words of two
+  // 16-bit floats, word i holding values 2i and 2i+1.
+  static __device__ void load_row(char const* weights, int row, int q, uint32_t (&out)[8]) {
+    using Packed = cutlass::Array<ElementW, 16>;
+    Packed const stored =
+        *reinterpret_cast<Packed const*>(weights + row * kWeightRowBytes + q * (kWeightRowBytes / 4));
+    auto const converted = Converter::convert(stored);
+    static_assert(sizeof(converted) == sizeof(out));
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      out[i] = reinterpret_cast<uint32_t const*>(&converted)[i];
+    }
+  }
+
+  static __device__ float to_float(ElementA v) { return static_cast<float>(v); }
+
+  static __device__ void kernel_body(Params const& p, char* smem) {
+    int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int const wn = warp % kWarpsN, wk = warp / kWarpsN;
+    int const group_id = lane / 4, q = lane % 4;
+    int const n0 = (blockIdx.y * kWarpsN + wn) * kRows;
+    int const t0 = blockIdx.x * kTokens;
+    int const chunks = p.k / kChunkK;
+    int const c_begin = static_cast<int>(int64_t(chunks) * wk / kWarpsK);
+    int const c_end = static_cast<int>(int64_t(chunks) * (wk + 1) / kWarpsK);
+    int const chunks_per_group = p.group / kChunkK;
+    char* ring = smem + warp * kWarpRingBytes;
+
+    float acc[kTokenTiles][4] = {};     // scaled sum over finished groups
+    float part[kTokenTiles][4] = {};    // this group's unscaled sum
+    float xsum[kTokenTiles][4] = {};    // this group's per-token sum of x (zero-point scheme)
+
+    int const n_lo = n0 + group_id, n_hi = n_lo + 8;
+    ElementA const* scale = static_cast<ElementA const*>(p.scale);
+    ElementA const* zero = static_cast<ElementA const*>(p.zero);
+    auto finish_group = [&](int g) {
+      float const s_lo = n_lo < p.n ? to_float(scale[int64_t(g) * p.n + n_lo]) : 0.f;
+      float const s_hi = n_hi < p.n ? to_float(scale[int64_t(g) * p.n + n_hi]) : 0.f;
+      float z_lo = 0.f, z_hi = 0.f;
+      if constexpr (kWithZero) {
+        z_lo = n_lo < p.n ? to_float(zero[int64_t(g) * p.n + n_lo]) : 0.f;
+        z_hi = n_hi < p.n ? to_float(zero[int64_t(g) * p.n + n_hi]) : 0.f;
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int t = 0; t < kTokenTiles; ++t) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          float const s = i < 2 ? s_lo : s_hi;
+          acc[t][i] += s * part[t][i];
+          part[t][i] = 0.f;
+          if constexpr (kWithZero) {
+            acc[t][i] += (i < 2 ? z_lo : z_hi) * xsum[t][i];
+            xsum[t][i] = 0.f;
+          }
+        }
+      }
+    };
+
+    // Prologue: Stages - 1 chunks in flight (a commit group per chunk, empty past the range).
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (c_begin + s < c_end) {
+        issue(p, ring + s * kStageBytes, c_begin + s, n0, t0, lane);
+      }
+      cute::cp_async_fence();
+    }
+
+    int group = c_begin / (chunks_per_group > 0 ? chunks_per_group : 1);
+    for (int c = c_begin; c < c_end; ++c) {
+      cute::cp_async_wait<kStages - 2>();
+      __syncwarp();
+      // The slot chunk c + Stages - 1 goes to was read for chunk c - 1, by every lane (above).
+      int const next = c + kStages - 1;
+      if (next < c_end) {
+        issue(p, ring + ((next - c_begin) % kStages) * kStageBytes, next, n0, t0, lane);
+      }
+      cute::cp_async_fence();
+
+      int const g = c / chunks_per_group;
+      if (g != group) {
+        finish_group(group);
+        group = g;
+      }
+      char const* slot_ptr = ring + ((c - c_begin) % kStages) * kStageBytes;
+      uint32_t w_lo[8], w_hi[8];
+      load_row(slot_ptr, group_id, q, w_lo);
+      load_row(slot_ptr, group_id + 8, q, w_hi);
+      char const* act = slot_ptr + kWeightStageBytes;
+      CUTLASS_PRAGMA_UNROLL
+      for (int t = 0; t < kTokenTiles; ++t) {
+        int const row = t * 8 + group_id;
+        uint4 const x0 = *reinterpret_cast<uint4 const*>(act + row * kActRowBytes +
+                                                         (((2 * q) ^ (row & 7)) * 16));
+        uint4 const x1 = *reinterpret_cast<uint4 const*>(act + row * kActRowBytes +
+                                                         (((2 * q + 1) ^ (row & 7)) * 16));
+        uint32_t const x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          Mma::fma(part[t][0], part[t][1], part[t][2], part[t][3],
+                   w_lo[2 * j], w_hi[2 * j], w_lo[2 * j + 1], w_hi[2 * j + 1],
+                   x[2 * j], x[2 * j + 1],
+                   part[t][0], part[t][1], part[t][2], part[t][3]);
+          if constexpr (kWithZero) {
+            // 1.0 in both halves, bf16 or fp16
+            constexpr uint32_t kOnes =
+                cute::is_same_v<ElementA, cutlass::bfloat16_t> ? 0x3F803F80u : 0x3C003C00u;
+            Mma::fma(xsum[t][0], xsum[t][1], xsum[t][2], xsum[t][3], kOnes, kOnes, kOnes, kOnes,
+                     x[2 * j], x[2 * j + 1], xsum[t][0], xsum[t][1], xsum[t][2], xsum[t][3]);
+          }
+        }
+      }
+    }
+    if (c_begin < c_end) {
+      finish_group(group);
+    }
+    cute::cp_async_wait<0>();
+    __syncthreads();  // every ring is drained: the shared memory becomes the reduction buffer
+
+    // Partial sums, [warp k][warp n][token tile][value][lane], added in warp-k order.
+    float* reduce = reinterpret_cast<float*>(smem);
+    auto at = [&](int k_index, int t, int i) {
+      return ((((k_index * kWarpsN) + wn) * kTokenTiles + t) * 4 + i) * 32 + lane;
+    };
+    CUTLASS_PRAGMA_UNROLL
+    for (int t = 0; t < kTokenTiles; ++t) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        reduce[at(wk, t, i)] = acc[t][i];
+      }
+    }
+    __syncthreads();
+    if (wk != 0) {
+      return;
+    }
+    ElementA const* bias = static_cast<ElementA const*>(p.bias);
+    ElementA* d = static_cast<ElementA*>(p.d);
+    CUTLASS_PRAGMA_UNROLL
+    for (int t = 0; t < kTokenTiles; ++t) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        float v = 0.f;
+        for (int w = 0; w < kWarpsK; ++w) {
+          v += reduce[at(w, t, i)];
+        }
+        int const n = i < 2 ? n_lo : n_hi;
+        int const token = t0 + t * 8 + 2 * q + (i & 1);
+        if (n < p.n && token < p.m) {
+          if (bias != nullptr) {
+            v += to_float(bias[n]);
+          }
+          d[int64_t(token) * p.ldd + n] = ElementA(v);
+        }
+      }
+    }
+  }
+
+  static Params make_params(gemmgen_mixed_mm_args const& a) {
+    return Params{a.a, static_cast<unsigned char const*>(a.w), a.scale, a.zero, a.bias, a.d,
+                  static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k),
+                  static_cast<int>(a.group_size), a.lda, a.ldd};
+  }
+
+  static size_t workspace_size(gemmgen_mixed_mm_args const*) { return 0; }
+};
+
+template <class Config>
+__global__ void __launch_bounds__(DirectMixedMm<Config>::kThreads)
+    direct_mixed_mm_kernel(Params const params) {
+  extern __shared__ __align__(128) char smem[];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  DirectMixedMm<Config>::kernel_body(params, smem);
+#endif
+}
+
+// The C-ABI entry: checks what the kernel relies on, then launches.
+template <class Config>
+int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char const* kernel_name) {
+  using K = DirectMixedMm<Config>;
+  auto const& a = *args;
+  auto aligned = [](void const* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  if (a.m < 1 || a.n < 1 || a.k < K::kChunkK || a.k % K::kChunkK != 0 || a.k >= (int64_t(1) << 31) ||
+      a.m >= (int64_t(1) << 31) || a.n >= (int64_t(1) << 31)) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "needs M, N >= 1 and K a positive multiple of 64, all below 2^31");
+  }
+  if (a.group_size < K::kChunkK || a.group_size % K::kChunkK != 0 || a.k % a.group_size != 0) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "needs a group size that is a multiple of 64 and divides K");
+  }
+  if (!aligned(a.a) || !aligned(a.w) || a.lda % 8 != 0 || a.lda < a.k || a.ldd < a.n) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "needs 16-byte aligned activations and weight, lda a multiple of 8 (>= K), ldd >= N");
+  }
+  if (K::kWithZero && a.zero == nullptr) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "needs the zero-point tensor");
+  }
+  int64_t const feature_blocks = (a.n + 16 * K::kWarpsN - 1) / (16 * K::kWarpsN);
+  int64_t const token_blocks = (a.m + K::kTokens - 1) / K::kTokens;
+  if (feature_blocks > 65535) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "N too large for the launch grid");
+  }
+  // Raise the dynamic shared memory limit once per device.
+  static std::atomic<bool> raised[detail::kMaxDevices] = {};
+  auto& flag = raised[detail::current_device() % detail::kMaxDevices];
+  if (!flag.load(std::memory_order_acquire)) {
+    if (cudaFuncSetAttribute(direct_mixed_mm_kernel<Config>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             K::kSmemBytes) != cudaSuccess) {
+      cudaGetLastError();
+      return fail(GEMMGEN_INITIALIZE_FAILED, kernel_name,
+                  "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed");
+    }
+    flag.store(true, std::memory_order_release);
+  }
+  dim3 const grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(feature_blocks));
+  direct_mixed_mm_kernel<Config><<<grid, K::kThreads, K::kSmemBytes,
+                                   static_cast<cudaStream_t>(stream)>>>(K::make_params(a));
+  cudaError_t const launched = cudaGetLastError();
+  if (launched != cudaSuccess) {
+    return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
+  }
+  return GEMMGEN_OK;
+}
+
+}  // namespace gemmgen::mixed::direct
