@@ -7,6 +7,8 @@ For every M in --m and every weight shape (N, K) of the --models, on the same da
   gemmgen_i4     gemmgen.mixed_mm(a, uint4b8 weight, group 128 bf16 scales)      (GPTQ-style)
   gemmgen_i4z    gemmgen.mixed_mm(a, uint4 weight + zeros, group 128)              (AWQ-style)
   gemmgen_i8     gemmgen.mixed_mm(a, int8 weight, per-channel scales)
+  sm80_i4        the uint4b8 weight through the sm80 library's kernel (the direct mma.sync kernel
+                 that also serves Ampere; here PTX JIT-compiled for Hopper), up to --sm80-max-m
   floor_i4       int4 weights + group-128 scales read once at the measured copy bandwidth
 It prints µs and the speed-ups over bf16 mm; writes results.md (+ --append-results to RESULTS.md).
 
@@ -43,7 +45,16 @@ MODELS = {"llama3-8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)
           "llama2-70b": [(10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)]}
 DEFAULT_M = [1, 4, 16, 32, 64, 128, 256, 1024, 4096]
 GROUP = 128
-IMPLS = ("bf16_mm", "tinygemm", "gemmgen_i4", "gemmgen_i4z", "gemmgen_i8")
+IMPLS = ("bf16_mm", "tinygemm", "gemmgen_i4", "gemmgen_i4z", "gemmgen_i8", "sm80_i4")
+
+
+def sm80_kernel(m: int, n: int, k: int):
+    """The sm80 library's dispatch choice for a uint4b8 weight, or None when it is not built."""
+    try:
+        return gemmgen.dispatch.lookup("mixed_mm", arch="sm80", a_dtype=torch.bfloat16,
+                                       weight_type="uint4b8", m=m, n=n, k=k).name
+    except Exception:  # no sm80 mixed library in the build directory
+        return None
 
 
 def copy_bandwidth() -> float:
@@ -80,21 +91,21 @@ def tinygemm_weight(packed):
     return w, scales_and_zeros
 
 
-def impl_call(impl: str, pool: list, a_pool: list, out):
+def impl_call(impl: str, pool: list, a_pool: list, out, kernel=None):
     if impl == "bf16_mm":
         return lambda i: torch.mm(a_pool[i % len(a_pool)], pool[i % len(pool)], out=out)
     if impl == "tinygemm":
         return lambda i: torch._weight_int4pack_mm(a_pool[i % len(a_pool)], pool[i % len(pool)][0],
                                                    GROUP, pool[i % len(pool)][1])
     mixed_mm = gemmgen.mixed_mm
-    return lambda i: mixed_mm(a_pool[i % len(a_pool)], pool[i % len(pool)], out=out)
+    return lambda i: mixed_mm(a_pool[i % len(a_pool)], pool[i % len(pool)], out=out, kernel=kernel)
 
 
 def pool_size(weight_bytes: int, l2: int) -> int:
     return max(2, min(32, math.ceil(2 * l2 / max(weight_bytes, 1)) + 1))
 
 
-def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float) -> list[dict]:
+def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float, sm80_max_m: int) -> list[dict]:
     rows = []
     base = {kind: make_weight(n, k, kind) for kind in ("i4", "i4z", "i8")}
     dense = dequantize(base["i4"]).to(torch.bfloat16).contiguous()  # [K, N]
@@ -125,9 +136,18 @@ def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float) -> lis
             err = ((got.float() - ref).norm() / ref.norm()).item()
             if err > 2e-2:
                 print(f"  tinygemm n={n} k={k} m={m}: relative error {err:.2e} (layout mismatch?)")
+        sm80 = sm80_kernel(m, n, k) if m <= sm80_max_m else None
+        if sm80 is not None:
+            got = gemmgen.mixed_mm(a_pool[0], base["i4"], kernel=sm80).float()
+            ref = reference.mixed_mm(a_pool[0], base["i4"])
+            err = ((got - ref).norm() / ref.norm()).item()
+            assert err < 2e-2, f"{sm80} n={n} k={k} m={m}: relative error {err:.2e}"
         row = {"n": n, "k": k, "m": m, "floor_i4": floor_us}
         for impl in IMPLS:
-            if impl in pools:
+            if impl == "sm80_i4" and sm80 is not None:
+                row[impl] = gpu_time_us(impl_call(impl, pools["gemmgen_i4"], a_pool, out, sm80),
+                                        len(pools["gemmgen_i4"]) * len(a_pool))
+            elif impl in pools:
                 row[impl] = gpu_time_us(impl_call(impl, pools[impl], a_pool, out),
                                         len(pools[impl]) * len(a_pool))
         rows.append(row)
@@ -147,15 +167,16 @@ def summary(rows: list[dict], ms: list[int], device: str) -> str:
              f"{datetime.date.today()}; `{shlex.join(['python', *sys.argv])}`; group {GROUP}; µs "
              "geomean over the shapes; speed-up = bf16 `torch.mm` time / impl time.", "",
              "| M | bf16 mm µs | gemmgen i4 µs | × bf16 | i4 / floor | tinygemm × bf16 | gemmgen × tinygemm "
-             "| i4+zero × bf16 | i8 per-channel × bf16 |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| i4+zero × bf16 | i8 per-channel × bf16 | sm80 i4 × bf16 |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for m in ms:
         sel = [r for r in rows if r["m"] == m]
         g = {impl: geomean([r.get(impl) for r in sel]) for impl in (*IMPLS, "floor_i4")}
         lines.append(f"| {m} | {g['bf16_mm']:.1f} | {g['gemmgen_i4']:.1f} | "
                      f"{g['bf16_mm'] / g['gemmgen_i4']:.2f} | {g['gemmgen_i4'] / g['floor_i4']:.2f} | "
                      f"{g['bf16_mm'] / g['tinygemm']:.2f} | {g['tinygemm'] / g['gemmgen_i4']:.2f} | "
-                     f"{g['bf16_mm'] / g['gemmgen_i4z']:.2f} | {g['bf16_mm'] / g['gemmgen_i8']:.2f} |")
+                     f"{g['bf16_mm'] / g['gemmgen_i4z']:.2f} | {g['bf16_mm'] / g['gemmgen_i8']:.2f} | "
+                     f"{g['bf16_mm'] / g['sm80_i4']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -165,6 +186,8 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     p.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "out"))
     p.add_argument("--append-results", action="store_true")
+    p.add_argument("--sm80-max-m", type=int, default=256,
+                   help="time the sm80 library up to this M (it re-reads weights per token block)")
     args = p.parse_args(argv)
     torch.manual_seed(0)
     device = torch.cuda.get_device_name()
@@ -174,7 +197,7 @@ def main(argv=None) -> int:
     rows = []
     for model in args.models:
         for n, k in MODELS[model]:
-            rows += bench_shape(n, k, args.m, l2, bandwidth)
+            rows += bench_shape(n, k, args.m, l2, bandwidth, args.sm80_max_m)
     text = summary(rows, args.m, device) + f"\nCopy bandwidth measured in the run: {bandwidth / 1e12:.2f} TB/s.\n"
     print(text)
     out = Path(args.out_dir)
