@@ -98,37 +98,63 @@ struct DirectMixedMm {
   using Copy16 = cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<cute::uint128_t>;
   using Converter = cutlass::NumericArrayConverter<ElementA, ElementW, 16>;
 
-  // Queue the copies of chunk `c` into ring slot `slot`: this warp's 16 weight rows (zero-filled
-  // past N), then the CTA's tokens (zero-filled past M), each token's eight 16-byte segments
-  // XOR-swizzled by (token % 8) so that the lanes' fragment loads are free of bank conflicts.
-  static __device__ void issue(Params const& p, char* slot_ptr, int c, int n0, int t0, int lane) {
-    constexpr int kSegsPerRow = kWeightRowBytes / 16;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = lane; i < kRows * kSegsPerRow; i += 32) {
-      int const n = n0 + i / kSegsPerRow;
-      bool const ok = n < p.n;
-      unsigned char const* src = p.w;
-      if (ok) {
-        src += (int64_t(n) * p.k + int64_t(c) * kChunkK) * kWeightBits / 8 + (i % kSegsPerRow) * 16;
+  static constexpr int kSegsPerRow = kWeightRowBytes / 16;
+  static constexpr int kWeightCopies = kRows * kSegsPerRow / 32;  // per lane and chunk: 1 or 2
+  static constexpr int kActCopies = kTokens * 8 / 32;              // per lane and chunk: 2 a tile
+  static_assert(kRows * kSegsPerRow % 32 == 0 && kTokens * 8 % 32 == 0);
+
+  // This lane's share of every chunk's copies, computed once: a global source that advances by
+  // one chunk of K per chunk, a destination offset in the ring slot, and whether the row exists
+  // (weight rows past N and token rows past M are zero-filled and never read from global).
+  // Weights: the warp's 16 rows, 16-byte segments in row order. Tokens: the CTA's rows, each
+  // row's eight 16-byte segments XOR-swizzled by (token % 8) so that the lanes' fragment loads
+  // are free of bank conflicts.
+  struct CopyPlan {
+    unsigned char const* w_src[kWeightCopies];
+    unsigned char const* a_src[kActCopies];
+    int a_dst[kActCopies];
+    bool w_ok[kWeightCopies];
+    bool a_ok[kActCopies];
+
+    __device__ CopyPlan(Params const& p, int c_begin, int n0, int t0, int lane) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kWeightCopies; ++j) {
+        int const i = lane + 32 * j;
+        int const n = n0 + i / kSegsPerRow;
+        w_ok[j] = n < p.n;
+        w_src[j] = p.w + (w_ok[j] ? (int64_t(n) * p.k + int64_t(c_begin) * kChunkK) *
+                                            kWeightBits / 8 + (i % kSegsPerRow) * 16
+                                      : 0);
       }
-      Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
-                   *reinterpret_cast<cute::uint128_t*>(slot_ptr + i * 16), ok);
-    }
-    char* act = slot_ptr + kWeightStageBytes;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = lane; i < kTokens * 8; i += 32) {
-      int const row = i / 8, seg = i % 8;
-      bool const ok = t0 + row < p.m;
-      ElementA const* src = static_cast<ElementA const*>(p.a);
-      if (ok) {
-        src += int64_t(t0 + row) * p.lda + int64_t(c) * kChunkK + seg * 8;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kActCopies; ++j) {
+        int const i = lane + 32 * j;
+        int const row = i / 8, seg = i % 8;
+        a_ok[j] = t0 + row < p.m;
+        a_src[j] = static_cast<unsigned char const*>(p.a) +
+                   (a_ok[j] ? (int64_t(t0 + row) * p.lda + int64_t(c_begin) * kChunkK + seg * 8) *
+                                  int64_t(sizeof(ElementA))
+                            : 0);
+        a_dst[j] = kWeightStageBytes + row * kActRowBytes + ((seg ^ (row & 7)) * 16);
       }
-      Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
-                   *reinterpret_cast<cute::uint128_t*>(act + row * kActRowBytes +
-                                                       ((seg ^ (row & 7)) * 16)),
-                   ok);
     }
-  }
+
+    // Queue chunk `c_begin + ahead`'s copies into `slot_ptr`.
+    __device__ void issue(char* slot_ptr, int ahead, int lane) const {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kWeightCopies; ++j) {
+        unsigned char const* src = w_ok[j] ? w_src[j] + ahead * kWeightRowBytes : w_src[j];
+        Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
+                     *reinterpret_cast<cute::uint128_t*>(slot_ptr + (lane + 32 * j) * 16), w_ok[j]);
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kActCopies; ++j) {
+        unsigned char const* src = a_ok[j] ? a_src[j] + ahead * kActRowBytes : a_src[j];
+        Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
+                     *reinterpret_cast<cute::uint128_t*>(slot_ptr + a_dst[j]), a_ok[j]);
+      }
+    }
+  };
 
   // One weight row's 16 values of this lane (k = 16q .. 16q+15 of the chunk) as 8 words of two
   // 16-bit floats, word i holding values 2i and 2i+1.
@@ -189,31 +215,32 @@ struct DirectMixedMm {
     };
 
     // Prologue: Stages - 1 chunks in flight (a commit group per chunk, empty past the range).
+    CopyPlan const plan(p, c_begin, n0, t0, lane);
+    int const count = c_end - c_begin;
     CUTLASS_PRAGMA_UNROLL
     for (int s = 0; s < kStages - 1; ++s) {
-      if (c_begin + s < c_end) {
-        issue(p, ring + s * kStageBytes, c_begin + s, n0, t0, lane);
+      if (s < count) {
+        plan.issue(ring + s * kStageBytes, s, lane);
       }
       cute::cp_async_fence();
     }
 
-    int group = c_begin / (chunks_per_group > 0 ? chunks_per_group : 1);
-    for (int c = c_begin; c < c_end; ++c) {
+    // No division in the loop: ring slots advance by one, the group by a countdown.
+    int group = c_begin / chunks_per_group;
+    int left_in_group = chunks_per_group - (c_begin - group * chunks_per_group);
+    int slot = 0, issue_slot = kStages - 1;
+    for (int i = 0; i < count; ++i) {
       cute::cp_async_wait<kStages - 2>();
       __syncwarp();
-      // The slot chunk c + Stages - 1 goes to was read for chunk c - 1, by every lane (above).
-      int const next = c + kStages - 1;
-      if (next < c_end) {
-        issue(p, ring + ((next - c_begin) % kStages) * kStageBytes, next, n0, t0, lane);
+      // The slot chunk i + Stages - 1 goes to was read for chunk i - 1, by every lane (above).
+      if (i + kStages - 1 < count) {
+        plan.issue(ring + issue_slot * kStageBytes, i + kStages - 1, lane);
       }
       cute::cp_async_fence();
+      issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
 
-      int const g = c / chunks_per_group;
-      if (g != group) {
-        finish_group(group);
-        group = g;
-      }
-      char const* slot_ptr = ring + ((c - c_begin) % kStages) * kStageBytes;
+      char const* slot_ptr = ring + slot * kStageBytes;
+      slot = slot + 1 == kStages ? 0 : slot + 1;
       uint32_t w_lo[8], w_hi[8];
       load_row(slot_ptr, group_id, q, w_lo);
       load_row(slot_ptr, group_id + 8, q, w_hi);
@@ -241,9 +268,14 @@ struct DirectMixedMm {
           }
         }
       }
+      if (--left_in_group == 0) {
+        finish_group(group);
+        ++group;
+        left_in_group = chunks_per_group;
+      }
     }
-    if (c_begin < c_end) {
-      finish_group(group);
+    if (left_in_group != chunks_per_group) {
+      finish_group(group);  // the range ended inside a group
     }
     cute::cp_async_wait<0>();
     __syncthreads();  // every ring is drained: the shared memory becomes the reduction buffer
