@@ -3,10 +3,12 @@ arch runs at tile-boundary shapes (tests/gpu/sanitizer_launches.py) in a subproc
 `compute-sanitizer --tool memcheck` (out-of-bounds and misaligned global / shared memory
 accesses, invalid frees, CUDA API errors), and under `--tool racecheck` (shared-memory hazards)
 the CUTLASS 2.x (sm80) sample and the MoE sample (its own setup / SwiGLU / quant kernels use
-shared memory and barriers). Each run must report zero errors (racecheck: zero warnings too).
+shared memory and barriers), and the mixed family's direct kernels (per-warp cp.async rings and
+a shared-memory reduction). Each run must report zero errors (racecheck: zero warnings too).
 
 The sample: per (family, arch, dispatch class), the first kernel of every config kind (swap-AB,
-split-K / stream-K, fused: each kind that is built is in it), then more up to SAMPLE_PER_GROUP; set
+split-K / stream-K, fused, direct: each kind that is built is in it), then more up to
+SAMPLE_PER_GROUP; set
 GEMMGEN_SANITIZER_ALL=1 to run every built kernel. Skipped (with the reason) when the
 `compute-sanitizer` binary is not found (PATH, next to nvcc, $CUDA_HOME/bin).
 """
@@ -47,14 +49,17 @@ def sanitizer() -> str | None:
 
 
 def kind(spec) -> tuple:
-    """What makes a kernel's code path different: swap-AB, split-K / stream-K, fused."""
+    """What makes a kernel's code path different: swap-AB, split-K / stream-K, fused, direct."""
     config = spec.config
-    return (getattr(config, "swap_ab", False), bool(spec.split_k), getattr(config, "fused", False))
+    return (getattr(config, "swap_ab", False), bool(spec.split_k), getattr(config, "fused", False),
+            getattr(config, "is_direct", False))
 
 
-def sample(arch: str | None = None, families=("w8a8", "mixed", "moe")) -> list[str]:
+def sample(arch: str | None = None, families=("w8a8", "mixed", "moe"), direct_only=False
+           ) -> list[str]:
     kernels = [k for k in gemmgen.list_kernels() if k.spec.family in families
-               and (arch is None or k.spec.arch == arch)]
+               and (arch is None or k.spec.arch == arch)
+               and (not direct_only or getattr(k.spec.config, "is_direct", False))]
     if os.environ.get("GEMMGEN_SANITIZER_ALL") == "1":
         return [k.name for k in kernels]
     chosen: dict[tuple, list[str]] = {}
@@ -104,6 +109,12 @@ def test_memcheck_every_family():
 
 def test_racecheck_sm80():
     run_under("racecheck", sample(arch="sm80", families=("w8a8",)))
+
+
+def test_racecheck_mixed_direct():
+    """The direct kernel's per-warp rings (cp.async, __syncwarp) and its K-split reduction
+    through shared memory, sm90a and sm80 libraries."""
+    run_under("racecheck", sample(families=("mixed",), direct_only=True))
 
 
 def test_racecheck_moe():
