@@ -77,13 +77,19 @@ def test_shipped_manifest_expands_to_every_variant():
     ("schedule: cooperative", "schedule: pingpong", "tile_scheduler", "stream-K needs the cooperative"),
 ])
 def test_manifest_errors_name_file_line_key(tmp_path, old, new, key, message):
-    text = MANIFEST.replace(old, new)
-    assert text != MANIFEST
+    text, error = _edit_and_expand(tmp_path, MANIFEST, old, new, key, message)
+    assert error.line == _line(text, new.split(":")[0] + ":") or key in ("schedule", "tile_scheduler")
+
+
+def _edit_and_expand(tmp_path, base: str, old: str, new: str, key: str, message: str):
+    """Apply one edit to `base`, expand it, and check the ManifestError's file, key and message."""
+    text = base.replace(old, new)
+    assert text != base
     path = _write(tmp_path, text)
     with pytest.raises(ManifestError, match=message) as info:
         expand(load_manifest(path))
     assert (info.value.file, info.value.key) == (str(path), key)
-    assert info.value.line == _line(text, new.split(":")[0] + ":") or key in ("schedule", "tile_scheduler")
+    return text, info.value
 
 
 def test_scale_zero_needs_int4(tmp_path):
@@ -175,47 +181,29 @@ def test_direct_config_renders_for_sm80_and_sm90a(tmp_path):
      "tile: [32, 64, 64], schedule: direct, warps_k: 8, stages: 8", "stages", "over the sm80 limit"),
 ])
 def test_direct_config_errors(tmp_path, old, new, key, message):
-    text = DIRECT_MANIFEST.replace(old, new)
-    assert text != DIRECT_MANIFEST
-    path = _write(tmp_path, text)
-    with pytest.raises(ManifestError, match=message) as info:
-        expand(load_manifest(path))
-    assert (info.value.file, info.value.key) == (str(path), key)
+    _edit_and_expand(tmp_path, DIRECT_MANIFEST, old, new, key, message)
 
 
 @pytest.mark.compile
-def test_direct_kernel_compiles_and_loads(tmp_path):
-    """One real direct mma.sync kernel (sm80 SASS + PTX): builds in seconds, loads, refuses to run
-    without a GPU."""
+@pytest.mark.parametrize("text,library_name,kernel,arch", [
+    (MANIFEST, "onemixed", KERNEL, "sm90a"),            # a CUTLASS 3.x mixed-input kernel
+    (DIRECT_MANIFEST, "onedirect", DIRECT_KERNEL, "sm80"),  # the direct kernel: seconds to build
+], ids=["cutlass_sm90a", "direct_sm80"])
+def test_mixed_kernel_compiles_and_loads(tmp_path, text, library_name, kernel, arch):
+    """One real kernel of each template: builds, loads (ABI size check), refuses to run without a
+    GPU of its arch."""
     if not (os.environ.get("CUDACXX") or shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()):
         pytest.skip("nvcc not found")
     toolchain.find_toolchain.cache_clear()
-    report = builder.build_manifest(_write(tmp_path, DIRECT_MANIFEST), tmp_path / "build", jobs=2,
+    report = builder.build_manifest(_write(tmp_path, text), tmp_path / "build", jobs=2,
                                     log=lambda line: None)
     assert report.kernel_count == 1
-    library = load_library(tmp_path / "build" / "onedirect" / "current")
-    assert library.arch == "sm80" and list(library.kernels) == [DIRECT_KERNEL]
-    args = MixedMmArgs()
-    assert library.kernels[DIRECT_KERNEL].run(ctypes.byref(args), None, 0, None) == 5  # WRONG_ARCH
-    assert DIRECT_KERNEL in library.last_error()
-
-
-@pytest.mark.compile
-def test_mixed_kernel_compiles_and_loads(tmp_path):
-    """One real CUTLASS 3.x mixed-input kernel: builds, loads (ABI size check), refuses to run
-    without an sm90 GPU."""
-    if not (os.environ.get("CUDACXX") or shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()):
-        pytest.skip("nvcc not found")
-    toolchain.find_toolchain.cache_clear()
-    report = builder.build_manifest(_write(tmp_path, MANIFEST), tmp_path / "build", jobs=2,
-                                    log=lambda line: None)
-    assert report.kernel_count == 1
-    library = load_library(tmp_path / "build" / "onemixed" / "current")
-    assert list(library.kernels) == [KERNEL]
+    library = load_library(tmp_path / "build" / library_name / "current")
+    assert library.arch == arch and list(library.kernels) == [kernel]
     assert library.cdll.gemmgen_mixed_mm_args_size() == ctypes.sizeof(MixedMmArgs)
     args = MixedMmArgs()
-    assert library.kernels[KERNEL].run(ctypes.byref(args), None, 0, None) == 5  # GEMMGEN_WRONG_ARCH
-    assert KERNEL in library.last_error()
+    assert library.kernels[kernel].run(ctypes.byref(args), None, 0, None) == 5  # GEMMGEN_WRONG_ARCH
+    assert kernel in library.last_error()
 
 
 def test_tuner_hooks_pick_classes_and_knobs():

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from gemmgen import reference
 from gemmgen.families.mixed import packing
 from gemmgen.families.mixed.packing import (ARCH_LAYOUTS, LAYOUT_VERSION, WEIGHT_TYPES, Sm90Layout,
-                                            same_layout,
-                                            default_arch, dequantize, pack_weights, unpack_weights)
+                                            default_arch, dequantize, pack_weights, same_layout,
+                                            unpack_weights)
 
 SCALE_DTYPES = (torch.float16, torch.bfloat16)
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
