@@ -177,6 +177,7 @@ def test_direct_config_renders_for_sm80_and_sm90a(tmp_path):
      "warps_k", "2048 threads a CTA; at most 512"),
     ("stages: 3", "stages: 9", "stages", "2 to 8 chunks"),
     ("stages: 3", "stages: 8, cluster: [2, 1, 1]", "cluster", "no clusters"),
+    ("stages: 3", "stages: 3, raster: along_m", "raster", "no tile scheduler, so no raster"),
     ("tile: [32, 16, 64], schedule: direct, warps_k: 4, stages: 3",
      "tile: [32, 64, 64], schedule: direct, warps_k: 8, stages: 8", "stages", "over the sm80 limit"),
 ])
@@ -208,7 +209,7 @@ def test_mixed_kernel_compiles_and_loads(tmp_path, text, library_name, kernel, a
 
 def test_tuner_hooks_pick_classes_and_knobs():
     """The mixed family's tuner hooks: every built class (filtered by --dtypes), raster × swizzle
-    for every kernel, plus split counts for stream-K kernels."""
+    for every CUTLASS kernel, plus split counts for stream-K kernels; none for direct kernels."""
     from types import SimpleNamespace
 
     from gemmgen.families.mixed import tuning as hooks
@@ -221,7 +222,12 @@ def test_tuner_hooks_pick_classes_and_knobs():
     streamk = next(SimpleNamespace(name=n, spec=s, config=s.config) for n, s in kernels.items()
                    if s.config.tile_scheduler == "streamk")
     plain = next(SimpleNamespace(name=n, spec=s, config=s.config) for n, s in kernels.items()
-                 if s.config.tile_scheduler == "persistent")
+                 if s.config.tile_scheduler == "persistent" and not s.config.is_direct)
+    direct = next(SimpleNamespace(name=n, spec=s, config=s.config) for n, s in kernels.items()
+                  if s.config.is_direct)
+    # the direct kernel has no raster, swizzle or split knobs: its default only, never retried
+    assert hooks.knob_variants(direct) == [Candidate(direct.name)]
+    assert not hooks.knobs_worth_trying(direct, 4096, 57344, 132)
     variants = hooks.knob_variants(streamk)
     assert variants[0] == Candidate(streamk.name) and len(variants) == len(set(variants))
     assert {c.split_k for c in variants} == {1, 2, 4, 8}

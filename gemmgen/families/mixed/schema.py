@@ -189,6 +189,11 @@ def read_config(reader, node: Any, index: int, variants: tuple[Variant, ...] | N
         warps_k=_warps_k(reader, c))
     for key, message in check_config(config, variants if variants is not None else (), arch):
         raise reader.error(c, key, message)
+    if config.is_direct:
+        for key in ("raster", "swizzle"):
+            if key in c:
+                raise reader.error(c, key, f"the direct kernel has no tile scheduler, so no "
+                                           f"{key}: leave the key out")
     return ConfigEntry(common["name"], config, common["knobs"], line)
 
 

@@ -77,8 +77,11 @@ def time_candidate(candidate: Candidate, problem: Problem) -> float:
 
 
 def knob_variants(kernel) -> list[Candidate]:
-    """The manifest default first; raster × swizzle; split counts for stream-K kernels."""
+    """The manifest default first; raster × swizzle; split counts for stream-K kernels. The
+    direct kernel has no tile scheduler: its default only."""
     variants = [Candidate.of(kernel)]
+    if kernel.spec.config.is_direct:
+        return variants
     variants += [Candidate(kernel.name, r, s) for r in RASTER_ORDERS for s in SWIZZLES]
     if kernel.spec.split_k:
         variants += [Candidate(kernel.name, split_k=s) for s in SPLIT_K_SLICES]
@@ -92,4 +95,6 @@ def output_tiles(kernel, m: int, n: int) -> int:
 
 
 def knobs_worth_trying(kernel, m: int, n: int, sm_count: int) -> bool:
+    if kernel.spec.config.is_direct:
+        return False  # no raster, swizzle or split knobs
     return kernel.spec.split_k or output_tiles(kernel, m, n) > sm_count
