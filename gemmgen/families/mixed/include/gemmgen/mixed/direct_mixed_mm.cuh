@@ -143,13 +143,13 @@ struct DirectMixedMm {
     __device__ void issue(char* slot_ptr, int ahead, int lane) const {
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kWeightCopies; ++j) {
-        unsigned char const* src = w_ok[j] ? w_src[j] + ahead * kWeightRowBytes : w_src[j];
+        unsigned char const* src = w_ok[j] ? w_src[j] + int64_t(ahead) * kWeightRowBytes : w_src[j];
         Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
                      *reinterpret_cast<cute::uint128_t*>(slot_ptr + (lane + 32 * j) * 16), w_ok[j]);
       }
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kActCopies; ++j) {
-        unsigned char const* src = a_ok[j] ? a_src[j] + ahead * kActRowBytes : a_src[j];
+        unsigned char const* src = a_ok[j] ? a_src[j] + int64_t(ahead) * kActRowBytes : a_src[j];
         Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
                      *reinterpret_cast<cute::uint128_t*>(slot_ptr + a_dst[j]), a_ok[j]);
       }
@@ -274,8 +274,9 @@ struct DirectMixedMm {
         left_in_group = chunks_per_group;
       }
     }
-    if (left_in_group != chunks_per_group) {
-      finish_group(group);  // the range ended inside a group
+    if (count > 0 && left_in_group != chunks_per_group) {
+      finish_group(group);  // the range ended inside a group (an empty range adds nothing: a
+                            // ±inf scale times its zero sum would be NaN)
     }
     cute::cp_async_wait<0>();
     __syncthreads();  // every ring is drained: the shared memory becomes the reduction buffer
@@ -351,6 +352,9 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
                 "needs a group size that is a multiple of 64 and divides K");
   }
+  if (a.a == nullptr || a.w == nullptr || a.scale == nullptr || a.d == nullptr) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "needs activations, weight, scales, output");
+  }
   if (!aligned(a.a) || !aligned(a.w) || a.lda % 8 != 0 || a.lda < a.k || a.ldd < a.n) {
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
                 "needs 16-byte aligned activations and weight, lda a multiple of 8 (>= K), ldd >= N");
@@ -362,6 +366,14 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
   int64_t const token_blocks = (a.m + K::kTokens - 1) / K::kTokens;
   if (feature_blocks > 65535) {
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "N too large for the launch grid");
+  }
+  // The manifest check uses the smallest limit of the arch's GPUs; say so clearly if a GPU has less.
+  int optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                             detail::current_device()) == cudaSuccess &&
+      optin < K::kSmemBytes) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "needs more shared memory per block than this GPU allows (fewer stages)");
   }
   // Raise the dynamic shared memory limit once per device.
   static std::atomic<bool> raised[detail::kMaxDevices] = {};
