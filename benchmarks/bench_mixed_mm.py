@@ -162,6 +162,11 @@ def geomean(values) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
 
 
+def _ratio(a: float, b: float) -> str:
+    """a / b to two decimals, or "–" when b was not measured (the sm80 column past --sm80-max-m)."""
+    return f"{a / b:.2f}" if math.isfinite(b) else "–"
+
+
 def summary(rows: list[dict], ms: list[int], device: str) -> str:
     lines = [f"## Mixed-input GEMM (weight-only) on {device}", "",
              f"{datetime.date.today()}; `{shlex.join(['python', *sys.argv])}`; group {GROUP}; µs "
@@ -176,7 +181,7 @@ def summary(rows: list[dict], ms: list[int], device: str) -> str:
                      f"{g['bf16_mm'] / g['gemmgen_i4']:.2f} | {g['gemmgen_i4'] / g['floor_i4']:.2f} | "
                      f"{g['bf16_mm'] / g['tinygemm']:.2f} | {g['tinygemm'] / g['gemmgen_i4']:.2f} | "
                      f"{g['bf16_mm'] / g['gemmgen_i4z']:.2f} | {g['bf16_mm'] / g['gemmgen_i8']:.2f} | "
-                     f"{g['bf16_mm'] / g['sm80_i4']:.2f} |")
+                     f"{_ratio(g['bf16_mm'], g['sm80_i4'])} |")
     return "\n".join(lines) + "\n"
 
 
