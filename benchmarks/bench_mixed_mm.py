@@ -38,6 +38,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import gemmgen
 from gemmgen import reference
+from gemmgen.errors import GemmgenError
 from gemmgen.families.mixed.packing import dequantize
 from gemmgen.tuning.measure import gpu_time_us
 
@@ -53,7 +54,7 @@ def sm80_kernel(m: int, n: int, k: int):
     try:
         return gemmgen.dispatch.lookup("mixed_mm", arch="sm80", a_dtype=torch.bfloat16,
                                        weight_type="uint4b8", m=m, n=n, k=k).name
-    except Exception:  # no sm80 mixed library in the build directory
+    except GemmgenError:  # no sm80 mixed library in the build directory (or none serves it)
         return None
 
 

@@ -92,13 +92,17 @@ def estimate_smem(config: MixedTileConfig, w: str, with_zero: bool) -> tuple[int
     return stage, epilogue
 
 
+def _direct_warps(config: MixedTileConfig) -> int:
+    """Warps of a direct CTA: one per 16 features, times the warps that split K."""
+    return config.tile[0] // 16 * config.warps_k
+
+
 def direct_smem_bytes(config: MixedTileConfig, w: str) -> int:
     """The direct kernel's dynamic shared memory: a ring per warp of (16 weight rows + the CTA's
     tokens) × 64 K (mirrors DirectMixedMm::kSmemBytes; the reduction buffer is smaller)."""
-    tm, tn, tk = config.tile
-    warps = tm // 16 * config.warps_k
+    _, tn, tk = config.tile
     stage = 16 * tk * _BITS[w] // 8 + tn * tk * 2
-    return warps * config.ring_stages * stage
+    return _direct_warps(config) * config.ring_stages * stage
 
 
 def check_direct(config: MixedTileConfig, variants: tuple[Variant, ...], arch: str
@@ -113,9 +117,9 @@ def check_direct(config: MixedTileConfig, variants: tuple[Variant, ...], arch: s
         problems.append(("warps_k", "schedule direct needs warps_k (the warps that split K in a "
                                     f"CTA), one of {', '.join(map(str, DIRECT_WARPS_K))}; got "
                                     f"{config.warps_k or 'none'}"))
-    elif tm in DIRECT_TILE_M and 32 * tm // 16 * config.warps_k > DIRECT_MAX_THREADS:
+    elif tm in DIRECT_TILE_M and 32 * _direct_warps(config) > DIRECT_MAX_THREADS:
         problems.append(("warps_k", f"tile M {tm} x warps_k {config.warps_k} makes "
-                                    f"{32 * tm // 16 * config.warps_k} threads a CTA; at most "
+                                    f"{32 * _direct_warps(config)} threads a CTA; at most "
                                     f"{DIRECT_MAX_THREADS}"))
     if config.cluster != (1, 1, 1):
         problems.append(("cluster", "the direct kernel has no clusters: leave cluster out or "
@@ -124,8 +128,8 @@ def check_direct(config: MixedTileConfig, variants: tuple[Variant, ...], arch: s
         problems.append(("tile_scheduler", "the direct kernel has no tile scheduler: leave "
                                            f"tile_scheduler out; got {config.tile_scheduler!r}"))
     if config.stages and config.stages > 8:
-        problems.append(("stages", "the direct kernel's ring holds 2 to 8 chunks (auto: 4); got "
-                                   f"{config.stages}"))
+        problems.append(("stages", "the direct kernel's ring holds 2 to 8 chunks (auto: "
+                                   f"{MixedTileConfig.DIRECT_AUTO_STAGES}); got {config.stages}"))
     if not problems:
         limit = SM80_SMEM_LIMIT_BYTES if arch == "sm80" else sm90_schema.SMEM_LIMIT_BYTES
         for w in sorted({w for _, w, _ in variants}):

@@ -367,18 +367,19 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
   if (feature_blocks > 65535) {
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "N too large for the launch grid");
   }
-  // The manifest check uses the smallest limit of the arch's GPUs; say so clearly if a GPU has less.
-  int optin = 0;
-  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                             detail::current_device()) == cudaSuccess &&
-      optin < K::kSmemBytes) {
-    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
-                "needs more shared memory per block than this GPU allows (fewer stages)");
-  }
-  // Raise the dynamic shared memory limit once per device.
+  // Once per device: check the GPU's opt-in shared memory (the manifest check uses the least of
+  // the arch's GPUs; say so clearly if a GPU has less) and raise the kernel's limit to it.
   static std::atomic<bool> raised[detail::kMaxDevices] = {};
-  auto& flag = raised[detail::current_device() % detail::kMaxDevices];
+  int const device = detail::current_device();
+  auto& flag = raised[device % detail::kMaxDevices];
   if (!flag.load(std::memory_order_acquire)) {
+    int optin = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+            cudaSuccess &&
+        optin < K::kSmemBytes) {
+      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                  "needs more shared memory per block than this GPU allows (fewer stages)");
+    }
     if (cudaFuncSetAttribute(direct_mixed_mm_kernel<Config>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                              K::kSmemBytes) != cudaSuccess) {
