@@ -4,7 +4,8 @@
 For every dtype, model, token count T and routing, on the same data (M = T x top-k rows, grouped
 by expert; group_list = per-expert counts, int64 on the GPU). dtypes: int8 (A8W8), e4m3 (fp8) and
 a8w4 (int8 x, int4 weights -8..7 with per-channel scales, packed two per byte by
-gemmgen.pack_moe_weights(..., weight_bits=4)):
+gemmgen.pack_moe_weights(..., weight_bits=4)) and a8w4g (the same with per-group scales
+[E, K/128, N], the direct kernels):
   torch per-expert  for each non-empty expert: torch._int_mm (int8; rows padded to 17 when an
                     expert has <= 16) or torch._scaled_mm (e4m3, row-wise scales, bf16 out,
                     use_fast_accum; an expert's scales copied to a 16-byte aligned buffer when
@@ -12,8 +13,9 @@ gemmgen.pack_moe_weights(..., weight_bits=4)):
                     per-row quant; counts known on the host (the straightforward loop).
                     a8w4 rows: torch has no int4 x int8 GEMM, so this is the int8 pipeline on the
                     int4 values held as int8 (one per byte: 2x the int4 weight bytes; exactly
-                    A8W4's math)
-  torch grouped     int8 and a8w4 rows: bf16 torch._grouped_mm on x and W dequantized to bf16
+                    A8W4's math); a8w4g rows: n/a (no torch int GEMM takes per-group scales;
+                    gemmgen's q_scale is checked against gemmgen.reference instead)
+  torch grouped     int8 and a8w4(g) rows: bf16 torch._grouped_mm on x and W dequantized to bf16
                     outside the timed region (2x the int8 weight bytes); e4m3 rows:
                     torch._scaled_grouped_mm (row-wise x_scale [M], weight_scale [E, N], bf16
                     out); then the same torch SwiGLU + quant
@@ -25,7 +27,8 @@ gemmgen.pack_moe_weights(..., weight_bits=4)):
                     (SwiGLU and the row max in the GEMM's epilogue, then a quant pass), and
                     their ratio
   floor             weights (+ scales) of the experts that got >= 1 token read once at the
-                    measured copy bandwidth (a8w4: the int4 bytes, N x K/2 per expert)
+                    measured copy bandwidth (a8w4: the int4 bytes, N x K/2 per expert; a8w4g:
+                    + the per-group scales, N x K/128 x 4 bytes)
   A8W8 / A8W4       a8w4 rows: gemmgen's int8 A8W8 µs of the same (model, T, routing) over the
                     A8W4 µs: the int8 row's, or, when int8 rows are not run, gemmgen's int8 op
                     timed in the a8w4 row on the int4 values held as int8 (same x)
@@ -88,10 +91,13 @@ MODELS = {"mixtral-8x7b": Model(8, 4096, 2 * 14336, 2),
           "qwen3-30b-a3b": Model(128, 2048, 2 * 768, 8),
           "deepseek-v2-lite": Model(64, 2048, 2 * 1408, 6)}
 # a row's dtype -> x's (and q's) element type, the weight's element type, its packed bits
-DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn, "a8w4": torch.int8}
-X_TYPE = {"int8": "int8", "e4m3": "e4m3", "a8w4": "int8"}        # kernel spec.x
-W_TYPE = {"int8": "int8", "e4m3": "e4m3", "a8w4": "int4"}        # kernel spec.w
-WEIGHT_BITS = {"int8": 8, "e4m3": 8, "a8w4": 4}
+DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn, "a8w4": torch.int8, "a8w4g": torch.int8}
+X_TYPE = {"int8": "int8", "e4m3": "e4m3", "a8w4": "int8", "a8w4g": "int8"}  # kernel spec.x
+W_TYPE = {"int8": "int8", "e4m3": "e4m3", "a8w4": "int4", "a8w4g": "int4"}  # kernel spec.w
+WEIGHT_BITS = {"int8": 8, "e4m3": 8, "a8w4": 4, "a8w4g": 4}
+SCALES = {"int8": "channel", "e4m3": "channel", "a8w4": "channel", "a8w4g": "group"}  # spec.scales
+A8W4_ROWS = ("a8w4", "a8w4g")
+GROUP = 128  # a8w4g's group size
 QMAX = {"int8": 127.0, "e4m3": 448.0}                            # by X_TYPE
 # rms of the random values (full-range int8 ~74, int4 -8..7 ~4.6, randn-based e4m3 ~1): the scales
 # divide it out so that C is O(1)
@@ -103,12 +109,12 @@ QUICK = {"dtypes": ["int8", "a8w4"], "models": ["mixtral-8x7b", "qwen3-30b-a3b"]
 MAX_ROTATIONS = 8
 CHECK_RTOL = 1e-2
 # int8 / a8w4: the bf16 pipeline rounds x·scale and W·scale to bf16
-GROUPED_RTOL = {"int8": 3e-2, "e4m3": 1e-2, "a8w4": 3e-2}
+GROUPED_RTOL = {"int8": 3e-2, "e4m3": 1e-2, "a8w4": 3e-2, "a8w4g": 3e-2}
 TARGETS = ("(1) gemmgen >= 2.5x torch per-expert at >= 256 tokens (A8W8: int8 and e4m3 rows)",
            "(2) gemmgen faster than torch's fp8 grouped pipeline at every shape (e4m3 rows)",
            "(3) gemmgen <= 1.5x the weight-read floor at <= 1024 tokens (A8W8: int8 and e4m3 rows)",
-           "(4) A8W4 >= 1.5x faster than gemmgen's A8W8 at <= 256 tokens (a8w4 rows)",
-           "(5) A8W4 <= 1.5x the int4 weight-read floor at <= 256 tokens (a8w4 rows)",
+           "(4) A8W4 >= 1.5x faster than gemmgen's A8W8 at <= 256 tokens (a8w4 and a8w4g rows)",
+           "(5) A8W4 <= 1.5x the int4 weight-read floor at <= 256 tokens (a8w4 and a8w4g rows)",
            "(6) fused >= 1.15x unfused (best kernel of each) where tokens per expert >= 128 (A8W8 rows)")
 
 
@@ -193,7 +199,7 @@ def bytes_per_copy(dtype: str) -> float:
     """Bytes per weight element of one rotated copy: the packed weight, the logical one (torch's),
     plus (a8w4) the values held as int8, plus (int8, a8w4) the bf16 dequantized weight of the
     torch grouped baseline."""
-    return (weight_bytes(dtype) + 1 + (1 if dtype == "a8w4" else 0)
+    return (weight_bytes(dtype) + 1 + (1 if dtype in A8W4_ROWS else 0)
             + (2 if X_TYPE[dtype] == "int8" else 0))
 
 
@@ -218,11 +224,13 @@ def make_weights(model: Model, dtype: str, copies: int) -> Weights:
     w = torch.empty(e, n, k, dtype=DTYPES[dtype], device="cuda")
     for i in range(e):  # per expert: bounded temporaries
         w[i] = _random((n, k), kind)
-    scale = _scales((e, n), k, kind)
+    per_group = SCALES[dtype] == "group"
+    scale = _scales((e, k // GROUP, n) if per_group else (e, n), k, kind)
     pack = gemmgen.pack_moe_weights
     logical = [(w, scale)] + [(w.clone(), scale) for _ in range(copies - 1)]
-    held = [pack(lw.transpose(1, 2), scale) for lw, _ in logical]
-    if dtype == "a8w4":
+    # the A8W8 op's weights (8-bit weights take per-channel scales: the first group's stands in)
+    held = [pack(lw.transpose(1, 2), scale[:, 0] if per_group else scale) for lw, _ in logical]
+    if dtype in A8W4_ROWS:
         first = pack(w.transpose(1, 2), scale, weight_bits=4)  # uint8 [E, N, K/2], bits=4
         packed = [first] + [dataclasses.replace(first, weight=first.weight.clone())
                             for _ in range(copies - 1)]
@@ -232,7 +240,8 @@ def make_weights(model: Model, dtype: str, copies: int) -> Weights:
     if X_TYPE[dtype] == "int8":
         wb = torch.empty(e, n, k, dtype=torch.bfloat16, device="cuda")
         for i in range(e):
-            wb[i] = (w[i].float() * scale[i][:, None]).to(torch.bfloat16)
+            s = scale[i].t().repeat_interleave(GROUP, dim=1) if per_group else scale[i][:, None]
+            wb[i] = (w[i].float() * s).to(torch.bfloat16)
         weights.bf16 = [wb.transpose(1, 2)] + [wb.clone().transpose(1, 2) for _ in range(copies - 1)]
     return weights
 
@@ -273,7 +282,10 @@ def swiglu_quant(c: torch.Tensor, dtype: str) -> tuple[torch.Tensor, torch.Tenso
 
 def per_expert_fn(dtype: str, weights: Weights, inp: Inputs):
     """The straightforward loop over the non-empty experts (counts on the host). a8w4: the int8
-    loop on the int4 values held as int8 (torch has no int4 x int8 GEMM): A8W4's exact math."""
+    loop on the int4 values held as int8 (torch has no int4 x int8 GEMM): A8W4's exact math.
+    a8w4g: none (no torch int GEMM takes per-group scales)."""
+    if SCALES[dtype] == "group":
+        raise NotImplementedError("no torch int8 GEMM applies per-group weight scales")
     m, k = inp.x[0].shape
     n = weights.logical[0][0].shape[1]
     int8 = X_TYPE[dtype] == "int8"
@@ -397,7 +409,8 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
     inp = make_inputs(model, dtype, counts, rotations)
     row = {"dtype": dtype, "model": name, "tokens": tokens, "routing": routing, "m": m, "active": active,
            "rotations": rotations, "notes": [],
-           "floor": (active_bytes + active * n * 4) / ctx["bandwidth"] * 1e6}
+           "floor": (active_bytes + active * n * 4 * (k // GROUP if SCALES[dtype] == "group" else 1))
+           / ctx["bandwidth"] * 1e6}
     timer = ctx["timer"]
     label = f"{dtype} {name} T={tokens} {routing}"
 
@@ -412,6 +425,10 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
     except Exception as exc:  # noqa: BLE001
         row["per_expert_error"] = first_line(exc)
         row["notes"].append(f"torch per-expert n/a: {row['per_expert_error']}")
+    if SCALES[dtype] == "group":  # the check's reference: gemmgen.reference (float64)
+        w, w_scale = weights.logical[0]
+        ref = gemmgen.reference.grouped_matmul_swiglu_quant(
+            inp.x[0], w.transpose(1, 2), w_scale, inp.x_scale[0], inp.group_list, weight_bits=4)[1]
     try:
         fn = grouped_fn(dtype, weights, inp)
         err = None if ref is None else rel_mismatch(fn(0)[1], ref)
@@ -427,7 +444,8 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
     # gemmgen: check against the per-expert pipeline, then dispatch as shipped and every kernel
     try:
         row["dispatched"] = short_kernel(gemmgen.dispatch.lookup(OP, x_dtype=DTYPES[dtype], m=m, experts=e,
-                                                                 n=n, k=k, weight_bits=WEIGHT_BITS[dtype]))
+                                                                 n=n, k=k, weight_bits=WEIGHT_BITS[dtype],
+                                                                 per_group=SCALES[dtype] == "group"))
     except Exception as exc:  # noqa: BLE001
         row["dispatched"] = f"? ({first_line(exc)})"
     try:
@@ -445,7 +463,7 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
         row["gemmgen"] = None
         row["notes"].append(f"gemmgen ERROR {type(exc).__name__}: {first_line(exc)}")
         print(f"  !!! {label}: gemmgen raised {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-    if dtype == "a8w4" and ctx["time_a8w8"]:
+    if dtype in A8W4_ROWS and ctx["time_a8w8"]:
         # no int8 rows in this run: gemmgen's A8W8 op on the same values (int4 held as int8), same x
         try:
             row["a8w8"], how = timer(gemmgen_fn(weights.held, inp), rotations)
@@ -473,7 +491,7 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
 def attach_a8w8(rows: list[dict], row: dict) -> None:
     """An a8w4 row's A8W8 µs: the gemmgen time of the int8 row of the same (model, T, routing)
     when int8 rows ran (before it: main runs int8 first), else the one bench_point timed."""
-    if row["dtype"] != "a8w4":
+    if row["dtype"] not in A8W4_ROWS:
         return
     key = (row["model"], row["tokens"], row["routing"])
     for r in rows:
@@ -503,7 +521,7 @@ def tokens_per_expert(r: dict) -> int:
 
 def a8w8_ratio(r: dict):
     """A8W8 µs / A8W4 µs of an a8w4 row (None when either is missing)."""
-    return ratio(r.get("a8w8"), r["gemmgen"]) if r["dtype"] == "a8w4" else None
+    return ratio(r.get("a8w8"), r["gemmgen"]) if r["dtype"] in A8W4_ROWS else None
 
 
 HELD = "†"  # marks the a8w4 rows' torch per-expert time: the int8 pipeline on int4 values held as int8
@@ -520,7 +538,7 @@ def table(rows: list[dict]) -> str:
             kernel += f"; {r['best_kernel']}"
         grouped = fmt(r.get("grouped")) if "grouped" in r else "n/a"
         per_expert = fmt(r.get("per_expert")) + (HELD if r["dtype"] == "a8w4" else "")
-        a8w8 = fmt(a8w8_ratio(r), 2, "x") if r["dtype"] == "a8w4" else "-"
+        a8w8 = fmt(a8w8_ratio(r), 2, "x") if r["dtype"] in A8W4_ROWS else "-"
         lines.append(
             f"| {r['dtype']} | {r['model']} | {r['tokens']} | {r['routing']} | {r['m']} | {r['active']} | "
             f"{per_expert} | {grouped} | {fmt(r['gemmgen'])} | {fmt(r.get('best'))} | {kernel} | "
@@ -536,7 +554,7 @@ def targets(rows: list[dict]) -> list[str]:
     def label(r):
         return f"{r['dtype']} {r['model']} T={r['tokens']} {r['routing']}"
     a8w8 = [r for r in rows if r["dtype"] in ("int8", "e4m3")]   # the A8W8 targets: 8-bit weights
-    a8w4 = [r for r in rows if r["dtype"] == "a8w4"]
+    a8w4 = [r for r in rows if r["dtype"] in A8W4_ROWS]
     checks = [  # (rows it applies to, value, pass test, worst = min or max, how the value reads)
         ([r for r in a8w8 if r["tokens"] >= 256 and r.get("per_expert")],
          lambda r: ratio(r["per_expert"], r["gemmgen"]), lambda v: v >= 2.5, min, "x per-expert"),
@@ -566,10 +584,11 @@ def targets(rows: list[dict]) -> list[str]:
         checked = [r for r in rows if "check" in r and r["dtype"] == dtype]
         if checked:
             bad = sum(1 for r in checked if not r["check"] <= CHECK_RTOL)
-            versus = "torch per-expert on the int4 values held as int8" if dtype == "a8w4" else "torch per-expert"
+            versus = {"a8w4": "torch per-expert on the int4 values held as int8",
+                      "a8w4g": "gemmgen.reference (float64)"}.get(dtype, "torch per-expert")
             out.append(f"- q_scale check ({dtype}), gemmgen vs {versus}: max relative difference "
                        f"{max(r['check'] for r in checked):.1e} ({bad} of {len(checked)} rows over rtol {CHECK_RTOL})")
-    sources = sorted({r.get("a8w8_from", "missing") for r in rows if r["dtype"] == "a8w4"})
+    sources = sorted({r.get("a8w8_from", "missing") for r in rows if r["dtype"] in A8W4_ROWS})
     if sources:
         how = {"int8 row": "the int8 row's gemmgen µs of the same (model, T, routing)",
                "timed here": "gemmgen's int8 op timed in the a8w4 row on the int4 values held as int8 (same x, "
@@ -605,7 +624,7 @@ def report(rows: list[dict], args, meta: dict) -> str:
             lines.append(f"- {dtype} geomean: {geomean(ratio(r.get('per_expert'), r['gemmgen']) for r in sel):.2f}x "
                          f"per-expert, {geomean(ratio(r.get('grouped'), r['gemmgen']) for r in sel):.2f}x grouped, "
                          f"{geomean(ratio(r['gemmgen'], r['floor']) for r in sel):.2f} x floor"
-                         + (f", {geomean(a8w8_ratio(r) for r in sel):.2f}x A8W8" if dtype == "a8w4" else ""))
+                         + (f", {geomean(a8w8_ratio(r) for r in sel):.2f}x A8W8" if dtype in A8W4_ROWS else ""))
     notes = [f"{r['dtype']} {r['model']} T={r['tokens']} {r['routing']}: {'; '.join(r['notes'])}"
              for r in rows if r["notes"]]
     if notes:
@@ -634,7 +653,8 @@ def main(argv=None) -> int:
     for dtype in args.dtypes:
         # best: only the kernels of the row's (x, w) types (forcing another one is refused)
         kernels = [] if args.no_best else [kern for kern in all_kernels
-                                           if kern.spec.x == X_TYPE[dtype] and kern.spec.w == W_TYPE[dtype]]
+                                           if (kern.spec.x, kern.spec.w, kern.spec.scales)
+                                           == (X_TYPE[dtype], W_TYPE[dtype], SCALES[dtype])]
         if not args.no_best and not kernels:
             print(f"  no built moe kernels for {dtype} (x {X_TYPE[dtype]}, w {W_TYPE[dtype]}): gemmgen best skipped")
         for name in args.models:
@@ -657,7 +677,7 @@ def main(argv=None) -> int:
                     rows.append(r)
                     held = HELD if dtype == "a8w4" else ""
                     a8w8 = (f"  A8W8/A8W4 {fmt(a8w8_ratio(r), 2, 'x')} (A8W8 {fmt(r.get('a8w8'))} µs)"
-                            if dtype == "a8w4" else "")
+                            if dtype in A8W4_ROWS else "")
                     print(f"  T={tokens:5d} {routing:7s} M={r['m']:6d} act={r['active']:3d} R={r['rotations']}  "
                           f"per-expert{held} {fmt(r.get('per_expert')):>8s}  grouped {fmt(r.get('grouped')):>8s}  "
                           f"gemmgen {fmt(r['gemmgen']):>7s} [{r['dispatched']}]  best {fmt(r.get('best')):>7s} "

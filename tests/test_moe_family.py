@@ -40,8 +40,10 @@ from gemmgen.settings import DEFAULT_MANIFEST_DIR
 OP = "grouped_matmul_swiglu_quant"
 INT8, FP8, BF16, UINT8 = torch.int8, torch.float8_e4m3fn, torch.bfloat16, torch.uint8
 SHIPPED = DEFAULT_MANIFEST_DIR / "moe_sm90.yaml"
-# the dispatch classes (op, x, w) the family serves: A8W8 int8, fp8, and A8W4
-I8, E4M3, A8W4 = (OP, "int8", "int8"), (OP, "e4m3", "e4m3"), (OP, "int8", "int4")
+# the dispatch classes (op, x, w, scales) the family serves: A8W8 int8, fp8, A8W4 per channel and
+# A8W4 per group (direct kernels)
+I8, E4M3, A8W4 = (OP, "int8", "int8", "channel"), (OP, "e4m3", "e4m3", "channel"), (OP, "int8", "int4", "channel")
+A8W4G = (OP, "int8", "int4", "group")
 
 MANIFEST = """\
 library: onemoe
@@ -82,29 +84,38 @@ def test_shipped_manifest_expands_to_every_variant():
     manifest = load_manifest(SHIPPED)
     kernels = expand(manifest)
     classes = {k.dispatch_class for k in kernels}
-    assert classes == {I8, E4M3, A8W4}
-    assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 15
+    assert classes == {I8, E4M3, A8W4, A8W4G}
+    assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 23
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
     # fp8 stops at 128x128 tiles (promoted accumulation spills a 128x256 cooperative tile)
-    assert {(k.x, k.w, k.origin.config) for k in kernels} == {
-        ("int8", "int8", c) for c in ("decode", "small", "mid", "large", "mid_fused", "large_fused",
-                                      "wide_fused")} | {
-        ("e4m3", "e4m3", c) for c in ("decode", "small", "mid", "small_fused", "mid_fused")} | {
-        ("int8", "int4", c) for c in ("decode", "small", "mid")}
+    assert {(k.x, k.w, k.scales, k.origin.config) for k in kernels} == {
+        ("int8", "int8", "channel", c) for c in ("decode", "small", "mid", "large", "mid_fused",
+                                                 "large_fused", "wide_fused", "stream",
+                                                 "stream_wide")} | {
+        ("e4m3", "e4m3", "channel", c) for c in ("decode", "small", "mid", "small_fused", "mid_fused")} | {
+        ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "stream", "stream_wide")} | {
+        ("int8", "int4", "group", c) for c in ("stream", "stream_wide", "stream32", "stream64")}
     # fused kernels: A8W8 only, never swap-AB, fp32 S; each has an unfused twin of its tile
     fused = [k for k in kernels if k.config.fused]
     assert {k.origin.config for k in fused} == {"mid_fused", "large_fused", "wide_fused", "small_fused"}
     assert len(fused) == 5 and all(k.name.endswith("_fused") for k in fused)
     assert all(k.w != "int4" and not k.config.swap_ab and k.c == "fp32" for k in fused)
-    # A8W4 kernels, and only they, are named `_i8w4_`; every one is swap-AB
-    assert {k.name for k in kernels if "_i8w4_" in k.name} == {k.name for k in kernels if k.w == "int4"}
-    assert all(k.config.swap_ab and k.origin.family == "moe_a8w4" for k in kernels if k.w == "int4")
+    # A8W4 kernels, and only they, are named `_i8w4_` (per group `_i8w4g_`); every one is swap-AB
+    # or direct; per-group kernels are direct
+    assert {k.name for k in kernels if "_i8w4_" in k.name} == {
+        k.name for k in kernels if k.w == "int4" and k.scales == "channel"}
+    assert {k.name for k in kernels if "_i8w4g_" in k.name} == {k.name for k in kernels if k.scales == "group"}
+    assert all(k.config.swap_ab != k.config.is_direct for k in kernels if k.w == "int4")
+    assert all(k.config.is_direct for k in kernels if k.scales == "group")
+    assert all(k.x == "int8" for k in kernels if k.config.is_direct)
     assert all(k.d == k.x for k in kernels)  # q is always x's type, int8 for A8W4
-    # the defaults the shipped manifest relies on: fp32 intermediate, stages auto
-    assert all(k.c == "fp32" and k.config.stages == 0 for k in kernels)
+    # the defaults the shipped manifest relies on: fp32 intermediate, stages auto (CUTLASS)
+    assert all(k.c == "fp32" for k in kernels)
+    assert all(k.config.stages == 0 for k in kernels if not k.config.is_direct)
+    assert "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t64x8x128_direct_wk2_s4" in names
     assert "sm90a_grouped_matmul_swiglu_quant_i8_f32_t128x16x128_c1x1x1_pp_sauto_swap" in names
     assert "sm90a_grouped_matmul_swiglu_quant_i8w4_f32_t128x16x128_c1x1x1_pp_sauto_swap" in names
     assert "sm90a_grouped_matmul_swiglu_quant_i8w4_f32_t128x128x128_c1x1x1_coop_sauto_swap" in names
@@ -139,14 +150,14 @@ def _add(*lines: str) -> tuple[str, str]:
      "unknown value 'int2'; expected one of int8, e4m3, int4$"),
     ([("dtypes: [e4m3]", "dtypes: [{w: int4}]")], "x", "dtypes:", r"missing required key in dtypes\[0\]"),
     ([("dtypes: [e4m3]", "dtypes: [int8, {x: int8, bits: 4}]")], "bits", "dtypes:",
-     r"unknown key in dtypes\[1\]; allowed keys: w, x"),
+     r"unknown key in dtypes\[1\]; allowed keys: scales, w, x"),
     # int4 weights: every config of the family swap-AB (the error at swap_ab, else at tile)
     ([("dtypes: [e4m3]", "dtypes: [{x: int8, w: int4}]")], "tile", "tile:",
      r"int4 weights \(A8W4\) need swap_ab: true"),
     ([("dtypes: [e4m3]", "dtypes: [int8, {x: int8, w: int4}]")], "tile", "tile:",
      r"int4 weights \(A8W4\) need swap_ab: true"),
     ([("dtypes: [e4m3]", "dtypes: {x: int8, w: int4}"), _add("swap_ab: false")], "swap_ab",
-     "swap_ab:", r"int4 weights \(A8W4\) need swap_ab: true: CUTLASS's mixed-input mainloop"),
+     "swap_ab:", r"int4 weights \(A8W4\) need swap_ab: true \(or schedule: direct\): CUTLASS's mixed-input mainloop"),
     ([("tile: [128, 128, 128]", "tile: [128, 128, 64]")], "tile", "tile:",
      "tile K must be 128 or 256"),
     ([("tile: [128, 128, 128]", "tile: [128, 12, 128]")], "tile", "tile:",
@@ -292,8 +303,21 @@ def test_render_shipped_manifest_spells_every_variant():
     element = {"int8": "int8_t", "e4m3": "cutlass::float_e4m3_t", "int4": "cutlass::int4b_t"}
     for unit in units:
         (k,) = unit.kernels
+        if k.config.is_direct:
+            c = k.config
+            assert (f"gemmgen::moe::direct::DirectConfig<{element[k.w]}, /*warps_n=*/{c.tile[0] // 16}, "
+                    f"/*warps_k=*/{c.warps_k}, /*token_tiles=*/{c.tile[1] // 8}, "
+                    f"/*stages=*/{c.ring_stages}> {{}};") in unit.source
+            assert (f"direct (mma.sync): {k.x} x {k.w} ({k.scales} scales) -> fp32 C -> SwiGLU -> "
+                    f"{k.x} q") in unit.source
+            assert '#include "gemmgen/moe/direct_grouped_gemm.cuh"' in unit.source
+            assert "sm90_grouped_swiglu_quant.hpp" not in unit.source  # no CUTLASS 3.x kernel here
+            assert "gemmgen::moe::direct::DirectSwigluQuant<Config0>::run(" in unit.source
+            assert f"family '{k.origin.family}', config '{k.origin.config}'" in unit.source
+            continue
         swap = "true" if k.config.swap_ab else "false"
         assert f"MoeConfig<\n    {element[k.x]}, {element[k.w]}, float, /*swap_ab=*/{swap}" in unit.source
+        assert "direct_grouped_gemm.cuh" not in unit.source
         if k.config.fused:
             assert f"{k.x} x {k.w} -> SwiGLU in the epilogue -> fp32 S + row max -> {k.x} q" in unit.source
             assert "/*fused=*/true> {};" in unit.source
@@ -309,7 +333,7 @@ def test_render_shipped_manifest_spells_every_variant():
     assert sum("int8_t, cutlass::int4b_t, float, /*swap_ab=*/true" in u.source for u in units) == 3
     namespace: dict = {}
     exec(compile(render_bindings(manifest, kernels, "f" * 16, "lib.so"), "bindings.py", "exec"), namespace)
-    assert set(namespace["DISPATCH"]) == {I8, E4M3, A8W4}
+    assert set(namespace["DISPATCH"]) == {I8, E4M3, A8W4, A8W4G}
 
 
 def test_bf16_intermediate_spelling(tmp_path):
@@ -357,7 +381,7 @@ def test_a8w4_renders_int4_weights(tmp_path):
     namespace: dict = {}
     exec(compile(render_bindings(manifest, kernels, "f" * 16, "lib.so"), "bindings.py", "exec"), namespace)
     assert list(namespace["DISPATCH"]) == [A8W4]
-    assert FAMILY.describe_class(A8W4) == "grouped_matmul_swiglu_quant int8 x int4 -> int8 q"
+    assert FAMILY.describe_class(A8W4) == "grouped_matmul_swiglu_quant int8 x int4 (channel scales) -> int8 q"
 
 
 def test_args_mirror_matches_the_header():
@@ -423,17 +447,21 @@ def fresh_dispatch():
 
 
 # each shipped family: (its class, x_dtype, weight_bits, its rules' configs in order)
-_SHIPPED_FAMILIES = {
-    "moe_int8": (I8, INT8, 8, ["decode", "small", "mid_fused", "large", "wide_fused"]),
-    "moe_e4m3": (E4M3, FP8, 8, ["decode", "small", "small_fused", "mid_fused"]),
-    "moe_a8w4": (A8W4, INT8, 4, ["decode", "small", "mid"]),
+_SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' configs in order)
+    "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "mid_fused", "large",
+                                      "wide_fused"]),
+    "moe_e4m3": (E4M3, FP8, 8, False, ["decode", "small", "small_fused", "mid_fused"]),
+    "moe_a8w4": (A8W4, INT8, 4, False, ["stream_wide", "stream", "small", "mid"]),
+    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["stream_wide", "stream", "stream32", "stream64"]),
 }
 
 
 @pytest.mark.parametrize("family,n,tokens,config", [
-    # int8: <= 16 decode; <= 32 (<= 64 at N >= 8192) small; <= 128 mid_fused; then large (unfused)
-    # at N >= 8192, else wide_fused
-    ("moe_int8", 4096, 1, "decode"), ("moe_int8", 4096, 16, "decode"), ("moe_int8", 4096, 17, "small"),
+    # int8: <= 8 direct (stream_wide at N >= 8192); <= 16 decode; <= 32 (<= 64 at N >= 8192)
+    # small; <= 128 mid_fused; then large (unfused) at N >= 8192, else wide_fused
+    ("moe_int8", 4096, 1, "stream"), ("moe_int8", 4096, 8, "stream"), ("moe_int8", 8192, 8, "stream_wide"),
+    ("moe_int8", 28672, 1, "stream_wide"), ("moe_int8", 4096, 9, "decode"),
+    ("moe_int8", 4096, 16, "decode"), ("moe_int8", 4096, 17, "small"),
     ("moe_int8", 4096, 32, "small"), ("moe_int8", 4096, 33, "mid_fused"), ("moe_int8", 8192, 64, "small"),
     ("moe_int8", 8192, 65, "mid_fused"), ("moe_int8", 4096, 128, "mid_fused"),
     ("moe_int8", 4096, 129, "wide_fused"), ("moe_int8", 8192, 129, "large"),
@@ -442,29 +470,37 @@ _SHIPPED_FAMILIES = {
     ("moe_e4m3", 4096, 16, "decode"), ("moe_e4m3", 4096, 17, "small_fused"), ("moe_e4m3", 4096, 64, "small_fused"),
     ("moe_e4m3", 4096, 65, "mid_fused"), ("moe_e4m3", 4096, 100_000, "mid_fused"),
     ("moe_e4m3", 8192, 17, "small"), ("moe_e4m3", 28672, 100_000, "small"), ("moe_e4m3", 28672, 3, "decode"),
-    # A8W4: <= 16 decode, <= 64 small, else mid (no large tile, no wide-N rule)
-    ("moe_a8w4", 4096, 1, "decode"), ("moe_a8w4", 4096, 8, "decode"), ("moe_a8w4", 4096, 9, "small"),
-    ("moe_a8w4", 4096, 32, "small"), ("moe_a8w4", 4096, 33, "mid"), ("moe_a8w4", 4096, 129, "mid"),
-    ("moe_a8w4", 4096, 100_000, "mid"), ("moe_a8w4", 8192, 65, "mid"), ("moe_a8w4", 28672, 100_000, "mid")])
+    # A8W4: <= 8 direct (stream_wide at N >= 8192), <= 32 small, else mid (no large tile)
+    ("moe_a8w4", 4096, 1, "stream"), ("moe_a8w4", 4096, 8, "stream"), ("moe_a8w4", 28672, 8, "stream_wide"),
+    ("moe_a8w4", 4096, 9, "small"), ("moe_a8w4", 4096, 32, "small"), ("moe_a8w4", 4096, 33, "mid"),
+    ("moe_a8w4", 4096, 129, "mid"), ("moe_a8w4", 4096, 100_000, "mid"), ("moe_a8w4", 8192, 65, "mid"),
+    ("moe_a8w4", 28672, 100_000, "mid"),
+    # A8W4 per group: direct kernels only, wider row tiles as tokens grow
+    ("moe_a8w4_group", 4096, 1, "stream"), ("moe_a8w4_group", 28672, 8, "stream_wide"),
+    ("moe_a8w4_group", 4096, 9, "stream32"), ("moe_a8w4_group", 28672, 32, "stream32"),
+    ("moe_a8w4_group", 4096, 33, "stream64"), ("moe_a8w4_group", 1536, 100_000, "stream64")])
 def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, tokens, config):
     experts = 8
-    cls, dtype, bits, order = _SHIPPED_FAMILIES[family]
+    cls, dtype, bits, per_group, order = _SHIPPED_FAMILIES[family]
     for m in (tokens * experts, (tokens - 1) * experts + 1):  # ceil(m / e) == tokens
         choice = dispatch.choose(OP, manifests=[SHIPPED], tuned=False, x_dtype=dtype, m=m,
-                                 experts=experts, n=n, k=7168, weight_bits=bits)
+                                 experts=experts, n=n, k=7168, weight_bits=bits, per_group=per_group)
         spec = choice.kernel.spec
         assert choice.source == "rule" and spec.origin.config == config
         assert spec.origin.family == family and spec.dispatch_class == cls
-        assert ("_i8w4_" in spec.name) == (bits == 4)
+        assert ("_i8w4_" in spec.name) == (bits == 4 and not per_group)
+        assert ("_i8w4g_" in spec.name) == per_group
+        assert spec.config.is_direct == config.startswith("stream")
         assert choice.rule_index == order.index(config)
 
 
 @pytest.mark.parametrize("family", list(_SHIPPED_FAMILIES))
 def test_no_tokens_is_served_like_one(fresh_dispatch, family):
-    _, dtype, bits, _ = _SHIPPED_FAMILIES[family]
+    _, dtype, bits, per_group, order = _SHIPPED_FAMILIES[family]
     choice = dispatch.choose(OP, manifests=[SHIPPED], tuned=False, x_dtype=dtype, m=0, experts=64,
-                             n=4096, k=7168, weight_bits=bits)
-    assert (choice.kernel.spec.origin.family, choice.kernel.spec.origin.config) == (family, "decode")
+                             n=4096, k=7168, weight_bits=bits, per_group=per_group)
+    one = "decode" if family == "moe_e4m3" else "stream"  # the few-tokens config at N < 8192
+    assert (choice.kernel.spec.origin.family, choice.kernel.spec.origin.config) == (family, one)
 
 
 # ------------------------------------------------------------------------------- packing
@@ -577,7 +613,8 @@ _S = torch.ones(2, 16)
     (_W, torch.ones(2, 32), "weight_scale", r"a torch.float32 tensor [E=2, N=16] on cpu"),
     (_W, torch.ones(3, 16), "weight_scale", r"a torch.float32 tensor [E=2, N=16] on cpu"),
     (_W, [_S[0], _S[1, :8]], "weight_scale[1]", "a torch.float32 tensor of shape (16,)"),
-    (_W, torch.ones(2, 4, 16), "weight_scale", "per-channel scales [E, N]: per-group [E, K/group, N]"),
+    (_W, torch.ones(2, 4, 16), "weight_scale", "per-channel scales [E, N] with 8-bit weights: "
+                                               "per-group [E, K/group, N] scales are A8W4's"),
 ])
 def test_pack_errors(weight, scale, argument, expected):
     with pytest.raises(ValueError, match=_pack_error(argument, expected)):
@@ -667,13 +704,40 @@ def test_pack_int4_round_trip(case):
     (_W[:, :31], _S, "weight", "int4 values in a torch.int8 tensor [E, K, N] with K even (weight_bits=4)"),
     (_W.view(FP8), _S, "weight", "int4 values in a torch.int8 tensor [E, K, N] with K even"),
     (_W.to(BF16), _S, "weight", "a torch.int8 or torch.float8_e4m3fn tensor [E, K, N]"),
-    (_W, torch.ones(2, 4, 16), "weight_scale", "per-channel scales [E, N]: per-group [E, K/group, N] "
-                                               "scales are not built yet"),
+    (_W, torch.ones(2, 4, 16), "weight_scale", "a torch.float32 tensor [E=2, K/group, N=16] on cpu: "
+                                               "group sizes that are multiples of 128"),
+    (_W, torch.ones(2, 3, 16), "weight_scale", "a torch.float32 tensor [E=2, K/group, N=16] on cpu: "
+                                               "a group count dividing K=32; got 3 groups"),
+    (torch.zeros(2, 256, 16, dtype=INT8), torch.ones(2, 2, 8), "weight_scale",
+     "a torch.float32 tensor [E=2, K/group, N=16]"),
     (_W, torch.ones(2, 8), "weight_scale", "a torch.float32 tensor [E=2, N=16] on cpu"),
 ])
 def test_pack_int4_errors(weight, scale, argument, expected):
     with pytest.raises(ValueError, match=_pack_error(argument, expected)):
         gemmgen.pack_moe_weights(weight, scale, weight_bits=4)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3])
+def test_pack_int4_per_group_scales(groups):
+    """A8W4 per-group scales [E, K/group, N]: stored N-interleaved like the weight, read back by
+    logical_scale, group_size = K / groups (one group: per channel, stored [E, N])."""
+    e, k, n = 2, 384, 8
+    w = _random_int4(e, k, n, seed=groups)
+    scale = torch.rand(e, groups, n, generator=torch.Generator().manual_seed(groups))
+    if k // groups % 128:
+        with pytest.raises(ValueError, match=_pack_error("weight_scale", "a torch.float32 tensor")):
+            gemmgen.pack_moe_weights(w, scale, weight_bits=4)
+        return
+    packed = gemmgen.pack_moe_weights(w, list(scale.unbind(0)), weight_bits=4)
+    if groups == 1:
+        assert packed.scale.shape == (e, n) and packed.group_size == 0
+        assert torch.equal(packed.logical_scale(), scale[:, 0])
+        return
+    assert packed.scale.shape == (e, groups, n) and packed.group_size == k // groups
+    assert torch.equal(packed.logical_scale(), scale) and packed.scale.is_contiguous()
+    j = 3  # one column by hand: its scales sit at the packed row of its act/gate pair
+    assert torch.equal(packed.scale[:, :, _packed_row(j, n)], scale[:, :, j])
+    assert torch.equal(packed.logical_weight(), w)
 
 
 @pytest.mark.parametrize("bits", [5, 3, 16, 0, True, "4", None])
@@ -772,8 +836,15 @@ _BAD = [
      "packed [E, N, K/2] weights (K contiguous"),  # a square [N, K/2]: only the layout is wrong
     ("a8w4 K % 32", lambda: _args(k=48, weight_bits=4), "x", "K a positive multiple of 32"),
     ("a8w4 N % 8", lambda: _args(n=12, weight_bits=4), "weight", "N a positive multiple of 8"),
-    ("a8w4 weight_scale per-group", lambda: _a8w4(w_scale=_empty(4, 2, 32)), "weight_scale",
-     "a contiguous torch.float32 tensor [E=4, N=32]"),
+    ("a8w4 weight_scale group 32", lambda: _a8w4(w_scale=_empty(4, 2, 32)), "weight_scale",
+     "a contiguous torch.float32 tensor [E=4, K/group, N=32]: group sizes that are multiples of 128"),
+    ("a8w4 weight_scale groups not dividing K", lambda: _args(k=384, weight_bits=4) | dict(
+        w_scale=_empty(4, 5, 32)), "weight_scale",
+        "a contiguous torch.float32 tensor [E=4, K/group, N=32]: a group count dividing K=384; got 5 groups"),
+    ("a8w4 weight_scale per-group N", lambda: _args(k=256, weight_bits=4) | dict(
+        w_scale=_empty(4, 2, 16)), "weight_scale", "a contiguous torch.float32 tensor [E=4, K/group, N=32]"),
+    ("int8 weight_scale per-group", lambda: _args(k=256) | dict(w_scale=_empty(4, 2, 32)),
+     "weight_scale", "a contiguous torch.float32 tensor [E=4, N=32]"),
     ("a8w4 q dtype", lambda: _a8w4(q=_empty(10, 16, dtype=UINT8)), "q", "a contiguous torch.int8 tensor"),
     ("a8w4 weight device", lambda: _a8w4(w=_empty(4, 32, 32, dtype=UINT8, device="cuda:1")), "weight",
      "a tensor on cuda:0 like x"),
@@ -800,6 +871,10 @@ def test_check_arguments_accepts(fake, dtype, m, e, n, k):
                                      (2**31 - 1, 1, 8, 32)])
 def test_check_arguments_accepts_a8w4(fake, m, e, n, k):
     assert ops.check_arguments(**_args(m, e, n, k, weight_bits=4)) is None
+    if k % 128 == 0:  # per-group scales, group 128
+        per_group = _args(m, e, n, k, weight_bits=4)
+        per_group["w_scale"] = torch.empty(e, k // 128, n, device="cuda")
+        assert ops.check_arguments(**per_group) is None
     cumsum = _args(m, e, n, k, weight_bits=4) | dict(group_list_type="cumsum")
     assert ops.check_arguments(**cumsum) is None
 
@@ -899,7 +974,7 @@ _P4 = gemmgen.pack_moe_weights(_W, _S, weight_bits=4)
 _X, _XS, _G = torch.zeros(4, 32, dtype=INT8), torch.ones(4), torch.tensor([2, 2])  # on the CPU
 _PER_GROUP = torch.ones(2, 4, 16)  # [E, K/group, N]
 _ASSIST_SHAPE = "None or a torch.float32 tensor [E=2, N=16] on cpu"
-_PER_CHANNEL = "per-channel scales [E, N]: per-group [E, K/group, N] scales are not built yet"
+_PER_CHANNEL = "per-channel scales [E, N] with 8-bit weights: per-group [E, K/group, N] scales are A8W4's"
 
 
 def test_public_op_early_errors_on_cpu():
@@ -947,14 +1022,16 @@ _EARLY_A8W4 = [
      "a stacked tensor [E, ...] or a non-empty list"),
     ("assist, raw int4 [E+1, N]", _W, _S, dict(weight_bits=4, weight_assist_matrix=torch.ones(3, 16)),
      "weight_assist_matrix", _ASSIST_SHAPE),
+    # per-group scales: A8W4's only, group sizes multiples of 128 (these are K/4 = 8)
     ("per-group, int4 MoeWeight", dataclasses.replace(_P4, scale=_PER_GROUP), None, {}, "weight_scale",
-     _PER_CHANNEL),
+     "a torch.float32 tensor [E, K/group, N]: group sizes that are multiples of 128"),
     ("per-group, 8-bit MoeWeight", dataclasses.replace(_P8, scale=_PER_GROUP), None, {}, "weight_scale",
      _PER_CHANNEL),
     ("per-group, raw 8-bit", _W, _PER_GROUP, {}, "weight_scale", _PER_CHANNEL),
     ("per-group, raw 8-bit list", _W, list(_PER_GROUP), {}, "weight_scale", _PER_CHANNEL),
     # a raw weight with weight_bits=4 is packed on the call (pack_moe_weights' checks, the op's name)
-    ("per-group, raw int4", _W, _PER_GROUP, dict(weight_bits=4), "weight_scale", _PER_CHANNEL),
+    ("per-group, raw int4", _W, _PER_GROUP, dict(weight_bits=4), "weight_scale",
+     "a torch.float32 tensor [E=2, K/group, N=16] on cpu: group sizes that are multiples of 128"),
     ("raw int4 out of range", _W + 8, _S, dict(weight_bits=4), "weight", "int4 values -8..7"),
     ("raw int4 from e4m3", _W.view(FP8), _S, dict(weight_bits=4), "weight",
      "int4 values in a torch.int8 tensor [E, K, N] with K even"),
@@ -982,22 +1059,37 @@ def test_public_op_a8w4_arguments_pass_to_the_tensor_checks(weight, scale, keywo
 
 # ------------------------------------------------------------------------------- nvcc
 
+_DIRECT_MANIFEST = MANIFEST.replace("dtypes: [e4m3]", "dtypes: [{x: int8, w: int4, scales: group}]").replace(
+    """        tile: [128, 128, 128]
+        cluster: [1, 1, 1]
+        schedule: cooperative
+        intermediate: bf16
+""", """        tile: [64, 8, 128]
+        schedule: direct
+        warps_k: 2
+""")
+_DIRECT_KERNEL = "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t64x8x128_direct_wk2_s4"
+
+
 @pytest.mark.compile
-def test_moe_kernel_compiles_and_loads(tmp_path):
-    """One real CUTLASS 3.x grouped GEMM + SwiGLU + quant kernel: builds, loads (ABI size check),
+@pytest.mark.parametrize("text,name", [(MANIFEST, KERNEL), (_DIRECT_MANIFEST, _DIRECT_KERNEL)],
+                         ids=["cutlass", "direct"])
+def test_moe_kernel_compiles_and_loads(tmp_path, text, name):
+    """One real kernel of each of the family's kinds (the CUTLASS 3.x grouped GEMM + SwiGLU +
+    quant, and the direct mma.sync kernel with per-group scales): builds, loads (ABI size check),
     refuses to run without an sm90 GPU."""
     if not (os.environ.get("CUDACXX") or shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()):
         pytest.skip("nvcc not found")
     toolchain.find_toolchain.cache_clear()
-    report = builder.build_manifest(_write(tmp_path, MANIFEST), tmp_path / "build", jobs=2,
+    report = builder.build_manifest(_write(tmp_path, text), tmp_path / "build", jobs=2,
                                     log=lambda line: None)
     assert report.kernel_count == 1
     library = load_library(tmp_path / "build" / "onemoe" / "current")
-    assert list(library.kernels) == [KERNEL]
+    assert list(library.kernels) == [name]
     assert library.cdll.gemmgen_moe_args_size() == ctypes.sizeof(MoeArgs)
     args = MoeArgs()
-    assert library.kernels[KERNEL].run(ctypes.byref(args), None, 0, None) == 5  # GEMMGEN_WRONG_ARCH
-    assert KERNEL in library.last_error()
+    assert library.kernels[name].run(ctypes.byref(args), None, 0, None) == 5  # GEMMGEN_WRONG_ARCH
+    assert name in library.last_error()
 
 
 def test_tuner_says_why_the_moe_family_is_not_tunable():

@@ -1,6 +1,7 @@
 """GPU tests of the MoE family, `gemmgen.grouped_matmul_swiglu_quant` (grouped GEMM per expert +
 dequant + SwiGLU + dynamic per-token quantization, sm90a), in its three variants: A8W8 int8,
-fp8 e4m3, and A8W4 (int8 activations, int4 weights with per-channel scales).
+fp8 e4m3, A8W4 (int8 activations, int4 weights with per-channel scales) and A8W4 with per-group
+scales ("a8w4g": [E, K/128, N], the direct kernels).
 
 What is tested, each against `gemmgen.reference` on fresh random data (seeded per test by
 conftest.py, so a failure reproduces):
@@ -30,6 +31,8 @@ Comparison (`assert_quant_close`): the reference C = (X·W) ⊙ x_scale ⊙ weig
 (float64, rounded once to float32); the kernel's C differs from it by
   * fp32 intermediate: a few float32 roundings (the int32 accumulator of int8 is exact, and of
     A8W4 too: int4 is widened to int8 in registers, same epilogue), < 2^-21 relative;
+  * per-group scales: each group's exact int32 sum times its scale, added in float32 (in the
+    warps that split K, then across them): at most (G + 16)·2^-24 of Σ_g |x_scale·w_scale_g·acc_g|;
   * bf16 intermediate: the rounding to bf16, up to 2^-8 relative (8 significant bits);
   * fp8 inputs, either intermediate: the tensor cores' fp8 accumulation (the kernels promote
     it to float32 every 4 wgmmas; fast accumulation, which does not, is the worse case).
@@ -102,6 +105,15 @@ class Variant:
     name: str
     x: str
     w: str
+    scales: str = "channel"
+
+    @property
+    def per_group(self) -> bool:
+        return self.scales == "group"
+
+    def scale_shape(self, e: int, k: int, n: int) -> tuple[int, ...]:
+        """weight_scale's logical shape: [E, N], or [E, K/GROUP, N] per group."""
+        return (e, k // GROUP, n) if self.per_group else (e, n)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -119,15 +131,17 @@ class Variant:
         return 32 if self.bits == 4 else 16
 
 
+GROUP = 128  # the per-group variant's group size
 VARIANTS = {"int8": Variant("int8", "int8", "int8"), "e4m3": Variant("e4m3", "e4m3", "e4m3"),
-            "a8w4": Variant("a8w4", "int8", "int4")}
+            "a8w4": Variant("a8w4", "int8", "int4"), "a8w4g": Variant("a8w4g", "int8", "int4", "group")}
 
 
 def variant_of(spec) -> Variant:
     for v in VARIANTS.values():
-        if (v.x, v.w) == (spec.x, spec.w):
+        if (v.x, v.w, v.scales) == (spec.x, spec.w, spec.scales):
             return v
-    raise AssertionError(f"kernel spec with x={spec.x!r}, w={spec.w!r}: no variant in this test")
+    raise AssertionError(f"kernel spec with x={spec.x!r}, w={spec.w!r}, scales={spec.scales!r}: "
+                         "no variant in this test")
 
 
 def built_variants() -> dict[str, list]:
@@ -150,9 +164,10 @@ def dispatched_intermediate(x: torch.Tensor, e: int, n: int, variant: Variant) -
     (asserting that it is a kernel of the variant: A8W4 needs weight_bits=4)."""
     m, k = x.shape
     choice = gemmgen.dispatch.choose(OP, x_dtype=x.dtype, m=max(m, 1), experts=e, n=n, k=k,
-                                     weight_bits=variant.bits, device=x.get_device())
+                                     weight_bits=variant.bits, per_group=variant.per_group,
+                                     device=x.get_device())
     spec = choice.kernel.spec
-    assert (spec.x, spec.w) == (variant.x, variant.w), \
+    assert (spec.x, spec.w, spec.scales) == (variant.x, variant.w, variant.scales), \
         f"dispatch picked {choice.kernel.name} for {variant.name}"
     return spec.c
 
@@ -185,8 +200,13 @@ def pack(weight: torch.Tensor, weight_scale: torch.Tensor, variant: Variant):
 
 
 def assist_matrix(weight: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
-    """Ascend's A8W4 weight_assist_matrix, 8 · weight_scale · Σ_k W, [E, N] float32."""
-    return 8 * weight_scale * weight.sum(dim=1).float()
+    """Ascend's A8W4 weight_assist_matrix, 8 · Σ_k W[k] · weight_scale[group of k], [E, N]
+    float32."""
+    if weight_scale.dim() == 2:
+        return 8 * weight_scale * weight.sum(dim=1).float()
+    e, k, n = weight.shape
+    per_group = weight.view(e, weight_scale.shape[1], -1, n).sum(dim=2).double()
+    return (8 * (per_group * weight_scale.double()).sum(dim=1)).float()
 
 
 def routing_counts(routing: str, m: int, e: int) -> list[int]:
@@ -260,6 +280,11 @@ def c_error_bound(c, x, weight, weight_scale, x_scale, group_list, group_list_ty
                   intermediate: str) -> torch.Tensor:
     """A bound on |C_kernel - C_ref| per element (float64)."""
     bound = C_REL[intermediate] * c.double().abs()
+    weight_scale = stack_weights(weight_scale, argument="weight_scale")
+    if weight_scale.dim() == 3:   # per group: float32 sums of the scaled group sums
+        groups = weight_scale.shape[1]
+        bound = bound + (groups + 16) * 2.0**-24 * per_group_magnitude(
+            x, stack_weights(weight), weight_scale, x_scale, group_list, group_list_type)
     if x.dtype == FP8:   # fp8 tensor-core accumulation: relative to s_x·s_w·Σ|x·w|
         def absolute(t):
             return t.float().abs().to(FP8)   # exact
@@ -267,6 +292,22 @@ def c_error_bound(c, x, weight, weight_scale, x_scale, group_list, group_list_ty
                                                      x_scale, group_list, group_list_type)
         bound = bound + FP8_ACCUM_REL * (1 + C_REL[intermediate]) * magnitude.double()
     return bound
+
+
+def per_group_magnitude(x, weight, weight_scale, x_scale, group_list, group_list_type):
+    """Σ_g |x_scale · weight_scale_g · (X·W)_g| per element of C (float64), with absolute values
+    throughout (an upper bound of it)."""
+    m, k = x.shape
+    groups = weight_scale.shape[1]
+    out = torch.zeros(m, weight.shape[2], dtype=torch.float64, device=x.device)
+    starts, ends = group_offsets(group_list, group_list_type, m, check=False)
+    for i, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
+        if end > start:
+            xa = x[start:end].double().abs().view(end - start, groups, k // groups)
+            wa = weight[i].double().abs().view(groups, k // groups, -1)
+            out[start:end] = (torch.einsum("rgk,gkn,gn->rn", xa, wa, weight_scale[i].double().abs())
+                              * x_scale[start:end].double().abs()[:, None])
+    return out
 
 
 def swiglu_with_bound(c: torch.Tensor, dc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -395,7 +436,7 @@ def test_kernel_matches_reference(built_moe_kernel):
     dtype = variant.dtype
     e, k, n = 8, 256, 512
     weight = random_weight((e, k, n), variant)
-    weight_scale = random_weight_scales((e, n), variant)
+    weight_scale = random_weight_scales(variant.scale_shape(e, k, n), variant)
     packed = pack(weight, weight_scale, variant)
     assert packed.bits == variant.bits
     for m, routing in itertools.product((1, 7, 64, 300), KERNEL_ROUTINGS):
@@ -450,7 +491,7 @@ def test_routing_cases(variant, e):
     dtype = v.dtype
     k, n = 512, 256
     weight = random_weight((e, k, n), v)
-    weight_scale = random_weight_scales((e, n), v)
+    weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
     cases = list(itertools.product((1, 16, 255, 1024, 8192), ROUTINGS))
     forms = itertools.cycle(WEIGHT_FORMS)
     types = itertools.cycle(["count", "cumsum", "cumsum"])   # 3 vs 4 forms: every pairing occurs
@@ -472,6 +513,8 @@ def test_k_not_a_multiple_of_the_tile(variant):
     """K = 1x and 5x the op's K granule (16; A8W4 32), not multiples of the tiles' K of 128: the
     last, partial K tile (zero-filled by the TMA; for A8W4 half-bytes of int4 rows) must add
     nothing but the real products."""
+    if VARIANTS[variant].per_group:
+        pytest.skip("per-group scales need K a multiple of the group size (128)")
     v = require_variant(variant)
     dtype = v.dtype
     e, n = 4, 256
@@ -479,7 +522,7 @@ def test_k_not_a_multiple_of_the_tile(variant):
                                              ((5, "uniform"), (200, "skewed"))):
         label = f"{variant} K={k} M={m} {routing}"
         weight = random_weight((e, k, n), v)
-        weight_scale = random_weight_scales((e, n), v)
+        weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
         packed = pack(weight, weight_scale, v)
         x = random_values((m, k), dtype)
         x_scale = random_scales((m,), dtype)
@@ -500,7 +543,7 @@ def test_a8w4_weight_forms_and_assist_matrix():
     v = require_variant("a8w4")
     m, e, k, n = 300, 8, 256, 512
     weight = random_weight((e, k, n), v)
-    weight_scale = random_weight_scales((e, n), v)
+    weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
     packed = pack(weight, weight_scale, v)
     assert packed.weight.dtype == torch.uint8 and tuple(packed.weight.shape) == (e, n, k // 2)
     assert torch.equal(packed.logical_weight(), weight)
@@ -548,7 +591,7 @@ def test_bit_identical_runs(variant):
     dtype = v.dtype
     m, e, k, n = 1024, 64, 512, 512
     weight = random_weight((e, k, n), v)
-    weight_scale = random_weight_scales((e, n), v)
+    weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
     packed = pack(weight, weight_scale, v)
     x = random_values((m, k), dtype)
     x_scale = random_scales((m,), dtype)
@@ -573,7 +616,7 @@ def test_cuda_graph_capture_with_changing_group_lists(variant):
     dtype = v.dtype
     m, e, k, n = 200, 8, 256, 512
     weight = random_weight((e, k, n), v)
-    weight_scale = random_weight_scales((e, n), v)
+    weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
     packed = pack(weight, weight_scale, v)
     x = random_values((m, k), dtype)
     x_scale = random_scales((m,), dtype)
@@ -629,7 +672,7 @@ def test_bad_group_list_never_out_of_bounds(variant, case):
     m, e, k, n = 64, 8, 256, 512
     group_list_type, values = BAD_LISTS[case]
     weight = random_weight((e, k, n), v)
-    weight_scale = random_weight_scales((e, n), v)
+    weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
     packed = pack(weight, weight_scale, v)
     x = random_values((m, k), dtype)
     x_scale = random_scales((m,), dtype)
@@ -663,7 +706,7 @@ def test_torch_compile_fullgraph(variant):
     m, e, k, n = 96, 8, 256, 512
     torch._dynamo.reset()
     weight = random_weight((e, k, n), v)
-    weight_scale = random_weight_scales((e, n), v)
+    weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
     packed = pack(weight, weight_scale, v)
     extra = {"weight_assist_matrix": assist_matrix(weight, weight_scale)} if v.bits == 4 else {}
 
@@ -692,7 +735,7 @@ def test_torch_compile_default_check_and_bad_list():
     m, e, k, n = 64, 4, 256, 256
     torch._dynamo.reset()
     weight = random_weight((e, k, n), v)
-    weight_scale = random_weight_scales((e, n), v)
+    weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
     packed = pack(weight, weight_scale, v)
 
     def layer(x, x_scale, group_list):
@@ -716,7 +759,7 @@ def test_non_finite_rows_get_a_non_finite_scale():
     v = require_variant("int8")
     m, e, k, n = 8, 2, 256, 256
     weight = random_weight((e, k, n), v)
-    weight_scale = random_weight_scales((e, n), v)
+    weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
     packed = pack(weight, weight_scale, v)
     x = random_values((m, k), v.dtype)
     x_scale = random_scales((m,), v.dtype)
@@ -741,7 +784,7 @@ def test_non_finite_weight_scale_reaches_its_expert_only(kind):
         pytest.skip(f"no built {kind} fp32 int8 kernel")
     m, e, k, n = 12, 3, 256, 512
     weight = random_weight((e, k, n), v)
-    weight_scale = random_weight_scales((e, n), v)
+    weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
     x = random_values((m, k), v.dtype)
     x_scale = random_scales((m,), v.dtype)
     group_list = group_list_of([5, 4, 3], "count")
@@ -791,7 +834,7 @@ def test_fused_kernels_equal_unfused_bit_for_bit():
         v = variant_of(fused.spec)
         label = f"{fused.name} vs {plain.name} E={e} M={m} K={k} N={n} {routing}"
         weight = random_weight((e, k, n), v)
-        weight_scale = random_weight_scales((e, n), v)
+        weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
         packed = pack(weight, weight_scale, v)
         x = random_values((m, k), v.dtype)
         x_scale = random_scales((m,), v.dtype)
@@ -816,7 +859,7 @@ def test_fused_non_finite_rows():
     for fused, _ in pairs:
         v = variant_of(fused.spec)
         m, e, k, n = 8, 2, 256, 512
-        packed = pack(random_weight((e, k, n), v), random_weight_scales((e, n), v), v)
+        packed = pack(random_weight((e, k, n), v), random_weight_scales(v.scale_shape(e, k, n), v), v)
         x = random_values((m, k), v.dtype)
         x_scale = random_scales((m,), v.dtype)
         group_list = group_list_of([4, 4], "count")
@@ -878,8 +921,8 @@ def test_argument_errors_on_gpu():
 
 
 def test_a8w4_argument_errors_on_gpu():
-    """A8W4's argument errors, raised before any kernel is looked up: per-group scales (not
-    built), an assist matrix with 8-bit weights or of the wrong shape, int4 weights with e4m3 x,
+    """A8W4's argument errors, raised before any kernel is looked up: per-group scales of an
+    unsupported group size or with 8-bit weights, an assist matrix with 8-bit weights or of the wrong shape, int4 weights with e4m3 x,
     K not a multiple of 32, weight_bits disagreeing with a MoeWeight or out of range, values
     outside -8..7. Forcing a kernel of the other weight type is checked when one is built."""
     m, e, k, n = 4, 2, 256, 64
@@ -888,7 +931,7 @@ def test_a8w4_argument_errors_on_gpu():
     x_scale = random_scales((m,), torch.int8)
     group_list = torch.tensor([1, 2], dtype=torch.int64, device=DEVICE)
     weight = random_weight((e, k, n), v)
-    weight_scale = random_weight_scales((e, n), v)
+    weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
     packed = pack(weight, weight_scale, v)
     wam = assist_matrix(weight, weight_scale)
     per_group = random_weight_scales((e, k // 64, n), v)
@@ -896,16 +939,16 @@ def test_a8w4_argument_errors_on_gpu():
     def op(x=x, w=weight, ws=weight_scale, **kwargs):
         return gemmgen.grouped_matmul_swiglu_quant(x, w, ws, x_scale, group_list, **kwargs)
 
-    # per-group [E, K/group, N] scales: refused (errors of the op's per-call packing name the op;
-    # pack_moe_weights names itself).
-    refused = r": argument 'weight_scale': expected per-channel scales \[E, N\]: per-group"
+    # per-group [E, K/group, N] scales: group sizes multiples of 128 that divide K; this one's is
+    # 64 (errors of the op's per-call packing name the op; pack_moe_weights names itself).
+    refused = r": argument 'weight_scale': expected .*group sizes that are multiples of 128"
     with pytest.raises(ValueError, match=rf"^gemmgen\.{OP}{refused}"):
         op(ws=per_group, weight_bits=4)
     with pytest.raises(ValueError, match=rf"^gemmgen\.pack_moe_weights{refused}"):
         gemmgen.pack_moe_weights(weight, per_group, weight_bits=4)
     with pytest.raises(ValueError, match=rf"^gemmgen\.{OP}{refused}"):
         op(w=gemmgen.MoeWeight(packed.weight, per_group, bits=4), ws=None)
-    with pytest.raises(ValueError, match=error_pattern("weight_scale")):
+    with pytest.raises(ValueError, match=error_pattern("weight_scale") + "per-channel scales"):
         op(ws=per_group)                                 # weight_bits 8: [E, N] only
 
     # the assist matrix: A8W4's only, [E, N] float32

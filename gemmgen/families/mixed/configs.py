@@ -21,7 +21,6 @@ SCHEDULES = ("warpspecialized", "pingpong", "cooperative", "direct")
 # "direct" is the family's own mma.sync kernel (include/gemmgen/mixed/direct_mixed_mm.cuh): the
 # weights stream from global memory through a per-warp cp.async ring into registers, no CUTLASS
 # collective; it is the one schedule an sm80 library has, and the small-M kernel of sm90a.
-DIRECT_WARPS_K = (1, 2, 4, 8, 16)
 TILE_SCHEDULERS = ("persistent", "streamk")
 # The user-facing weight types and the (stored element, scheme) kernel that serves each.
 KERNEL_FOR_WEIGHT_TYPE = {"int4": ("int4", "scale"), "uint4b8": ("int4", "scale"),

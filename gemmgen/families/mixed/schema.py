@@ -17,20 +17,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...generator import sm90_schema
+from ...generator import direct_schema, sm90_schema
 from ...generator.kernel_config import ConfigEntry
 from ...generator.yaml_lines import FAILED, Collector, LocatedDict
-from .configs import (ACTIVATION_DTYPES, DIRECT_WARPS_K, SCHEDULES, SCHEMES, TILE_SCHEDULERS,
-                      WEIGHT_ELEMENTS, MixedTileConfig)
+from .configs import (ACTIVATION_DTYPES, SCHEDULES, SCHEMES, TILE_SCHEDULERS, WEIGHT_ELEMENTS,
+                      MixedTileConfig)
 
 FAMILY_KEYS = frozenset({"dtypes", "schemes"})
 REQUIRED_FAMILY_KEYS = frozenset({"dtypes", "schemes"})
 CONFIG_KEYS = frozenset({"name", "tile", "cluster", "schedule", "stages", "tile_scheduler",
                          "raster", "swizzle", "warps_k"})
-# The direct kernel: 16 features a warp, 8 tokens an MMA tile, 64 K a chunk; at most 512 threads.
-DIRECT_TILE_M = (16, 32, 64)
-DIRECT_TILE_N = (8, 16, 32, 64)
-DIRECT_MAX_THREADS = 512
 # Dynamic shared memory per block an sm80 library may use: the least of the GPUs it runs on
 # (8.6 and 8.9 allow 101,376 bytes; the A100 166,912; Hopper 232,448).
 SM80_SMEM_LIMIT_BYTES = 101_376
@@ -92,44 +88,21 @@ def estimate_smem(config: MixedTileConfig, w: str, with_zero: bool) -> tuple[int
     return stage, epilogue
 
 
-def _direct_warps(config: MixedTileConfig) -> int:
-    """Warps of a direct CTA: one per 16 features, times the warps that split K."""
-    return config.tile[0] // 16 * config.warps_k
-
-
 def direct_smem_bytes(config: MixedTileConfig, w: str) -> int:
     """The direct kernel's dynamic shared memory: a ring per warp of (16 weight rows + the CTA's
     tokens) × 64 K (mirrors DirectMixedMm::kSmemBytes; the reduction buffer is smaller)."""
     _, tn, tk = config.tile
     stage = 16 * tk * _BITS[w] // 8 + tn * tk * 2
-    return _direct_warps(config) * config.ring_stages * stage
+    return direct_schema.warps(config.tile, config.warps_k) * config.ring_stages * stage
 
 
 def check_direct(config: MixedTileConfig, variants: tuple[Variant, ...], arch: str
                  ) -> list[tuple[str, str]]:
-    tm, tn, tk = config.tile
-    problems = []
-    if tm not in DIRECT_TILE_M or tn not in DIRECT_TILE_N or tk != TILE_K:
-        problems.append(("tile", "the direct kernel's tile is [16·warps over features (16, 32 or "
-                                 "64), 8·MMA tiles over tokens (8, 16, 32 or 64), 64]; got "
-                                 f"{list(config.tile)}"))
-    if config.warps_k not in DIRECT_WARPS_K:
-        problems.append(("warps_k", "schedule direct needs warps_k (the warps that split K in a "
-                                    f"CTA), one of {', '.join(map(str, DIRECT_WARPS_K))}; got "
-                                    f"{config.warps_k or 'none'}"))
-    elif tm in DIRECT_TILE_M and 32 * _direct_warps(config) > DIRECT_MAX_THREADS:
-        problems.append(("warps_k", f"tile M {tm} x warps_k {config.warps_k} makes "
-                                    f"{32 * _direct_warps(config)} threads a CTA; at most "
-                                    f"{DIRECT_MAX_THREADS}"))
-    if config.cluster != (1, 1, 1):
-        problems.append(("cluster", "the direct kernel has no clusters: leave cluster out or "
-                                    f"write [1, 1, 1]; got {list(config.cluster)}"))
+    problems = direct_schema.shape_problems(config.tile, config.warps_k, config.cluster,
+                                            config.stages, TILE_K, MixedTileConfig.DIRECT_AUTO_STAGES)
     if config.tile_scheduler != "persistent":
         problems.append(("tile_scheduler", "the direct kernel has no tile scheduler: leave "
                                            f"tile_scheduler out; got {config.tile_scheduler!r}"))
-    if config.stages and config.stages > 8:
-        problems.append(("stages", "the direct kernel's ring holds 2 to 8 chunks (auto: "
-                                   f"{MixedTileConfig.DIRECT_AUTO_STAGES}); got {config.stages}"))
     if not problems:
         limit = SM80_SMEM_LIMIT_BYTES if arch == "sm80" else sm90_schema.SMEM_LIMIT_BYTES
         for w in sorted({w for _, w, _ in variants}):
@@ -173,14 +146,6 @@ def check_config(config: MixedTileConfig, variants: tuple[Variant, ...], arch: s
     return problems
 
 
-def _warps_k(reader, c) -> int:
-    value = c.get("warps_k", 0)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise reader.error(c, "warps_k", f"expected an integer, one of "
-                                         f"{', '.join(map(str, DIRECT_WARPS_K))}; got {value!r}")
-    return value
-
-
 def read_config(reader, node: Any, index: int, variants: tuple[Variant, ...] | None,
                 line: int, arch: str = "sm90a") -> ConfigEntry:
     """One `configs` entry. `variants` None (the family's dtypes or schemes have errors): every
@@ -192,14 +157,11 @@ def read_config(reader, node: Any, index: int, variants: tuple[Variant, ...] | N
         tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster", [1, 1, 1]),
         schedule=reader.choice(c, "schedule", SCHEDULES), stages=common["stages"],
         tile_scheduler=reader.choice(c, "tile_scheduler", TILE_SCHEDULERS, "persistent"),
-        warps_k=_warps_k(reader, c))
+        warps_k=direct_schema.read_warps_k(reader, c))
     for key, message in check_config(config, variants if variants is not None else (), arch):
         raise reader.error(c, key, message)
     if config.is_direct:
-        for key in ("raster", "swizzle"):
-            if key in c:
-                raise reader.error(c, key, f"the direct kernel has no tile scheduler, so no "
-                                           f"{key}: leave the key out")
+        direct_schema.refuse_scheduler_knobs(reader, c)
     return ConfigEntry(common["name"], config, common["knobs"], line)
 
 

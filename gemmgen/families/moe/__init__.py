@@ -1,15 +1,17 @@
 """The MoE op family, `grouped_matmul_swiglu_quant` (like Ascend's
 aclnnGroupedMatmulSwigluQuantV2): the first half of a quantized MoE expert layer. Token rows
 grouped by expert, one GEMM per expert (A8W8 int8 or fp8 e4m3, or A8W4: int4 weights with int8
-activations; per-token x_scale and per-channel weight scales), SwiGLU, and dynamic per-token
-quantization of the result; sm90a (CUTLASS 3.x pointer-array grouped GEMM).
+activations; per-token x_scale, per-channel or (A8W4) per-group weight scales), SwiGLU, and dynamic
+per-token quantization of the result; sm90a (CUTLASS 3.x pointer-array grouped GEMM, and the
+family's own mma.sync "direct" kernel for few tokens per expert and per-group scales).
 
 Files: `configs.py` (configs, spec, naming), `schema.py` (manifest keys and legality rules),
 `grouping.py` (group lists: offsets and checks), `packing.py` (the packed weight layout),
-`templates/` + `include/` (sources: group setup on the device, the grouped GEMM, SwiGLU + quant),
+`templates/` + `include/` (sources: group setup on the device, the CUTLASS grouped GEMM, the direct
+kernel, SwiGLU + quant),
 `abi.py` (argument struct), `ops.py` (argument checks, torch op).
 
-Dispatch class: (op, x, w). Dispatch variables: `tokens_per_expert` (ceil(M / E), the mean rows per expert: the per-expert
+Dispatch class: (op, x, w, scales). Dispatch variables: `tokens_per_expert` (ceil(M / E), the mean rows per expert: the per-expert
 counts live on the device and are never read by the host), `experts` (E), `n`, `k`.
 """
 
@@ -47,7 +49,8 @@ class MoeFamily(OpFamily):
 
     # manifest
     def read_variants(self, reader, family_node, arch: str) -> tuple[Variant, ...]:
-        return tuple((("x", x), ("w", w)) for x, w in schema.read_variants(reader, family_node))
+        return tuple((("x", x), ("w", w), ("scales", scales))
+                     for x, w, scales in schema.read_variants(reader, family_node))
 
     def config_keys(self, arch: str) -> frozenset[str]:
         return schema.CONFIG_KEYS
@@ -69,7 +72,7 @@ class MoeFamily(OpFamily):
                        origin=origin, **dict(variant))
 
     def kernel_template(self, arch: str) -> str:
-        return "sm90_grouped_swiglu_quant.cu.j2"
+        return "sm90_grouped_swiglu_quant.cu.j2"  # CUTLASS and direct kernels alike
 
     def template_context(self, arch: str) -> dict[str, Any]:
         from .cpp import Cpp
@@ -77,7 +80,7 @@ class MoeFamily(OpFamily):
 
     # dispatch and ops
     def dispatch_request(self, op: str, *, x_dtype, m: int, experts: int, n: int, k: int,
-                         weight_bits: int = 8):
+                         weight_bits: int = 8, per_group: bool = False):
         from ...dtypes import dtype_name
         for label, value in (("m", m), ("experts", experts), ("n", n), ("k", k)):
             low = 0 if label == "m" else 1
@@ -92,12 +95,15 @@ class MoeFamily(OpFamily):
         if weight_bits == 4 and x != "int8":
             raise ValueError("weight_bits=4 (A8W4) takes int8 activations (x_dtype torch.int8); "
                              f"got {x_dtype!r}")
+        if per_group and weight_bits != 4:
+            raise ValueError("per-group weight scales are A8W4's only (weight_bits=4)")
         tokens_per_expert = max(1, -(-m // experts))
-        return (op, x, "int4" if weight_bits == 4 else x), (tokens_per_expert, experts, n, k)
+        return ((op, x, "int4" if weight_bits == 4 else x, "group" if per_group else "channel"),
+                (tokens_per_expert, experts, n, k))
 
     def describe_class(self, key) -> str:
-        op, x, w = key
-        return f"{op} {x} x {w} -> {x} q"
+        op, x, w, scales = key
+        return f"{op} {x} x {w} ({scales} scales) -> {x} q"
 
     def call_kernel(self, kernel, *args, **kwargs):
         return self.load_ops().grouped_matmul_swiglu_quant(*args, kernel=kernel.name, **kwargs)

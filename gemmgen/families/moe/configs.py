@@ -19,16 +19,23 @@ WEIGHTS = ("int8", "e4m3", "int4")
 # (x, w) pairs the kernels serve: A8W8 int8, fp8, and A8W4 (int4 weights, int8 activations).
 PAIRS = (("int8", "int8"), ("e4m3", "e4m3"), ("int8", "int4"))
 INTERMEDIATES = ("fp32", "bf16")
-SCHEDULES = ("pingpong", "cooperative")
+SCHEDULES = ("pingpong", "cooperative", "direct")
+# "direct" is the family's own mma.sync kernel (include/gemmgen/moe/direct_grouped_gemm.cuh): int8
+# activations, int8 or int4 weights, per-channel or per-group scales, few tokens per expert.
+SCALES = ("channel", "group")
 
 _SHORT = {"int8": "i8", "e4m3": "e4m3", "fp32": "f32", "bf16": "bf16", "int4": "w4"}
-_SHORT_SCHEDULE = {"pingpong": "pp", "cooperative": "coop"}
+_SHORT_SCHEDULE = {"pingpong": "pp", "cooperative": "coop", "direct": "direct"}
 
 
 @dataclass(frozen=True)
 class MoeTileConfig:
     """Compile-time shape of one sm90 grouped GEMM. With `swap_ab` the tile is in the kernel's
-    terms C_iᵀ = W_i · X_iᵀ: tile M runs over the weight's N, tile N over an expert's tokens."""
+    terms C_iᵀ = W_i · X_iᵀ: tile M runs over the weight's N, tile N over an expert's tokens.
+
+    Schedule "direct": tile [16·warps_n, 8·token_tiles, 128] is one CTA's features × rows × the
+    K chunk, `warps_k` the warps that split K inside the CTA, `stages` each warp's ring depth
+    (0: DIRECT_AUTO_STAGES); no cluster, not swap-AB (the weight is the MMA's A by design)."""
 
     tile: tuple[int, int, int]
     cluster: tuple[int, int, int]
@@ -37,10 +44,26 @@ class MoeTileConfig:
     swap_ab: bool
     intermediate: str  # fp32 or bf16: the element type of C (fused: of S, fp32)
     fused: bool = False  # SwiGLU + row max in the epilogue, then a light quant pass
+    warps_k: int = 0  # direct only
+
+    DIRECT_AUTO_STAGES = 4
+
+    @property
+    def is_direct(self) -> bool:
+        return self.schedule == "direct"
+
+    @property
+    def ring_stages(self) -> int:
+        """The direct kernel's ring depth, "auto" resolved."""
+        return self.stages or self.DIRECT_AUTO_STAGES
 
     @property
     def terse(self) -> str:
-        """Name fragment, e.g. `f32_t128x16x128_c1x1x1_pp_sauto_swap`."""
+        """Name fragment, e.g. `f32_t128x16x128_c1x1x1_pp_sauto_swap` or
+        `f32_t64x8x128_direct_wk4_s4`."""
+        if self.is_direct:
+            return "_".join([_SHORT[self.intermediate], "t" + "x".join(map(str, self.tile)),
+                             "direct", f"wk{self.warps_k}", f"s{self.ring_stages}"])
         parts = [_SHORT[self.intermediate], "t" + "x".join(map(str, self.tile)), "c" + "x".join(map(str, self.cluster)),
                  _SHORT_SCHEDULE[self.schedule], f"s{self.stages}" if self.stages else "sauto"]
         if self.swap_ab:
@@ -52,13 +75,16 @@ class MoeTileConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class MoeSpec(KernelSpec):
-    """One grouped_matmul_swiglu_quant kernel: activation type `x`, weight type `w`."""
+    """One grouped_matmul_swiglu_quant kernel: activation type `x`, weight type `w`, weight
+    scales per output `channel` ([E, N]) or per `group` of K ([E, K/group, N]: direct kernels
+    only)."""
 
     family = "moe"
-    class_fields = ("x", "w")
+    class_fields = ("x", "w", "scales")
 
     x: str
     w: str
+    scales: str = "channel"
 
     @property
     def name(self) -> str:
@@ -79,12 +105,15 @@ class MoeSpec(KernelSpec):
 
     @property
     def unit_key(self) -> tuple:
-        return (self.x + ("" if self.w == self.x else "w4"), self.config.terse)
+        return (self.x + ("" if self.w == self.x else "w4") + ("g" if self.scales == "group" else ""),
+                self.config.terse)
 
 
 def kernel_name(spec: MoeSpec) -> str:
-    """The family's one naming function: ``{arch}_{op}_{x}[w4]_{config}``, e.g.
-    ``sm90a_grouped_matmul_swiglu_quant_i8_f32_t128x16x128_c1x1x1_pp_sauto_swap`` (A8W8) or
-    ``sm90a_grouped_matmul_swiglu_quant_i8w4_f32_...`` (A8W4)."""
-    element = _SHORT[spec.x] + (_SHORT[spec.w] if spec.w != spec.x else "")
+    """The family's one naming function: ``{arch}_{op}_{x}[w4][g]_{config}``, e.g.
+    ``sm90a_grouped_matmul_swiglu_quant_i8_f32_t128x16x128_c1x1x1_pp_sauto_swap`` (A8W8),
+    ``sm90a_grouped_matmul_swiglu_quant_i8w4_f32_...`` (A8W4) or ``..._i8w4g_f32_...`` (A8W4 with
+    per-group scales)."""
+    element = (_SHORT[spec.x] + (_SHORT[spec.w] if spec.w != spec.x else "")
+               + ("g" if spec.scales == "group" else ""))
     return "_".join([spec.arch, spec.op, element, spec.config.terse])

@@ -14,3 +14,15 @@ class Cpp:
 
     def shape(self, dims: Sequence[int]) -> str:
         return ", ".join(f"_{d}" for d in dims)
+
+    def direct_config(self, k) -> str:
+        """The DirectConfig of a direct kernel (direct_grouped_gemm.cuh)."""
+        c = k.config
+        return (f"gemmgen::moe::direct::DirectConfig<{self.element(k.w)}, /*warps_n=*/{c.tile[0] // 16}, "
+                f"/*warps_k=*/{c.warps_k}, /*token_tiles=*/{c.tile[1] // 8}, "
+                f"/*stages=*/{c.ring_stages}>")
+
+    def op_class(self, k) -> str:
+        """The class template behind a kernel's C-ABI entry points."""
+        return ("gemmgen::moe::direct::DirectSwigluQuant" if k.config.is_direct
+                else "gemmgen::moe::sm90::GroupedSwigluQuant")

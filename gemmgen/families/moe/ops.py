@@ -19,8 +19,8 @@ from ...generator.kernel_config import RuntimeKnobs
 from .abi import ARGS_LAYOUT, GROUP_LIST_CODES, RASTER_CODES, MoeArgs
 from .grouping import GROUP_LIST_TYPES, check_group_list
 from .grouping import _stack_weights
-from .packing import (LAYOUT_VERSION, PER_GROUP_REFUSED, MoeWeight, pack,  # noqa: F401 (gemmgen.*)
-                      pack_moe_weights, packed_scale, packed_weight)
+from .packing import (LAYOUT_VERSION, PER_GROUP_8BIT_REFUSED, MoeWeight,  # noqa: F401 (gemmgen.*)
+                      group_size_problem, pack, pack_moe_weights, packed_scale, packed_weight)
 
 OP = "grouped_matmul_swiglu_quant"
 _ELEMENTS = (torch.int8, torch.float8_e4m3fn)
@@ -81,10 +81,18 @@ def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: 
     if n == 0 or n % N_MULTIPLE:
         raise _fail("weight", f"N a positive multiple of {N_MULTIPLE} (SwiGLU halves it; the "
                     "intermediate's rows are 16-byte aligned)", _describe(w))
-    if (not isinstance(w_scale, torch.Tensor) or w_scale.dtype != torch.float32
+    per_group = int4 and isinstance(w_scale, torch.Tensor) and w_scale.dim() == 3
+    if per_group:
+        problem = group_size_problem(k, w_scale.shape[1])
+        if (w_scale.dtype != torch.float32 or (w_scale.shape[0], w_scale.shape[2]) != (e, n)
+                or not w_scale.is_contiguous() or problem):
+            raise _fail("weight_scale", f"a contiguous torch.float32 tensor [E={e}, K/group, "
+                        f"N={n}]" + (f": {problem}" if problem else ""), _describe(w_scale))
+    elif (not isinstance(w_scale, torch.Tensor) or w_scale.dtype != torch.float32
             or tuple(w_scale.shape) != (e, n) or not w_scale.is_contiguous()):
         raise _fail("weight_scale", f"a contiguous torch.float32 tensor [E={e}, N={n}] (or a "
-                    "list of E [N] tensors)", _describe(w_scale))
+                    "list of E [N] tensors" + ("; A8W4 also [E, K/group, N]" if int4 else "") + ")",
+                    _describe(w_scale))
     if (not isinstance(x_scale, torch.Tensor) or x_scale.dtype != torch.float32
             or tuple(x_scale.shape) != (m,) or not x_scale.is_contiguous()):
         raise _fail("x_scale", f"a contiguous torch.float32 tensor [M={m}]", _describe(x_scale))
@@ -113,16 +121,16 @@ def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: 
 
 
 def _kernel_for(kernel: Optional[str], x: torch.Tensor, m: int, e: int, n: int, k: int,
-                weight_bits: int) -> tuple[Kernel, RuntimeKnobs]:
+                weight_bits: int, per_group: bool) -> tuple[Kernel, RuntimeKnobs]:
     key, values = FAMILY.dispatch_request(OP, x_dtype=x.dtype, m=m, experts=e, n=n, k=k,
-                                             weight_bits=weight_bits)
+                                          weight_bits=weight_bits, per_group=per_group)
     if kernel is None:
         device = x.get_device()
         arches = launch.arches_for(device, None, _fail, tensor="x")
         return launch.chosen_kernel(OP, device, arches, key, values)
     chosen = launch.forced_kernel(kernel, None, _fail)
     if chosen.spec.dispatch_class != key:
-        raise _fail("kernel", f"a {OP} kernel for {key[1]} x {key[2]}",
+        raise _fail("kernel", f"a {OP} kernel for {key[1]} x {key[2]} with {key[3]} scales",
                     f"{kernel} ({' '.join(chosen.spec.dispatch_class)})")
     return chosen, chosen.spec.knobs
 
@@ -137,6 +145,8 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
     check_arguments(q, q_scale, x, w, w_scale, x_scale, group_list, group_list_type, weight_bits)
     m, k = x.shape
     e, n = w.shape[0], w.shape[1]
+    groups = w_scale.shape[1] if w_scale.dim() == 3 else 1
+    per_group = groups > 1
     # None: check unless a CUDA graph is being captured (values cannot be read back then; a bad
     # list is clamped on the device). Decided here, at run time, not when torch.compile traces.
     if check is not False:   # check=False (the sync-free hot path) asks nothing of the device
@@ -148,12 +158,12 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
             check_group_list(group_list, group_list_type, m, where=OP)
     if m == 0:
         if kernel is not None:
-            _kernel_for(kernel, x, 1, e, n, k, weight_bits)  # still reject a wrong name
+            _kernel_for(kernel, x, 1, e, n, k, weight_bits, per_group)  # still reject a wrong name
         return
     for name, t in (("x", x), ("weight", w), ("weight_scale", w_scale), ("q", q)):
         if t.data_ptr() % _ALIGN:
             raise _fail(name, "a 16-byte aligned data pointer", f"address {t.data_ptr():#x}")
-    chosen, chosen_knobs = _kernel_for(kernel, x, m, e, n, k, weight_bits)
+    chosen, chosen_knobs = _kernel_for(kernel, x, m, e, n, k, weight_bits, per_group)
     knobs = knobs or chosen_knobs
     device = x.get_device()
     launch.check_device(device, chosen, _fail, tensor="x")
@@ -164,7 +174,8 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
     ARGS_LAYOUT.pack_into(buffer, 0, x.data_ptr(), w.data_ptr(), w_scale.data_ptr(),
                           x_scale.data_ptr(), group_list.data_ptr(), c.data_ptr(), q.data_ptr(),
                           q_scale.data_ptr(), m, n, k, e, GROUP_LIST_CODES[group_list_type],
-                          RASTER_CODES[knobs.raster], knobs.swizzle, 0, LAYOUT_VERSION, 0)
+                          RASTER_CODES[knobs.raster], knobs.swizzle, k // groups if per_group else 0,
+                          LAYOUT_VERSION, 0)
     launch.raise_on_status(launch.launch(chosen, buffer, device), chosen)
     launch.mark_written(q, q_scale)
 
@@ -177,7 +188,8 @@ def _fake(q, q_scale, x, weight, weight_scale, x_scale, group_list, group_list_t
 
 # (q, q_scale) = grouped_matmul_swiglu_quant(...) into given tensors; `weight` and `weight_scale`
 # packed by gemmgen.pack_moe_weights (MoeWeight.weight: [E, N, K] contiguous, or uint8
-# [E, N, K/2] with weight_bits=4; MoeWeight.scale [E, N]; act and gate interleaved).
+# [E, N, K/2] with weight_bits=4; MoeWeight.scale [E, N], or [E, K/group, N] per group with
+# weight_bits=4; act and gate interleaved).
 grouped_matmul_swiglu_quant_out = torch_ops.define_out_op(
     "grouped_matmul_swiglu_quant_out",
     "(Tensor(a!) q, Tensor(b!) q_scale, Tensor x, Tensor weight, Tensor weight_scale, "
@@ -211,11 +223,14 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
 
     A8W4: int8 x with int4 weights — a MoeWeight packed with weight_bits=4, or an int8 [E, K, N]
     weight holding -8..7 with weight_bits=4 (packed on this call, which reads the values back
-    to check their range: a sync, so pack once for CUDA graphs). Per-channel weight scales
-    only: per-group [E, K/group, N] scales are refused (not built yet). weight_assist_matrix
-    (Ascend's 8 · weight_scale · Σ_k W, [E, N] float32 or a list of E [N]): accepted for API
-    parity with A8W4 only, its dtype, shape and device checked; the kernels do not need it (they
-    convert int4 to int8 in registers and multiply X·W directly), so its values are not read.
+    to check their range: a sync, so pack once for CUDA graphs). Weight scales per channel
+    [E, N] or per group of K, [E, K/group, N] (or a list of E [K/group, N]), the group size a
+    multiple of 128 dividing K (128, 256, ...): C = x_scale · Σ_g (X·W)_g ⊙ weight_scale[g], each
+    group's int32 sum promoted to float32 (the direct kernels; dispatch picks among them).
+    weight_assist_matrix (Ascend's 8 · weight_scale · Σ_k W, [E, N] float32 or a list of E [N]):
+    accepted for API parity with A8W4 only, its dtype, shape and device checked; the kernels do
+    not need it (they convert int4 to int8 in registers and multiply X·W directly), so its
+    values are not read.
 
     check: read the group list back (a host sync) and raise ValueError on a bad one (negative
     count, decreasing end offset, more rows than M). None (default): check, except while a CUDA
@@ -256,7 +271,14 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
             w, w_scale = packed.weight, packed.scale
         else:
             w = packed_weight(OP, weight)
-            w_scale = packed_scale(OP, weight_scale) if weight_scale is not None else None
+            w_scale = packed_scale(OP, weight_scale, bits) if weight_scale is not None else None
+    if isinstance(w_scale, torch.Tensor) and w_scale.dim() == 3:  # per group: refused early
+        if bits != 4:
+            raise _fail("weight_scale", PER_GROUP_8BIT_REFUSED, _describe(w_scale))
+        problem = group_size_problem(w.shape[2] * 2, w_scale.shape[1]) if w.dim() == 3 else None
+        if problem:
+            raise _fail("weight_scale", f"a torch.float32 tensor [E, K/group, N]: {problem}",
+                        _describe(w_scale))
     if weight_assist_matrix is not None:
         e, n = w.shape[0], w.shape[1]
         if bits != 4:
@@ -267,8 +289,6 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
                 or tuple(wam.shape) != (e, n) or wam.device != w.device):
             raise _fail("weight_assist_matrix", f"None or a torch.float32 tensor [E={e}, N={n}] "
                         f"on {w.device}", _describe(wam))
-    if isinstance(w_scale, torch.Tensor) and w_scale.dim() == 3:
-        raise _fail("weight_scale", PER_GROUP_REFUSED, _describe(w_scale))
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise _fail("x", "a 2-D tensor [M, K]", _describe(x))
     m = x.shape[0]

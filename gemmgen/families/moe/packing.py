@@ -14,6 +14,8 @@ not interleaved) is no longer read: re-pack.
 A8W4 (`weight_bits=4`): the int4 values -8..7, given in an int8 [E, K, N] tensor (the reference's
 form), are stored two per byte as a uint8 [E, N, K/2] tensor, element k in the low nibble when k
 is even (two's complement nibbles: CUTLASS's int4b_t packing). `logical_weight()` unpacks them.
+Its scales are per channel, [E, N], or per group of K, [E, K/group, N] (the direct kernels,
+group sizes multiples of 128 dividing K), their N axis interleaved like the weight's.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ Weights = Union[torch.Tensor, Sequence[torch.Tensor]]
 class MoeWeight:
     """Expert weights packed for the MoE kernels: `weight` [E, N, K] contiguous (K-major) of
     torch.int8 or torch.float8_e4m3fn (uint8 [E, N, K/2] for int4), `scale` [E, N] float32
-    contiguous, act and gate columns interleaved (see the module); for `arch`'s kernels, in
-    layout `layout_version`."""
+    contiguous (int4 with per-group scales: [E, K/group, N]), act and gate columns interleaved
+    (see the module); for `arch`'s kernels, in layout `layout_version`."""
 
     weight: torch.Tensor
     scale: torch.Tensor
@@ -57,6 +59,11 @@ class MoeWeight:
     def k(self) -> int:
         return self.weight.shape[2] * (2 if self.bits == 4 else 1)
 
+    @property
+    def group_size(self) -> int:
+        """K elements per weight-scale group: 0 for per-channel scales."""
+        return self.k // self.scale.shape[1] if self.scale.dim() == 3 else 0
+
     def logical_weight(self) -> torch.Tensor:
         """The [E, K, N] weight of the op's contract (a new tensor; int4 values unpacked into
         int8 for A8W4)."""
@@ -64,8 +71,9 @@ class MoeWeight:
         return deinterleave_act_gate(w, 1).transpose(1, 2)
 
     def logical_scale(self) -> torch.Tensor:
-        """The [E, N] weight scale of the op's contract (a new tensor)."""
-        return deinterleave_act_gate(self.scale, 1)
+        """The [E, N] (per-group: [E, K/group, N]) weight scale of the op's contract (a new
+        tensor)."""
+        return deinterleave_act_gate(self.scale, self.scale.dim() - 1)
 
     def to(self, device) -> "MoeWeight":
         return MoeWeight(self.weight.to(device), self.scale.to(device), self.layout_version,
@@ -118,21 +126,37 @@ def packed_weight(where: str, weight: Weights) -> torch.Tensor:
     return interleave_act_gate(w.transpose(1, 2), 1)
 
 
-PER_GROUP_REFUSED = ("per-channel scales [E, N]: per-group [E, K/group, N] scales are not built "
-                     "yet (the sm90 kernels apply the weight scale per output channel in the "
-                     "epilogue; per-group A8W4 needs the int32 accumulators promoted per group)")
+GROUP_MULTIPLE = 128  # the direct kernels' K chunk: a group is a whole number of chunks
+PER_GROUP_8BIT_REFUSED = ("per-channel scales [E, N] with 8-bit weights: per-group [E, K/group, N] "
+                          "scales are A8W4's (weight_bits=4)")
 
 
-def packed_scale(where: str, weight_scale: Weights) -> torch.Tensor:
-    """The [E, N] float32 contiguous form of stacked [E, N] scales or a list of E [N]."""
+def group_size_problem(k: int, groups: int) -> str | None:
+    """Why per-group scales with `groups` groups cannot serve K (None: they can)."""
+    if groups < 1 or k % groups:
+        return f"a group count dividing K={k}; got {groups} groups"
+    size = k // groups
+    if groups > 1 and size % GROUP_MULTIPLE:
+        return (f"group sizes that are multiples of {GROUP_MULTIPLE} (the direct kernels promote "
+                f"each group's int32 sum per chunk of {GROUP_MULTIPLE} K: 128, 256, ...); got "
+                f"K/{groups} = {size}")
+    return None
+
+
+def packed_scale(where: str, weight_scale: Weights, weight_bits: int = 8) -> torch.Tensor:
+    """The float32 contiguous, N-interleaved form of stacked [E, N] scales or a list of E [N];
+    with weight_bits=4 also of per-group [E, K/group, N] scales or a list of E [K/group, N]
+    (one group: per channel, [E, N])."""
     s = _stack_weights(where, weight_scale, "weight_scale")
-    if s.dim() == 3:
-        raise argument_error(where, "weight_scale", PER_GROUP_REFUSED, describe_argument(s))
-    if s.dtype != torch.float32 or s.dim() != 2:
-        raise argument_error(where, "weight_scale", "a torch.float32 tensor [E, N] (or a list "
-                             "of E [N] tensors)", describe_argument(s))
-    _even_n(where, "weight_scale", s, s.shape[1])
-    return interleave_act_gate(s, 1)
+    if s.dim() == 3 and weight_bits != 4:
+        raise argument_error(where, "weight_scale", PER_GROUP_8BIT_REFUSED, describe_argument(s))
+    if s.dtype != torch.float32 or s.dim() not in (2, 3):
+        raise argument_error(where, "weight_scale", "a torch.float32 tensor [E, N] (A8W4 also "
+                             "[E, K/group, N]; or a list of E such tensors)", describe_argument(s))
+    if s.dim() == 3 and s.shape[1] == 1:
+        s = s[:, 0]  # one group: per channel
+    _even_n(where, "weight_scale", s, s.shape[-1])
+    return interleave_act_gate(s, s.dim() - 1)
 
 
 def pack_moe_weights(weight: Weights, weight_scale: Weights, *,
@@ -141,10 +165,10 @@ def pack_moe_weights(weight: Weights, weight_scale: Weights, *,
 
     weight: int8 or float8_e4m3fn [E, K, N] (or a list of E [K, N]); weight_scale: float32
     [E, N] (or a list of E [N]), on the same device. weight_bits=4 (A8W4): weight holds int4
-    values -8..7 in an int8 tensor (checked: this reads the values), K even; per-channel scales
-    only (per-group [E, K/group, N] scales are refused: see the op). N even. Returns a
-    `MoeWeight`: [E, N, K] contiguous, or uint8 [E, N, K/2] for int4, act and gate columns
-    interleaved. Runs on CPU or GPU tensors."""
+    values -8..7 in an int8 tensor (checked: this reads the values), K even; weight_scale may
+    also be per group, [E, K/group, N] (or a list of E [K/group, N]), the group size a multiple
+    of 128 dividing K. N even. Returns a `MoeWeight`: [E, N, K] contiguous, or uint8
+    [E, N, K/2] for int4, act and gate columns interleaved. Runs on CPU or GPU tensors."""
     return pack("pack_moe_weights", weight, weight_scale, weight_bits)
 
 
@@ -153,9 +177,15 @@ def pack(where: str, weight: Weights, weight_scale: Weights, weight_bits: int) -
     if type(weight_bits) is not int or weight_bits not in (8, 4):
         raise argument_error(where, "weight_bits", "8 or 4", repr(weight_bits))
     w = packed_weight(where, weight)
-    s = packed_scale(where, weight_scale)
+    s = packed_scale(where, weight_scale, weight_bits)
     e, n, k = w.shape
-    if tuple(s.shape) != (e, n) or s.device != w.device:
+    if s.dim() == 3:
+        problem = group_size_problem(k, s.shape[1])
+        if s.shape[0] != e or s.shape[2] != n or s.device != w.device or problem:
+            raise argument_error(where, "weight_scale", f"a torch.float32 tensor [E={e}, "
+                                 f"K/group, N={n}] on {w.device}" + (f": {problem}" if problem else ""),
+                                 describe_argument(weight_scale))
+    elif tuple(s.shape) != (e, n) or s.device != w.device:
         raise argument_error(where, "weight_scale", f"a torch.float32 tensor [E={e}, N={n}] on "
                              f"{w.device} (one scale per expert and output column)",
                              describe_argument(s))

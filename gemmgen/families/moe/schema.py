@@ -8,11 +8,24 @@
            swap_ab: true, intermediate: fp32, stages: auto, raster: heuristic, swizzle: 1}
         - {name: large_fused, tile: [128, 256, 128], cluster: [2, 1, 1],
            schedule: cooperative, fused: true}
+        - {name: stream, tile: [64, 8, 128], schedule: direct, warps_k: 4, stages: 4}
+
+    - op: grouped_matmul_swiglu_quant
+      dtypes: [{x: int8, w: int4, scales: group}]   # per-group weight scales [E, K/group, N]
+      configs:
+        - {name: stream, tile: [64, 8, 128], schedule: direct, warps_k: 4}
 
 `fused: true` does SwiGLU in the GEMM's epilogue (S stored in fp32, the row max reduced by
 atomics, then a light quant pass) instead of writing C for a separate SwiGLU kernel; fused
 configs are not swap-AB (act/gate pairs are adjacent columns of a tokens-by-N tile), their
 intermediate is fp32, and the weight is not int4.
+
+`schedule: direct` is the family's own mma.sync kernel (direct_grouped_gemm.cuh): int8
+activations with int8 or int4 weights, tile [16·warps over features (16, 32, 64), 8·MMA tiles
+over an expert's rows (8 to 64), 128], `warps_k` warps splitting K, `stages` each warp's ring
+depth (2 to 8, auto 4); no cluster, swap_ab, fused, raster or swizzle; fp32 intermediate. It is
+the one kernel that takes per-group weight scales (`scales: group`, A8W4): a family with
+`scales: group` has direct configs only.
 
 With `swap_ab: true` the tile is in the kernel's terms C_iᵀ = W_i · X_iᵀ: tile M runs over the
 weight's N, tile N over an expert's tokens (a narrow tile N serves decode). int4 weights need
@@ -23,43 +36,52 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...generator import sm90_schema
+from ...generator import direct_schema, sm90_schema
 from ...generator.kernel_config import ConfigEntry
-from .configs import ELEMENTS, INTERMEDIATES, PAIRS, SCHEDULES, WEIGHTS, MoeTileConfig
+from .configs import ELEMENTS, INTERMEDIATES, PAIRS, SCALES, SCHEDULES, WEIGHTS, MoeTileConfig
 
 FAMILY_KEYS = frozenset({"dtypes"})
 REQUIRED_FAMILY_KEYS = frozenset({"dtypes"})
 CONFIG_KEYS = frozenset({"name", "tile", "cluster", "schedule", "stages", "swap_ab",
-                         "intermediate", "raster", "swizzle", "fused"})
+                         "intermediate", "raster", "swizzle", "fused", "warps_k"})
 TILE_K = 128  # 128 bytes of 8-bit elements: one swizzle atom
 _C_BYTES = {"fp32": 4, "bf16": 2}
 
 
-def _pair(reader, fam, entry, i: int, line: int) -> tuple[str, str]:
-    """One `dtypes` entry: a scalar x (w = x) or a mapping {x: ..., w: ...}."""
+Variant = tuple[str, str, str]  # (x, w, scales)
+
+
+def _variant(reader, fam, entry, i: int, line: int) -> Variant:
+    """One `dtypes` entry: a scalar x (w = x, per-channel scales) or a mapping
+    {x: ..., w: ..., scales: channel | group}."""
     if not isinstance(entry, dict):
         if entry not in ELEMENTS:
             raise reader.error(fam, "dtypes", f"unknown value {entry!r}; expected one of "
                                               f"{', '.join(ELEMENTS)} or a mapping {{x: int8, w: int4}}")
-        return entry, entry
-    d = reader.mapping(entry, f"dtypes[{i}]", ("x", "w"), ("x",), line=line)
+        return entry, entry, "channel"
+    d = reader.mapping(entry, f"dtypes[{i}]", ("x", "w", "scales"), ("x",), line=line)
     x = reader.choice(d, "x", ELEMENTS)
     w = reader.choice(d, "w", WEIGHTS, x)
+    scales = reader.choice(d, "scales", SCALES, "channel")
     if (x, w) not in PAIRS:
         raise reader.error(d, "w", f"the kernels serve (x, w) = "
                                    f"{', '.join(f'({a}, {b})' for a, b in PAIRS)}; got ({x}, {w})")
-    return x, w
+    if scales == "group" and w != "int4":
+        raise reader.error(d, "scales", "group for int4 weights (A8W4) only; 8-bit weights take "
+                                        f"per-channel scales; got w: {w}")
+    return x, w, scales
 
 
-def read_variants(reader, fam) -> tuple[tuple[str, str], ...]:
-    """The family's (x, w) variants from `dtypes`: int8, e4m3 (w = x) or {x: int8, w: int4}."""
+def read_variants(reader, fam) -> tuple[Variant, ...]:
+    """The family's (x, w, scales) variants from `dtypes`: int8, e4m3 (w = x) or
+    {x: int8, w: int4, scales: channel | group}."""
     values = reader.sequence(fam, "dtypes", allow_scalar=True)
-    pairs = tuple(_pair(reader, fam, v, i, values.line_of(i) if hasattr(values, "line_of") else None)
-                  for i, v in enumerate(values))
-    if len(set(pairs)) != len(pairs):
-        twice = next(p for p in pairs if pairs.count(p) > 1)
-        raise reader.error(fam, "dtypes", f"(x, w) = ({twice[0]}, {twice[1]}) is listed twice")
-    return pairs
+    variants = tuple(_variant(reader, fam, v, i, values.line_of(i) if hasattr(values, "line_of")
+                              else None) for i, v in enumerate(values))
+    if len(set(variants)) != len(variants):
+        twice = next(v for v in variants if variants.count(v) > 1)
+        raise reader.error(fam, "dtypes", f"(x, w, scales) = ({', '.join(twice)}) is listed twice")
+    return variants
 
 
 def estimate_smem(config: MoeTileConfig) -> tuple[int, int]:
@@ -71,7 +93,48 @@ def estimate_smem(config: MoeTileConfig) -> tuple[int, int]:
     return stage, epilogue
 
 
-def check_config(config: MoeTileConfig) -> list[tuple[str, str]]:
+def direct_smem_bytes(config: MoeTileConfig, w: str) -> int:
+    """The direct kernel's dynamic shared memory: a ring per warp of 16 weight rows and one per K
+    group (warps_k of them) of the tile's rows of x, each of `stages` chunks of 128 K (mirrors
+    DirectGroupedGemm::kSmemBytes; the reduction buffer is smaller)."""
+    _, tn, tk = config.tile
+    weights = direct_schema.warps(config.tile, config.warps_k) * 16 * tk * (4 if w == "int4" else 8) // 8
+    return config.ring_stages * (weights + config.warps_k * tn * tk)
+
+
+def check_direct(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[tuple[str, str]]:
+    problems = direct_schema.shape_problems(config.tile, config.warps_k, config.cluster,
+                                            config.stages, TILE_K, MoeTileConfig.DIRECT_AUTO_STAGES)
+    for key, value, why in (("swap_ab", config.swap_ab, "the weight is the MMA's A by design"),
+                            ("fused", config.fused, "SwiGLU runs in the pass after it")):
+        if value:
+            problems.append((key, f"not with schedule direct ({why}): leave {key} out"))
+    if config.intermediate != "fp32":
+        problems.append(("intermediate", "fp32 for schedule direct (it writes C in fp32)"))
+    if any(x != "int8" for x, _, _ in variants):
+        problems.append(("schedule", "direct kernels take int8 activations (int8 or int4 "
+                                     "weights); this family lists e4m3"))
+    if not problems:
+        for w in sorted({w for _, w, _ in variants}):
+            smem = direct_smem_bytes(config, w)
+            if smem > sm90_schema.SMEM_LIMIT_BYTES:
+                problems.append(("stages", f"{config.ring_stages} stages of the direct tile "
+                                           f"{'x'.join(map(str, config.tile))} x warps_k "
+                                           f"{config.warps_k} ({w}) need {smem} bytes of shared "
+                                           f"memory, over the sm90a limit of "
+                                           f"{sm90_schema.SMEM_LIMIT_BYTES}"))
+                break
+    return problems
+
+
+def check_config(config: MoeTileConfig, variants: tuple[Variant, ...] = ()) -> list[tuple[str, str]]:
+    if config.is_direct:
+        return check_direct(config, variants)
+    if config.warps_k:
+        return [("warps_k", f"warps_k belongs to schedule direct; got schedule {config.schedule!r}")]
+    if any(scales == "group" for _, _, scales in variants):
+        return [("schedule", "direct: per-group weight scales (scales: group) need the direct "
+                             "kernel; CUTLASS's epilogue applies one scale per output channel")]
     tk = config.tile[2]
     problems = sm90_schema.tile_mn_problems(config.tile)
     if tk % TILE_K or not TILE_K <= tk <= 256:
@@ -86,10 +149,10 @@ def check_config(config: MoeTileConfig) -> list[tuple[str, str]]:
 
 
 def read_config(reader, node: Any, index: int, line: int,
-                variants: tuple[tuple[str, str], ...] | None = None) -> ConfigEntry:
-    """One `configs` entry; with int4 weights among `variants` (None: unknown), swap-AB only."""
-    c = reader.mapping(node, f"configs[{index}]", CONFIG_KEYS, ("tile", "cluster", "schedule"),
-                       line=line)
+                variants: tuple[Variant, ...] | None = None) -> ConfigEntry:
+    """One `configs` entry; with int4 weights among `variants` (None: unknown), swap-AB or
+    direct only. `cluster` may be left out: [1, 1, 1]."""
+    c = reader.mapping(node, f"configs[{index}]", CONFIG_KEYS, ("tile", "schedule"), line=line)
     common = sm90_schema.read_common(reader, c)
     swap_ab = c.get("swap_ab", False)
     if not isinstance(swap_ab, bool):
@@ -98,29 +161,39 @@ def read_config(reader, node: Any, index: int, line: int,
     if not isinstance(fused, bool):
         raise reader.error(c, "fused", f"expected true or false, got {fused!r}")
     config = MoeTileConfig(
-        tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster"),
+        tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster", [1, 1, 1]),
         schedule=reader.choice(c, "schedule", SCHEDULES), stages=common["stages"],
         swap_ab=swap_ab, intermediate=reader.choice(c, "intermediate", INTERMEDIATES, "fp32"),
-        fused=fused)
+        fused=fused, warps_k=direct_schema.read_warps_k(reader, c))
+    int4 = any(w == "int4" for _, w, _ in variants or ())
+    if config.is_direct:
+        for key, message in check_config(config, variants or ()):
+            raise reader.error(c, key, message)
+        direct_schema.refuse_scheduler_knobs(reader, c)
+        return ConfigEntry(common["name"], config, common["knobs"], line)
     if fused and swap_ab:
         raise reader.error(c, "fused", "a fused config cannot be swap_ab: its epilogue pairs act "
                                        "and gate as adjacent columns of a tokens-by-N tile")
     if fused and config.intermediate != "fp32":
         raise reader.error(c, "intermediate", "fp32 for a fused config (it stores S in fp32, so "
                                               "that q matches the unfused kernels)")
-    if fused and any(w == "int4" for _, w in variants or ()):
+    if fused and int4:
         raise reader.error(c, "fused", "not with int4 weights (A8W4 kernels are swap-AB only)")
-    for key, message in check_config(config):
+    for key, message in check_config(config, variants or ()):
         raise reader.error(c, key, message)
-    if not swap_ab and any(w == "int4" for _, w in variants or ()):
+    if not swap_ab and int4:
         raise reader.error(c, "swap_ab" if "swap_ab" in c else "tile",
-                           "int4 weights (A8W4) need swap_ab: true: CUTLASS's mixed-input "
-                           "mainloop converts its A operand in registers, so the weight must be A")
+                           "int4 weights (A8W4) need swap_ab: true (or schedule: direct): "
+                           "CUTLASS's mixed-input mainloop converts its A operand in registers, "
+                           "so the weight must be A")
     return ConfigEntry(common["name"], config, common["knobs"], line)
 
 
 def config_fields(entry: ConfigEntry) -> dict[str, Any]:
     cfg, knobs = entry.config, entry.knobs
+    if cfg.is_direct:
+        return {"tile": list(cfg.tile), "schedule": cfg.schedule, "warps_k": cfg.warps_k,
+                "stages": cfg.stages if cfg.stages else "auto", "intermediate": cfg.intermediate}
     return {"tile": list(cfg.tile), "cluster": list(cfg.cluster), "schedule": cfg.schedule,
             "stages": cfg.stages if cfg.stages else "auto", "swap_ab": cfg.swap_ab,
             "intermediate": cfg.intermediate, "fused": cfg.fused, "raster": knobs.raster,

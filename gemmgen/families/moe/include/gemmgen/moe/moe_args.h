@@ -21,7 +21,8 @@ typedef struct gemmgen_moe_args {
   const void* x;             /* [M, K] int8 / e4m3, row-major, contiguous */
   const void* w;             /* [E, N, K] packed weights: expert-major, K contiguous; int4
                                 (A8W4): two per byte, even k in the low nibble */
-  const float* w_scale;      /* [E, N] per-channel weight scales */
+  const float* w_scale;      /* [E, N] per-channel weight scales, or [E, K / group_size, N]
+                                per-group ones (direct A8W4 kernels) */
   const float* x_scale;      /* [M] per-token activation scales */
   const int64_t* group_list; /* [E] rows per expert (count) or end offsets (cumsum) */
   void* c;                   /* [M, N] intermediate: the scaled GEMM result (fp32 or bf16) */
@@ -31,7 +32,7 @@ typedef struct gemmgen_moe_args {
   int32_t group_list_type;   /* 0: counts, 1: cumsum (end offsets) */
   int32_t raster_order;      /* 0 heuristic, 1 along M, 2 along N (in the kernel's terms) */
   int32_t max_swizzle_size;
-  int32_t reserved;
+  int32_t group_size;        /* 0: per channel; else K elements per group of w_scale */
   int32_t layout_version;    /* the packed weight's layout (packing.py), which the kernels
                                 pair act and gate columns by: GEMMGEN_MOE_LAYOUT_VERSION */
   int32_t reserved2;

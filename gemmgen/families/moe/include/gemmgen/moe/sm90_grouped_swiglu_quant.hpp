@@ -230,6 +230,11 @@ struct GroupedSwigluQuant {
                   "the packed weight's layout version differs from the one this library was "
                   "built for (re-pack the weights, or rebuild with `gemmgen build`)");
     }
+    if (p->group_size != 0 && p->group_size != p->k) {
+      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                  "applies the weight scale per output channel in its epilogue: per-group scales "
+                  "need a direct kernel");
+    }
     if (workspace == nullptr || workspace_bytes < workspace_size(p)) {
       return fail(GEMMGEN_WORKSPACE_TOO_SMALL, kernel_name, "workspace smaller than required");
     }

@@ -1,9 +1,10 @@
 /*
  * gemmgen/moe/swiglu_quant.cuh — the device kernels of the MoE op around its grouped GEMM:
  *
- *   group_setup   reads the group list on the device and writes the grouped GEMM's per-expert
- *                 problem sizes, operand pointers and strides (no host synchronisation, so the
- *                 op can be captured in a CUDA graph, and empty experts cost nothing);
+ *   group_setup   reads the group list on the device (scan_groups) and writes the grouped
+ *                 GEMM's per-expert problem sizes, operand pointers and strides (no host
+ *                 synchronisation, so the op can be captured in a CUDA graph, and empty experts
+ *                 cost nothing);
  *   swiglu_quant  (unfused kernels) SwiGLU of the GEMM result C and dynamic per-row
  *                 quantization (int8 or e4m3);
  *   quantize_rows (fused kernels) quantization of S, whose row maxima the GEMM's epilogue
@@ -17,6 +18,8 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+#include <cub/block/block_scan.cuh>
 
 #include "cute/layout.hpp"
 #include "cutlass/float8.h"
@@ -49,11 +52,76 @@ struct GroupArrays {
 
 constexpr int kSetupThreads = 256;
 
-// One block. Ends are clamped exactly as grouping.group_offsets(check=False) does:
+// The group-list scan, run by one block of kSetupThreads threads: calls
+// visit(i, start, end, active) for every expert i (each by one thread), `active` being the
+// number of non-empty experts before i, and writes the end of the last group to *rows_total and
+// (unless null) the number of non-empty experts to *active_total. Ends are clamped exactly as
+// grouping.group_offsets(check=False) does:
 //   count:  ends = min(cumsum(clamp(g, 0, m)), m);  cumsum: ends = running max of clamp(g, 0, m)
-// so 0 <= start_i <= end_i <= m whatever the list holds. The weights are addressed in bytes
-// (`w_expert_bytes` per expert), so packed int4 weights work alike. `ld_d`: the elements of one
-// row of D (N for C, N/2 for the fused kernels' S).
+// so 0 <= start_i <= end_i <= m whatever the list holds. Both are block-wide scans (CUB), 256
+// experts a step.
+struct MaxOp {
+  __device__ int64_t operator()(int64_t a, int64_t b) const { return a > b ? a : b; }
+};
+struct SumOp {
+  __device__ int64_t operator()(int64_t a, int64_t b) const { return a + b; }
+};
+
+template <class Visit>
+__device__ void scan_groups(int64_t const* group_list, int32_t cumsum, int64_t experts, int64_t m,
+                            int64_t* rows_total, int64_t* active_total, Visit&& visit) {
+  using Scan = cub::BlockScan<int64_t, kSetupThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  __shared__ int64_t ends[kSetupThreads];
+  int64_t carry = 0;         // count: the unclamped sum so far; cumsum: the running max
+  int64_t last_end = 0;      // the end of the last group seen so far
+  int64_t active_carry = 0;  // non-empty experts seen so far
+  for (int64_t base = 0; base < experts; base += kSetupThreads) {
+    int64_t const i = base + threadIdx.x;
+    int64_t v = 0;  // past the last expert: adds nothing to either scan
+    if (i < experts) {
+      int64_t const g = group_list[i];
+      v = g < 0 ? 0 : (g > m ? m : g);
+    }
+    int64_t scanned, aggregate;
+    if (cumsum) {
+      Scan(temp).InclusiveScan(v, scanned, MaxOp{}, aggregate);
+    } else {
+      Scan(temp).InclusiveScan(v, scanned, SumOp{}, aggregate);
+    }
+    int64_t end;
+    if (cumsum) {
+      end = scanned > carry ? scanned : carry;
+      carry = aggregate > carry ? aggregate : carry;
+    } else {
+      end = carry + scanned > m ? m : carry + scanned;
+      carry += aggregate;
+    }
+    ends[threadIdx.x] = end;
+    __syncthreads();
+    int64_t const start = threadIdx.x > 0 ? ends[threadIdx.x - 1] : last_end;
+    int64_t const chunk_end = ends[kSetupThreads - 1];
+    int64_t before, active;
+    __syncthreads();  // temp and ends are reused
+    Scan(temp).ExclusiveSum(int64_t(i < experts && end > start), before, active);
+    if (i < experts) {
+      visit(i, start, end, active_carry + before);
+    }
+    last_end = chunk_end;
+    active_carry += active;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    rows_total[0] = last_end;
+    if (active_total != nullptr) {
+      active_total[0] = active_carry;
+    }
+  }
+}
+
+// One block: the grouped GEMM's per-expert arrays from the group list (see scan_groups). The
+// weights are addressed in bytes (`w_expert_bytes` per expert), so packed int4 weights work
+// alike. `ld_d`: the elements of one row of D (N for C, N/2 for the fused kernels' S).
 template <bool SwapAB, class Arrays, class ElementD, class StrideA, class StrideB, class StrideD>
 __global__ void group_setup(Arrays arrays, int64_t const* group_list, int32_t cumsum,
                             int64_t experts, int64_t m, int n, int k, void const* x,
@@ -62,61 +130,29 @@ __global__ void group_setup(Arrays arrays, int64_t const* group_list, int32_t cu
                             StrideB stride_b, StrideD stride_d) {
   using ElementX = cute::conditional_t<SwapAB, typename Arrays::ElementB, typename Arrays::ElementA>;
   using ElementW = cute::conditional_t<SwapAB, typename Arrays::ElementA, typename Arrays::ElementB>;
-  __shared__ int64_t ends[kSetupThreads];
-  __shared__ int64_t carry;        // the end of the last group seen so far
-  __shared__ int64_t chunk_start;  // the start of this chunk's first group
-  if (threadIdx.x == 0) {
-    carry = 0;
-  }
-  for (int64_t base = 0; base < experts; base += kSetupThreads) {
-    int64_t const i = base + threadIdx.x;
-    __syncthreads();
-    if (i < experts) {
-      int64_t const v = group_list[i];
-      ends[threadIdx.x] = v < 0 ? 0 : (v > m ? m : v);
+  scan_groups(group_list, cumsum, experts, m, arrays.rows_total, nullptr,
+              [&](int64_t i, int64_t start, int64_t end, int64_t) {
+    int const rows = static_cast<int>(end - start);
+    auto const* x_i = reinterpret_cast<ElementX const*>(static_cast<uint8_t const*>(x) + start * k);
+    auto const* w_i = reinterpret_cast<ElementW const*>(static_cast<uint8_t const*>(w) +
+                                                        i * w_expert_bytes);
+    if constexpr (SwapAB) {
+      arrays.shapes[i] = cute::make_shape(n, rows, k);
+      arrays.a[i] = w_i;
+      arrays.b[i] = x_i;
+    } else {
+      arrays.shapes[i] = cute::make_shape(rows, n, k);
+      arrays.a[i] = x_i;
+      arrays.b[i] = w_i;
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {  // the scan: at most kSetupThreads adds, in shared memory
-      chunk_start = carry;
-      int64_t running = carry;
-      int64_t const count = experts - base < kSetupThreads ? experts - base : kSetupThreads;
-      for (int j = 0; j < count; ++j) {
-        int64_t const v = ends[j];
-        running = cumsum ? (v > running ? v : running) : (running + v > m ? m : running + v);
-        ends[j] = running;
-      }
-      carry = running;
-    }
-    __syncthreads();
-    if (i < experts) {
-      int64_t const end = ends[threadIdx.x];
-      int64_t const start = threadIdx.x > 0 ? ends[threadIdx.x - 1] : chunk_start;
-      int const rows = static_cast<int>(end - start);
-      auto const* x_i = reinterpret_cast<ElementX const*>(static_cast<uint8_t const*>(x) + start * k);
-      auto const* w_i = reinterpret_cast<ElementW const*>(static_cast<uint8_t const*>(w) +
-                                                          i * w_expert_bytes);
-      if constexpr (SwapAB) {
-        arrays.shapes[i] = cute::make_shape(n, rows, k);
-        arrays.a[i] = w_i;
-        arrays.b[i] = x_i;
-      } else {
-        arrays.shapes[i] = cute::make_shape(rows, n, k);
-        arrays.a[i] = x_i;
-        arrays.b[i] = w_i;
-      }
-      arrays.x_scales[i] = x_scale + start;
-      arrays.w_scales[i] = w_scale + i * n;
-      arrays.d[i] = d + start * ld_d;
-      arrays.row_max[i] = arrays.row_max_bits + start;
-      arrays.stride_a[i] = stride_a;
-      arrays.stride_b[i] = stride_b;
-      arrays.stride_d[i] = stride_d;
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    arrays.rows_total[0] = carry;
-  }
+    arrays.x_scales[i] = x_scale + start;
+    arrays.w_scales[i] = w_scale + i * n;
+    arrays.d[i] = d + start * ld_d;
+    arrays.row_max[i] = arrays.row_max_bits + start;
+    arrays.stride_a[i] = stride_a;
+    arrays.stride_b[i] = stride_b;
+    arrays.stride_d[i] = stride_d;
+  });
 }
 
 // ----------------------------------------------------------------------------- SwiGLU + quant

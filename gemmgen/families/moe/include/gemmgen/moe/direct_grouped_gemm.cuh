@@ -1,0 +1,546 @@
+/*
+ * gemmgen/moe/direct_grouped_gemm.cuh — the MoE family's "direct" kernels: grouped_matmul_swiglu_quant
+ * with int8 activations and int8 or int4 weights on mma.sync (m16n8k32 s8, sm80 and later, so
+ * also sm90a), for few tokens per expert, where reading the weights is the whole cost. Three
+ * launches on one stream, none waiting for the host:
+ *
+ *   1. group_work: each expert's end row from the group list (clamped, see swiglu_quant.cuh)
+ *      and the list of the non-empty experts;
+ *   2. the grouped GEMM below, writing C = dequantized (X_i · W_i) in fp32;
+ *   3. swiglu_quant (swiglu_quant.cuh): SwiGLU and per-row quantization of C.
+ *
+ * Scales: per channel (w_scale [E, N]: C = w_scale · (x_scale · acc), acc the exact int32 sum,
+ * the same two float32 roundings as the CUTLASS kernels' epilogue) or per group (w_scale
+ * [E, K/group, N]: C = x_scale · Σ_g w_scale[g] · acc_g, each group's int32 sum promoted to
+ * float32 when the group ends). The group size is a run-time value: a multiple of 128 that
+ * divides K (per channel: one group spanning K).
+ *
+ * Work split. The grid is (feature blocks, expert slots, token slots). There are min(E, M) expert
+ * slots, as no more experts than rows can be non-empty: slot y serves the y-th non-empty expert
+ * (group_work's list; a slot past the count exits at once), so a decode step with a few active
+ * experts of many launches a few CTAs, not one per expert. A warp owns 16 output features (the
+ * MMA's M) and a contiguous range of K; a CTA has WarpsN × WarpsK warps (WarpsN feature blocks,
+ * each K split WarpsK ways) and works on 8·TokenTiles rows of its expert at a time (the MMA's N,
+ * 8 per tile), walking that expert's row tiles z, z + Z, ... (Z token slots). The WarpsN warps
+ * that share a K range (a "K group") stream it in chunks of 128 K through cp.async rings of
+ * Stages chunks: each warp its own 16 weight rows, the K group one shared ring of the tile's
+ * activations (each row read from L2 once per CTA, not once per warp), with one barrier of
+ * the K group's warps per chunk. The WarpsK partial sums are added in a fixed order through
+ * shared memory, so results are bit-identical run to run.
+ *
+ * K order inside a chunk. The MMA sums over its 32 k slots, so any bijection between slots and
+ * the chunk's 128 k values gives the same sum if both operands use it. For the lane with
+ * q = lane % 4 and MMA j ∈ 0..3, the slots {4q..4q+3} (registers a0/a1/b0) and {16+4q..16+4q+3}
+ * (a2/a3/b1) hold k = 32q + 8j + {0..3} and {4..7} (int8 weights), or k = 32q + 8j + {0, 2, 4, 6}
+ * and {1, 3, 5, 7} (int4 weights): each lane's 32 k values of a weight row and of a token are
+ * contiguous in the packed weight (packing.py, K-major, even k in the low nibble) and in x, so the
+ * weights need no layout of their own. int4 → int8 is two masks and a shift per 8 values: the
+ * nibble lands in the byte's high half (16·w, exact in int8), and the 16 is taken back out of
+ * each chunk's int32 sum by an exact shift.
+ */
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cute/arch/copy_sm80.hpp"
+#include "cute/arch/mma_sm80.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+
+#include "gemmgen/c_api.h"
+#include "gemmgen/moe/moe_args.h"
+#include "gemmgen/moe/swiglu_quant.cuh"
+#include "gemmgen/runtime_support.hpp"
+
+namespace gemmgen::moe::direct {
+
+template <class ElementW_, int WarpsN_, int WarpsK_, int TokenTiles_, int Stages_>
+struct DirectConfig {
+  using ElementW = ElementW_;  // int8_t or cutlass::int4b_t; activations are int8
+  static constexpr int WarpsN = WarpsN_;
+  static constexpr int WarpsK = WarpsK_;
+  static constexpr int TokenTiles = TokenTiles_;
+  static constexpr int Stages = Stages_;
+};
+
+struct Params {
+  int8_t const* x;
+  unsigned char const* w;
+  float const* w_scale;
+  float const* x_scale;
+  int64_t const* ends;        // [E] end row of each expert (group_work)
+  int32_t const* active;      // [min(E, M)] the non-empty experts, in order (group_work)
+  int64_t const* active_total;  // how many there are
+  float* c;             // [M, N] fp32
+  int m, n, k;
+  int groups;           // groups per expert: K / group size (1: per channel)
+  int chunks_per_group;
+};
+
+// One block: ends[i] for every expert, the non-empty experts in order (active[0 .. count)),
+// rows_total and the count, clamped like group_setup. Internal linkage: every translation unit
+// that includes this header has its own.
+static __global__ void __launch_bounds__(kSetupThreads)
+group_work(int64_t const* group_list, int32_t cumsum, int64_t experts, int64_t m, int64_t* ends,
+           int32_t* active, int64_t* rows_total, int64_t* active_total) {
+  scan_groups(group_list, cumsum, experts, m, rows_total, active_total,
+              [&](int64_t i, int64_t start, int64_t end, int64_t index) {
+                ends[i] = end;
+                if (end > start) {
+                  active[index] = static_cast<int32_t>(i);
+                }
+              });
+}
+
+template <class Config>
+struct DirectGroupedGemm {
+  using ElementW = typename Config::ElementW;
+  static constexpr int kWarpsN = Config::WarpsN;
+  static constexpr int kWarpsK = Config::WarpsK;
+  static constexpr int kTokenTiles = Config::TokenTiles;
+  static constexpr int kStages = Config::Stages;
+  static_assert(kStages >= 2, "the ring needs at least two stages");
+  static constexpr bool kInt4 = cute::is_same_v<ElementW, cutlass::int4b_t>;
+
+  static constexpr int kWarps = kWarpsN * kWarpsK;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kChunkK = 128;
+  static constexpr int kRows = 16;                 // output features per warp (the MMA's M)
+  static constexpr int kTokens = 8 * kTokenTiles;  // rows per CTA tile (the MMA's N, 8 a tile)
+  static constexpr int kWeightBits = kInt4 ? 4 : 8;
+  static constexpr int kWeightRowBytes = kChunkK * kWeightBits / 8;  // 64 (int4), 128 (int8)
+  static constexpr int kWeightStageBytes = kRows * kWeightRowBytes;
+  static constexpr int kActRowBytes = kChunkK;                       // 128: 8 × 16 bytes
+  static constexpr int kActStageBytes = kTokens * kActRowBytes;
+  static constexpr int kWeightRingBytes = kStages * kWeightStageBytes;  // per warp
+  static constexpr int kActRingBytes = kStages * kActStageBytes;        // per K group
+  static constexpr int kRingBytes = kWarps * kWeightRingBytes + kWarpsK * kActRingBytes;
+  static constexpr int kReduceBytes = kWarps * kTokenTiles * 4 * 32 * 4;
+  static constexpr int kSmemBytes = kRingBytes > kReduceBytes ? kRingBytes : kReduceBytes;
+  static constexpr int kGroupThreads = 32 * kWarpsN;  // the threads of a K group
+
+  using Mma = cute::SM80_16x8x32_S32S8S8S32_TN;
+  using Copy16 = cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<cute::uint128_t>;
+
+  static constexpr int kSegsPerRow = kWeightRowBytes / 16;          // 4 (int4), 8 (int8)
+  static constexpr int kKPerSeg = kChunkK / kSegsPerRow;            // 32 (int4), 16 (int8)
+  static constexpr int kWeightCopies = kRows * kSegsPerRow / 32;   // per lane and chunk: 2 or 4
+  static constexpr int kActSegs = kTokens * 8;                      // 16-byte segments a chunk
+  // per thread of the K group and chunk (the last round may leave threads idle)
+  static constexpr int kActCopies = (kActSegs + kGroupThreads - 1) / kGroupThreads;
+  static_assert(kRows * kSegsPerRow % 32 == 0);
+
+  // A row's 16-byte segment s is stored at s ^ (row % 8) (int8 weights and activations: eight
+  // segments a row) so that the lanes' fragment loads are free of bank conflicts; int4 weight
+  // rows are 64 bytes, already conflict-free.
+  static __device__ int weight_seg(int row, int seg) { return kInt4 ? seg : seg ^ (row & 7); }
+
+  // This thread's share of every chunk's copies, computed once per row tile: a global source
+  // that advances by one chunk of K per chunk, a destination in the ring slot, whether the row
+  // exists (weight rows past N and rows past the tile are zero-filled, never read), and the K
+  // offset of its segment (segments past K, in a last partial chunk, are zero-filled too).
+  // Weights: the warp's 16 rows, by its 32 lanes. Activations: the tile's rows, by the K
+  // group's threads (`member` 0 .. 32·WarpsN - 1); a copy past the tile's segments is skipped.
+  struct CopyPlan {
+    unsigned char const* w_src[kWeightCopies];
+    unsigned char const* a_src[kActCopies];
+    int w_dst[kWeightCopies];
+    int a_dst[kActCopies];
+    int w_k[kWeightCopies];
+    int a_k[kActCopies];
+    bool w_ok[kWeightCopies];
+    bool a_ok[kActCopies];
+    bool a_mine[kActCopies];
+
+    __device__ CopyPlan(Params const& p, unsigned char const* w_expert, int c_begin, int n0,
+                        int64_t t0, int64_t t_end, int lane, int member) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kWeightCopies; ++j) {
+        int const i = lane + 32 * j;
+        int const row = i / kSegsPerRow, seg = i % kSegsPerRow;
+        w_ok[j] = n0 + row < p.n;
+        w_k[j] = c_begin * kChunkK + seg * kKPerSeg;
+        w_src[j] = w_expert + (w_ok[j] ? (int64_t(n0 + row) * p.k + w_k[j]) * kWeightBits / 8 : 0);
+        w_dst[j] = row * kWeightRowBytes + weight_seg(row, seg) * 16;
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kActCopies; ++j) {
+        int const i = member + kGroupThreads * j;
+        a_mine[j] = i < kActSegs;
+        int const row = (a_mine[j] ? i : 0) / 8, seg = i % 8;
+        a_ok[j] = a_mine[j] && t0 + row < t_end;
+        a_k[j] = c_begin * kChunkK + seg * 16;
+        a_src[j] = reinterpret_cast<unsigned char const*>(p.x) +
+                   (a_ok[j] ? (t0 + row) * p.k + a_k[j] : 0);
+        a_dst[j] = row * kActRowBytes + ((seg ^ (row & 7)) * 16);
+      }
+    }
+
+    // Queue chunk `c_begin + ahead`'s copies into ring slots `weight_slot` and `act_slot`.
+    __device__ void issue(char* weight_slot, char* act_slot, int ahead, int k) const {
+      int const dk = ahead * kChunkK;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kWeightCopies; ++j) {
+        bool const ok = w_ok[j] && w_k[j] + dk < k;
+        unsigned char const* src = ok ? w_src[j] + int64_t(ahead) * kWeightRowBytes : w_src[j];
+        Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
+                     *reinterpret_cast<cute::uint128_t*>(weight_slot + w_dst[j]), ok);
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kActCopies; ++j) {
+        if (!a_mine[j]) {
+          continue;
+        }
+        bool const ok = a_ok[j] && a_k[j] + dk < k;
+        unsigned char const* src = ok ? a_src[j] + int64_t(ahead) * kActRowBytes : a_src[j];
+        Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
+                     *reinterpret_cast<cute::uint128_t*>(act_slot + a_dst[j]), ok);
+      }
+    }
+  };
+
+  // One weight row's A registers for MMA j of the chunk: {slots 4q.., slots 16+4q..}.
+  struct RowFragments {
+    uint32_t lo[4], hi[4];
+  };
+
+  static __device__ RowFragments load_row(char const* weights, int row, int q) {
+    RowFragments f;
+    char const* base = weights + row * kWeightRowBytes;
+    if constexpr (kInt4) {
+      // 16 bytes: word j holds k = 32q + 8j + 0..7, one nibble each, even k in the low nibble
+      uint4 const u = *reinterpret_cast<uint4 const*>(base + q * 16);
+      uint32_t const words[4] = {u.x, u.y, u.z, u.w};
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        f.lo[j] = (words[j] << 4) & 0xF0F0F0F0u;  // k = 0, 2, 4, 6 (times 16)
+        f.hi[j] = words[j] & 0xF0F0F0F0u;         // k = 1, 3, 5, 7 (times 16)
+      }
+    } else {
+      // 32 bytes (segments 2q, 2q + 1): word i holds k = 32q + 4i .. 4i + 3
+      uint4 const u0 = *reinterpret_cast<uint4 const*>(base + weight_seg(row, 2 * q) * 16);
+      uint4 const u1 = *reinterpret_cast<uint4 const*>(base + weight_seg(row, 2 * q + 1) * 16);
+      uint32_t const words[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        f.lo[j] = words[2 * j];
+        f.hi[j] = words[2 * j + 1];
+      }
+    }
+    return f;
+  }
+
+  // One token's B registers for MMA j, in the same k order as the weights'.
+  static __device__ void token_fragments(char const* act, int row, int q, uint32_t (&b)[4][2]) {
+    char const* base = act + row * kActRowBytes;
+    uint4 const x0 = *reinterpret_cast<uint4 const*>(base + (((2 * q) ^ (row & 7)) * 16));
+    uint4 const x1 = *reinterpret_cast<uint4 const*>(base + (((2 * q + 1) ^ (row & 7)) * 16));
+    uint32_t const words[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (kInt4) {
+        b[j][0] = __byte_perm(words[2 * j], words[2 * j + 1], 0x6420);  // k = 0, 2, 4, 6
+        b[j][1] = __byte_perm(words[2 * j], words[2 * j + 1], 0x7531);  // k = 1, 3, 5, 7
+      } else {
+        b[j][0] = words[2 * j];
+        b[j][1] = words[2 * j + 1];
+      }
+    }
+  }
+
+  // The barrier of K group `wk`'s warps (named barrier 1 + wk; 0 is __syncthreads'). One warp
+  // a group: the warp's own barrier.
+  static __device__ void k_group_sync(int wk) {
+    if constexpr (kWarpsN == 1) {
+      __syncwarp();
+    } else {
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + wk), "r"(kGroupThreads) : "memory");
+    }
+  }
+  static_assert(kWarpsN == 1 || kWarpsK <= 15, "one named barrier a K group: at most 15");
+
+  // One row tile [t0, t_end) of expert `e` for this CTA's features: C[rows, features].
+  static __device__ void row_tile(Params const& p, char* smem, int e, int64_t t0, int64_t t_end) {
+    int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int const wn = warp % kWarpsN, wk = warp / kWarpsN;
+    int const group_id = lane / 4, q = lane % 4;
+    int const n0 = (blockIdx.x * kWarpsN + wn) * kRows;
+    int const chunks = (p.k + kChunkK - 1) / kChunkK;
+    int const c_begin = static_cast<int>(int64_t(chunks) * wk / kWarpsK);
+    int const c_end = static_cast<int>(int64_t(chunks) * (wk + 1) / kWarpsK);
+    char* weight_ring = smem + warp * kWeightRingBytes;
+    char* act_ring = smem + kWarps * kWeightRingBytes + wk * kActRingBytes;
+    bool const per_group = p.groups > 1;
+    unsigned char const* w_expert = p.w + int64_t(e) * p.n * p.k * kWeightBits / 8;
+
+    int32_t acc[kTokenTiles][4] = {};  // this group's exact sum (per channel: the whole range's)
+    float scaled[kTokenTiles][4] = {};  // per group: Σ over finished groups of w_scale · acc
+
+    int const n_lo = n0 + group_id, n_hi = n_lo + 8;
+    // Per group: this lane's two scales (rows n_lo, n_hi) of group g, loaded a group ahead of
+    // their use so that the load's latency hides behind the next group's MMAs.
+    auto group_scales = [&](int g, float (&out)[2]) {
+      out[0] = out[1] = 0.f;
+      if (per_group && g < p.groups) {
+        float const* s = p.w_scale + (int64_t(e) * p.groups + g) * p.n;
+        out[0] = n_lo < p.n ? s[n_lo] : 0.f;
+        out[1] = n_hi < p.n ? s[n_hi] : 0.f;
+      }
+    };
+    float scale_now[2], scale_next[2];
+    auto finish_group = [&](int g) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int t = 0; t < kTokenTiles; ++t) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          scaled[t][i] += scale_now[i / 2] * static_cast<float>(acc[t][i]);
+          acc[t][i] = 0;
+        }
+      }
+      scale_now[0] = scale_next[0], scale_now[1] = scale_next[1];
+      group_scales(g + 2, scale_next);
+    };
+
+    // Prologue: Stages - 1 chunks in flight (a commit group per chunk, empty past the range).
+    CopyPlan const plan(p, w_expert, c_begin, n0, t0, t_end, lane, wn * 32 + lane);
+    int const count = c_end - c_begin;
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < count) {
+        plan.issue(weight_ring + s * kWeightStageBytes, act_ring + s * kActStageBytes, s, p.k);
+      }
+      cute::cp_async_fence();
+    }
+
+    int group = c_begin / p.chunks_per_group;
+    int left_in_group = p.chunks_per_group - (c_begin - group * p.chunks_per_group);
+    group_scales(group, scale_now);
+    group_scales(group + 1, scale_next);
+    int slot = 0, issue_slot = kStages - 1;
+    for (int i = 0; i < count; ++i) {
+      cute::cp_async_wait<kStages - 2>();
+      k_group_sync(wk);  // chunk i landed for every thread of the K group (its copies are shared)
+      // The slots chunk i + Stages - 1 goes to were read for chunk i - 1, by every thread of the
+      // K group (before the barrier above).
+      if (i + kStages - 1 < count) {
+        plan.issue(weight_ring + issue_slot * kWeightStageBytes,
+                   act_ring + issue_slot * kActStageBytes, i + kStages - 1, p.k);
+      }
+      cute::cp_async_fence();
+      issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
+
+      char const* weights = weight_ring + slot * kWeightStageBytes;
+      char const* act = act_ring + slot * kActStageBytes;
+      slot = slot + 1 == kStages ? 0 : slot + 1;
+      RowFragments const w_lo = load_row(weights, group_id, q);
+      RowFragments const w_hi = load_row(weights, group_id + 8, q);
+      CUTLASS_PRAGMA_UNROLL
+      for (int t = 0; t < kTokenTiles; ++t) {
+        uint32_t b[4][2];
+        token_fragments(act, t * 8 + group_id, q, b);
+        uint32_t part[4] = {0u, 0u, 0u, 0u};
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          Mma::fma(part[0], part[1], part[2], part[3], w_lo.lo[j], w_hi.lo[j], w_lo.hi[j],
+                   w_hi.hi[j], b[j][0], b[j][1], part[0], part[1], part[2], part[3]);
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int v = 0; v < 4; ++v) {  // int4: every product is 16·x·w, so the sum divides by 16
+          acc[t][v] += kInt4 ? static_cast<int32_t>(part[v]) >> 4 : static_cast<int32_t>(part[v]);
+        }
+      }
+      if (per_group && --left_in_group == 0) {
+        finish_group(group);
+        ++group;
+        left_in_group = p.chunks_per_group;
+      }
+    }
+    if (per_group && count > 0 && left_in_group != p.chunks_per_group) {
+      finish_group(group);  // the range ended inside a group (an empty range adds nothing: a
+                            // ±inf scale times its zero sum would be NaN)
+    }
+    cute::cp_async_wait<0>();
+    __syncthreads();  // every ring is drained: the shared memory becomes the reduction buffer
+
+    // Partial sums, [warp k][warp n][token tile][value][lane], added in warp-k order: int32
+    // (exact) per channel, float32 per group.
+    uint32_t* reduce = reinterpret_cast<uint32_t*>(smem);
+    auto at = [&](int k_index, int t, int i) {
+      return ((((k_index * kWarpsN) + wn) * kTokenTiles + t) * 4 + i) * 32 + lane;
+    };
+    CUTLASS_PRAGMA_UNROLL
+    for (int t = 0; t < kTokenTiles; ++t) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        reduce[at(wk, t, i)] = per_group ? __float_as_uint(scaled[t][i])
+                                         : static_cast<uint32_t>(acc[t][i]);
+      }
+    }
+    __syncthreads();
+    if (wk == 0) {
+      float const* w_scale = p.w_scale + int64_t(e) * p.n;  // per channel: [E, N]
+      CUTLASS_PRAGMA_UNROLL
+      for (int t = 0; t < kTokenTiles; ++t) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          int const n = i < 2 ? n_lo : n_hi;
+          int64_t const row = t0 + t * 8 + 2 * q + (i & 1);
+          if (n >= p.n || row >= t_end) {
+            continue;
+          }
+          float const x_scale = p.x_scale[row];
+          float v;
+          if (per_group) {
+            float sum = 0.f;
+            for (int w = 0; w < kWarpsK; ++w) {
+              sum += __uint_as_float(reduce[at(w, t, i)]);
+            }
+            v = x_scale * sum;
+          } else {
+            int32_t sum = 0;
+            for (int w = 0; w < kWarpsK; ++w) {
+              sum += static_cast<int32_t>(reduce[at(w, t, i)]);
+            }
+            v = w_scale[n] * (x_scale * static_cast<float>(sum));  // as the CUTLASS epilogue
+          }
+          p.c[row * p.n + n] = v;
+        }
+      }
+    }
+    __syncthreads();  // the reduction buffer is the next row tile's rings
+  }
+
+  static __device__ void kernel_body(Params const& p, char* smem) {
+    if (blockIdx.y >= *p.active_total) {
+      return;  // fewer non-empty experts than slots
+    }
+    int const e = p.active[blockIdx.y];
+    int64_t const start = e > 0 ? p.ends[e - 1] : 0, end = p.ends[e];
+    for (int64_t t0 = start + int64_t(blockIdx.z) * kTokens; t0 < end;
+         t0 += int64_t(gridDim.z) * kTokens) {
+      row_tile(p, smem, e, t0, t0 + kTokens < end ? t0 + kTokens : end);
+    }
+  }
+};
+
+template <class Config>
+__global__ void __launch_bounds__(DirectGroupedGemm<Config>::kThreads)
+    direct_grouped_gemm_kernel(Params const params) {
+  extern __shared__ __align__(128) char smem[];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  DirectGroupedGemm<Config>::kernel_body(params, smem);
+#endif
+}
+
+// The whole op behind the C ABI: group ends, the grouped GEMM, SwiGLU + quant.
+template <class Config>
+struct DirectSwigluQuant {
+  using K = DirectGroupedGemm<Config>;
+  static constexpr size_t kAlign = 256;
+  static constexpr size_t round_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+  // Expert slots: no more experts than rows can be non-empty.
+  static int64_t expert_slots(gemmgen_moe_args const* p) { return p->m < p->experts ? p->m : p->experts; }
+
+  // Workspace: ends [E], active [min(E, M)], rows_total and active_total.
+  static size_t workspace_size(gemmgen_moe_args const* p) {
+    return round_up(sizeof(int64_t) * static_cast<size_t>(p->experts)) +
+           round_up(sizeof(int32_t) * static_cast<size_t>(expert_slots(p))) +
+           2 * round_up(sizeof(int64_t));
+  }
+
+  // Token slots per expert slot: about twice the mean rows per non-empty expert (at most
+  // min(E, M) of them), in row tiles, so that a skewed expert's tiles still spread over
+  // several CTAs.
+  static int64_t token_slots(int64_t m, int64_t experts) {
+    int64_t const mean = (m + experts - 1) / experts;
+    int64_t const wanted = 2 * ((mean + K::kTokens - 1) / K::kTokens);
+    int64_t const most = (m + K::kTokens - 1) / K::kTokens;
+    int64_t const slots = wanted < most ? wanted : most;
+    return slots < 1 ? 1 : (slots > 65535 ? 65535 : slots);
+  }
+
+  static int run(gemmgen_moe_args const* p, void* workspace, size_t workspace_bytes, void* stream,
+                 char const* kernel_name) {
+    if (p->layout_version != GEMMGEN_MOE_LAYOUT_VERSION) {
+      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                  "the packed weight's layout version differs from the one this library was "
+                  "built for (re-pack the weights, or rebuild with `gemmgen build`)");
+    }
+    if (workspace == nullptr || workspace_bytes < workspace_size(p)) {
+      return fail(GEMMGEN_WORKSPACE_TOO_SMALL, kernel_name, "workspace smaller than required");
+    }
+    if (p->m == 0) {
+      return GEMMGEN_OK;  // no rows: nothing to compute or write
+    }
+    int64_t const group = p->group_size > 0 ? p->group_size : p->k;
+    if (p->k < 1 || p->n < 1 || p->k >= (int64_t(1) << 31) || p->n >= (int64_t(1) << 31) ||
+        p->m >= (int64_t(1) << 31) || p->k % (K::kInt4 ? 32 : 16) != 0) {
+      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                  "needs K a positive multiple of 16 (int4 weights: 32), M, N, K below 2^31");
+    }
+    if (group != p->k && (group % K::kChunkK != 0 || p->k % group != 0)) {
+      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                  "needs a group size that is a multiple of 128 and divides K (or per channel)");
+    }
+    int64_t const feature_blocks = (p->n + 16 * K::kWarpsN - 1) / (16 * K::kWarpsN);
+    if (feature_blocks > 2147483647 || p->experts > 65535) {
+      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "N or E too large for the launch grid");
+    }
+    // Once per device: check the GPU's opt-in shared memory and raise the kernel's limit to it.
+    static std::atomic<bool> raised[detail::kMaxDevices] = {};
+    int const device = detail::current_device();
+    auto& flag = raised[device % detail::kMaxDevices];
+    if (!flag.load(std::memory_order_acquire)) {
+      int optin = 0;
+      if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+              cudaSuccess &&
+          optin < K::kSmemBytes) {
+        return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                    "needs more shared memory per block than this GPU allows (fewer stages)");
+      }
+      if (cudaFuncSetAttribute(direct_grouped_gemm_kernel<Config>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               K::kSmemBytes) != cudaSuccess) {
+        cudaGetLastError();
+        return fail(GEMMGEN_INITIALIZE_FAILED, kernel_name,
+                    "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed");
+      }
+      flag.store(true, std::memory_order_release);
+    }
+    int64_t const slots = expert_slots(p);
+    char* carved = static_cast<char*>(workspace);
+    auto* ends = reinterpret_cast<int64_t*>(carved);
+    carved += round_up(sizeof(int64_t) * static_cast<size_t>(p->experts));
+    auto* active = reinterpret_cast<int32_t*>(carved);
+    carved += round_up(sizeof(int32_t) * static_cast<size_t>(slots));
+    auto* rows_total = reinterpret_cast<int64_t*>(carved);
+    auto* active_total = reinterpret_cast<int64_t*>(carved + round_up(sizeof(int64_t)));
+    auto cuda_stream = static_cast<cudaStream_t>(stream);
+    group_work<<<1, kSetupThreads, 0, cuda_stream>>>(p->group_list, p->group_list_type, p->experts,
+                                                     p->m, ends, active, rows_total, active_total);
+    Params const params{static_cast<int8_t const*>(p->x), static_cast<unsigned char const*>(p->w),
+                        p->w_scale, p->x_scale, ends, active, active_total,
+                        static_cast<float*>(p->c),
+                        static_cast<int>(p->m), static_cast<int>(p->n), static_cast<int>(p->k),
+                        static_cast<int>(p->k / group),
+                        static_cast<int>((group + K::kChunkK - 1) / K::kChunkK)};
+    dim3 const grid(static_cast<unsigned>(feature_blocks), static_cast<unsigned>(slots),
+                    static_cast<unsigned>(token_slots(p->m, slots)));
+    direct_grouped_gemm_kernel<Config><<<grid, K::kThreads, K::kSmemBytes, cuda_stream>>>(params);
+    int const blocks = static_cast<int>(p->m < 65535 * 4 ? p->m : 65535 * 4);
+    swiglu_quant<<<blocks, kQuantThreads, 0, cuda_stream>>>(
+        static_cast<float const*>(p->c), static_cast<int8_t*>(p->q), p->q_scale, p->m, p->n / 2,
+        rows_total);
+    cudaError_t const launched = cudaGetLastError();
+    if (launched != cudaSuccess) {
+      return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
+    }
+    return GEMMGEN_OK;
+  }
+};
+
+}  // namespace gemmgen::moe::direct

@@ -1,0 +1,62 @@
+"""Manifest rules shared by the families' "direct" kernels (schedule: direct): the mma.sync
+weight-streaming kernels of the mixed-input family (direct_mixed_mm.cuh) and of the MoE family
+(direct_grouped_gemm.cuh). One warp owns 16 output features and a range of K; a CTA is
+tile M / 16 feature warps times `warps_k` warps that split K, over tile N tokens (8 an MMA tile),
+streaming K in chunks of tile K through a per-warp ring of `stages` chunks."""
+
+from __future__ import annotations
+
+WARPS_K = (1, 2, 4, 8, 16)
+TILE_M = (16, 32, 64)       # 16 features a warp: 1, 2 or 4 feature warps
+TILE_N = (8, 16, 32, 64)    # tokens: 1 to 8 MMA tiles of 8
+MAX_THREADS = 512
+MAX_STAGES = 8
+
+
+def warps(tile: tuple[int, int, int], warps_k: int) -> int:
+    """Warps of a direct CTA: one per 16 features, times the warps that split K."""
+    return tile[0] // 16 * warps_k
+
+
+def shape_problems(tile: tuple[int, int, int], warps_k: int, cluster: tuple[int, int, int],
+                   stages: int, chunk_k: int, auto_stages: int) -> list[tuple[str, str]]:
+    """(key, message) for every rule of the direct kernels' shape a config breaks: the tile, the
+    warps that split K, the thread count, no cluster, the ring depth (0 = auto)."""
+    tm, tn, tk = tile
+    problems = []
+    if tm not in TILE_M or tn not in TILE_N or tk != chunk_k:
+        problems.append(("tile", "the direct kernel's tile is [16·warps over features (16, 32 or "
+                                 f"64), 8·MMA tiles over tokens (8, 16, 32 or 64), {chunk_k}]; got "
+                                 f"{list(tile)}"))
+    if warps_k not in WARPS_K:
+        problems.append(("warps_k", "schedule direct needs warps_k (the warps that split K in a "
+                                    f"CTA), one of {', '.join(map(str, WARPS_K))}; got "
+                                    f"{warps_k or 'none'}"))
+    elif tm in TILE_M and 32 * warps(tile, warps_k) > MAX_THREADS:
+        problems.append(("warps_k", f"tile M {tm} x warps_k {warps_k} makes "
+                                    f"{32 * warps(tile, warps_k)} threads a CTA; at most "
+                                    f"{MAX_THREADS}"))
+    if cluster != (1, 1, 1):
+        problems.append(("cluster", "the direct kernel has no clusters: leave cluster out or "
+                                    f"write [1, 1, 1]; got {list(cluster)}"))
+    if stages and stages > MAX_STAGES:
+        problems.append(("stages", f"the direct kernel's ring holds 2 to {MAX_STAGES} chunks "
+                                   f"(auto: {auto_stages}); got {stages}"))
+    return problems
+
+
+def read_warps_k(reader, c) -> int:
+    """`warps_k` of a config mapping (0 when absent: only schedule direct takes it)."""
+    value = c.get("warps_k", 0)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise reader.error(c, "warps_k", f"expected an integer, one of "
+                                         f"{', '.join(map(str, WARPS_K))}; got {value!r}")
+    return value
+
+
+def refuse_scheduler_knobs(reader, c) -> None:
+    """A direct config has no tile scheduler, so no raster or swizzle key."""
+    for key in ("raster", "swizzle"):
+        if key in c:
+            raise reader.error(c, key, f"the direct kernel has no tile scheduler, so no {key}: "
+                                       "leave the key out")
