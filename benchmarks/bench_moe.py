@@ -621,8 +621,11 @@ def report(rows: list[dict], args, meta: dict) -> str:
     for dtype in args.dtypes:
         sel = [r for r in rows if r["dtype"] == dtype]
         if sel:
-            lines.append(f"- {dtype} geomean: {geomean(ratio(r.get('per_expert'), r['gemmgen']) for r in sel):.2f}x "
-                         f"per-expert, {geomean(ratio(r.get('grouped'), r['gemmgen']) for r in sel):.2f}x grouped, "
+            per_expert = [ratio(r.get('per_expert'), r['gemmgen']) for r in sel]
+            per_expert_text = (f"{geomean(per_expert):.2f}x per-expert" if any(v is not None for v in per_expert)
+                               else "per-expert n/a")
+            lines.append(f"- {dtype} geomean: {per_expert_text}, "
+                         f"{geomean(ratio(r.get('grouped'), r['gemmgen']) for r in sel):.2f}x grouped, "
                          f"{geomean(ratio(r['gemmgen'], r['floor']) for r in sel):.2f} x floor"
                          + (f", {geomean(a8w8_ratio(r) for r in sel):.2f}x A8W8" if dtype in A8W4_ROWS else ""))
     notes = [f"{r['dtype']} {r['model']} T={r['tokens']} {r['routing']}: {'; '.join(r['notes'])}"

@@ -7,7 +7,7 @@ streaming K in chunks of tile K through a per-warp ring of `stages` chunks."""
 from __future__ import annotations
 
 WARPS_K = (1, 2, 4, 8, 16)
-TILE_M = (16, 32, 64)       # 16 features a warp: 1, 2 or 4 feature warps
+TILE_M = (16, 32, 64, 128, 256)  # 16 features a warp: 1 to 16 feature warps
 TILE_N = (8, 16, 32, 64)    # tokens: 1 to 8 MMA tiles of 8
 MAX_THREADS = 512
 MAX_STAGES = 8
@@ -25,9 +25,9 @@ def shape_problems(tile: tuple[int, int, int], warps_k: int, cluster: tuple[int,
     tm, tn, tk = tile
     problems = []
     if tm not in TILE_M or tn not in TILE_N or tk != chunk_k:
-        problems.append(("tile", "the direct kernel's tile is [16·warps over features (16, 32 or "
-                                 f"64), 8·MMA tiles over tokens (8, 16, 32 or 64), {chunk_k}]; got "
-                                 f"{list(tile)}"))
+        problems.append(("tile", "the direct kernel's tile is [16·warps over features (16, 32, 64, "
+                                 "128 or 256), 8·MMA tiles over tokens (8, 16, 32 or 64), "
+                                 f"{chunk_k}]; got {list(tile)}"))
     if warps_k not in WARPS_K:
         problems.append(("warps_k", "schedule direct needs warps_k (the warps that split K in a "
                                     f"CTA), one of {', '.join(map(str, WARPS_K))}; got "

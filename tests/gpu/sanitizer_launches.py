@@ -98,11 +98,17 @@ def run_mixed(kernel) -> int:
 def run_moe(kernel) -> int:
     spec, calls = kernel.spec, 0
     dtype, bits = ELEMENTS[spec.x], 4 if spec.w == "int4" else 8
+    per_group = spec.scales == "group"
     e = 3
-    for m, n, k in boundary_shapes(spec, 8, 32 if bits == 4 else 16):
+    # per group: K a multiple of the group size (128), two and three groups (one would be per
+    # channel, another dispatch class)
+    shapes = ({(m, n, 384 if k > 128 else 256) for m, n, k in boundary_shapes(spec, 8, 32)}
+              if per_group else boundary_shapes(spec, 8, 32 if bits == 4 else 16))
+    for m, n, k in sorted(shapes):
         weight = (torch.randint(-8, 8, (e, k, n), dtype=torch.int8, device=DEVICE) if bits == 4
                   else values((e, k, n), dtype))
-        packed = gemmgen.pack_moe_weights(weight, scales((e, n)), weight_bits=bits)
+        weight_scale = scales((e, k // 128, n) if per_group else (e, n))
+        packed = gemmgen.pack_moe_weights(weight, weight_scale, weight_bits=bits)
         x, x_scale = values((m, k), dtype), scales((m,))
         # the middle expert empty, and (from m > 2) the last row past every group
         rows = max(m - 1, 1) if m > 2 else m

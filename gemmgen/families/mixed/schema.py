@@ -89,11 +89,12 @@ def estimate_smem(config: MixedTileConfig, w: str, with_zero: bool) -> tuple[int
 
 
 def direct_smem_bytes(config: MixedTileConfig, w: str) -> int:
-    """The direct kernel's dynamic shared memory: a ring per warp of (16 weight rows + the CTA's
-    tokens) × 64 K (mirrors DirectMixedMm::kSmemBytes; the reduction buffer is smaller)."""
+    """The direct kernel's dynamic shared memory: a ring per warp of 16 weight rows and one per K
+    group (warps_k of them) of the CTA's tokens, each of `stages` chunks of 64 K (mirrors
+    DirectMixedMm::kSmemBytes; the reduction buffer is smaller)."""
     _, tn, tk = config.tile
-    stage = 16 * tk * _BITS[w] // 8 + tn * tk * 2
-    return direct_schema.warps(config.tile, config.warps_k) * config.ring_stages * stage
+    weights = direct_schema.warps(config.tile, config.warps_k) * 16 * tk * _BITS[w] // 8
+    return config.ring_stages * (weights + config.warps_k * tn * tk * 2)
 
 
 def check_direct(config: MixedTileConfig, variants: tuple[Variant, ...], arch: str

@@ -6,10 +6,12 @@
  *
  * Work split. A warp owns 16 output features (the MMA's M) and one contiguous range of K; a CTA
  * has WarpsN × WarpsK warps (WarpsN feature blocks, each K split WarpsK ways) and 8·TokenTiles
- * tokens (the MMA's N, 8 per tile). Each warp streams its weights through a private cp.async ring
- * of Stages chunks of 64 K (no CTA barrier in the main loop), converts them in registers with
- * CUTLASS's int→float converters (exact: every stored value is a small integer) and feeds
- * mma.sync m16n8k16 with fp32 accumulation. The CTA's WarpsK partial sums are added in a fixed
+ * tokens (the MMA's N, 8 per tile). The WarpsN warps that share a K range (a "K group") stream it
+ * in chunks of 64 K through cp.async rings of Stages chunks: each warp its own 16 weight rows, the
+ * K group one shared ring of the tokens' activations (read from L2 once per CTA, not once per
+ * warp), with one barrier of the K group's warps a chunk (a named barrier). Each warp
+ * converts its weights in registers with CUTLASS's int→float converters (exact: every stored
+ * value is a small integer) and feeds mma.sync m16n8k16 with fp32 accumulation. The CTA's WarpsK partial sums are added in a fixed
  * order through shared memory: results are bit-identical run to run.
  *
  * K order inside a chunk. The MMA sums over its 16 k slots, so any bijection between slots and
@@ -86,11 +88,13 @@ struct DirectMixedMm {
   static constexpr int kWeightRowBytes = kChunkK * kWeightBits / 8;       // 32 (int4), 64 (int8)
   static constexpr int kWeightStageBytes = kRows * kWeightRowBytes;
   static constexpr int kActRowBytes = kChunkK * 2;                        // 128: 8 × 16 bytes
-  static constexpr int kStageBytes = kWeightStageBytes + kTokens * kActRowBytes;
-  static constexpr int kWarpRingBytes = kStages * kStageBytes;
+  static constexpr int kActStageBytes = kTokens * kActRowBytes;
+  static constexpr int kWeightRingBytes = kStages * kWeightStageBytes;  // per warp
+  static constexpr int kActRingBytes = kStages * kActStageBytes;        // per K group
+  static constexpr int kRingBytes = kWarps * kWeightRingBytes + kWarpsK * kActRingBytes;
   static constexpr int kReduceBytes = kWarps * kTokenTiles * 4 * 32 * 4;
-  static constexpr int kSmemBytes =
-      kWarps * kWarpRingBytes > kReduceBytes ? kWarps * kWarpRingBytes : kReduceBytes;
+  static constexpr int kSmemBytes = kRingBytes > kReduceBytes ? kRingBytes : kReduceBytes;
+  static constexpr int kGroupThreads = 32 * kWarpsN;  // the threads of a K group
 
   using Mma = cute::conditional_t<cute::is_same_v<ElementA, cutlass::bfloat16_t>,
                                   cute::SM80_16x8x16_F32BF16BF16F32_TN,
@@ -100,23 +104,27 @@ struct DirectMixedMm {
 
   static constexpr int kSegsPerRow = kWeightRowBytes / 16;
   static constexpr int kWeightCopies = kRows * kSegsPerRow / 32;  // per lane and chunk: 1 or 2
-  static constexpr int kActCopies = kTokens * 8 / 32;              // per lane and chunk: 2 a tile
-  static_assert(kRows * kSegsPerRow % 32 == 0 && kTokens * 8 % 32 == 0);
+  static constexpr int kActSegs = kTokens * 8;                     // 16-byte segments a chunk
+  // per thread of the K group and chunk (the last round may leave threads idle)
+  static constexpr int kActCopies = (kActSegs + kGroupThreads - 1) / kGroupThreads;
+  static_assert(kRows * kSegsPerRow % 32 == 0);
 
-  // This lane's share of every chunk's copies, computed once: a global source that advances by
-  // one chunk of K per chunk, a destination offset in the ring slot, and whether the row exists
-  // (weight rows past N and token rows past M are zero-filled and never read from global).
-  // Weights: the warp's 16 rows, 16-byte segments in row order. Tokens: the CTA's rows, each
-  // row's eight 16-byte segments XOR-swizzled by (token % 8) so that the lanes' fragment loads
-  // are free of bank conflicts.
+  // This thread's share of every chunk's copies, computed once: a global source that advances
+  // by one chunk of K per chunk, a destination offset in the ring slot, and whether the row
+  // exists (weight rows past N and token rows past M are zero-filled and never read from
+  // global). Weights: the warp's 16 rows, 16-byte segments in row order, by its 32 lanes.
+  // Tokens: the CTA's rows, by the K group's threads (`member` 0 .. 32·WarpsN - 1; a copy past
+  // the segments is skipped), each row's eight 16-byte segments XOR-swizzled by (token % 8) so
+  // that the lanes' fragment loads are free of bank conflicts.
   struct CopyPlan {
     unsigned char const* w_src[kWeightCopies];
     unsigned char const* a_src[kActCopies];
     int a_dst[kActCopies];
     bool w_ok[kWeightCopies];
     bool a_ok[kActCopies];
+    bool a_mine[kActCopies];
 
-    __device__ CopyPlan(Params const& p, int c_begin, int n0, int t0, int lane) {
+    __device__ CopyPlan(Params const& p, int c_begin, int n0, int t0, int lane, int member) {
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kWeightCopies; ++j) {
         int const i = lane + 32 * j;
@@ -128,33 +136,49 @@ struct DirectMixedMm {
       }
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kActCopies; ++j) {
-        int const i = lane + 32 * j;
-        int const row = i / 8, seg = i % 8;
-        a_ok[j] = t0 + row < p.m;
+        int const i = member + kGroupThreads * j;
+        a_mine[j] = i < kActSegs;
+        int const row = (a_mine[j] ? i : 0) / 8, seg = i % 8;
+        a_ok[j] = a_mine[j] && t0 + row < p.m;
         a_src[j] = static_cast<unsigned char const*>(p.a) +
                    (a_ok[j] ? (int64_t(t0 + row) * p.lda + int64_t(c_begin) * kChunkK + seg * 8) *
                                   int64_t(sizeof(ElementA))
                             : 0);
-        a_dst[j] = kWeightStageBytes + row * kActRowBytes + ((seg ^ (row & 7)) * 16);
+        a_dst[j] = row * kActRowBytes + ((seg ^ (row & 7)) * 16);
       }
     }
 
-    // Queue chunk `c_begin + ahead`'s copies into `slot_ptr`.
-    __device__ void issue(char* slot_ptr, int ahead, int lane) const {
+    // Queue chunk `c_begin + ahead`'s copies into ring slots `weight_slot` and `act_slot`.
+    __device__ void issue(char* weight_slot, char* act_slot, int ahead, int lane) const {
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kWeightCopies; ++j) {
         unsigned char const* src = w_ok[j] ? w_src[j] + int64_t(ahead) * kWeightRowBytes : w_src[j];
         Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
-                     *reinterpret_cast<cute::uint128_t*>(slot_ptr + (lane + 32 * j) * 16), w_ok[j]);
+                     *reinterpret_cast<cute::uint128_t*>(weight_slot + (lane + 32 * j) * 16), w_ok[j]);
       }
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kActCopies; ++j) {
+        if (!a_mine[j]) {
+          continue;
+        }
         unsigned char const* src = a_ok[j] ? a_src[j] + int64_t(ahead) * kActRowBytes : a_src[j];
         Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
-                     *reinterpret_cast<cute::uint128_t*>(slot_ptr + a_dst[j]), a_ok[j]);
+                     *reinterpret_cast<cute::uint128_t*>(act_slot + a_dst[j]), a_ok[j]);
       }
     }
   };
+
+  // The barrier of K group `wk`'s warps (named barrier 1 + wk; 0 is __syncthreads'): they read
+  // each other's copies. One warp a K group: the warp's own barrier. (Not the CTA's: measured on
+  // the H100 with warps_k 4 and 8, tying the K groups together cost up to 1.5x.)
+  static __device__ void k_group_sync(int wk) {
+    if constexpr (kWarpsN == 1) {
+      __syncwarp();
+    } else {
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + wk), "r"(kGroupThreads) : "memory");
+    }
+  }
+  static_assert(kWarpsN == 1 || kWarpsK <= 15, "one named barrier a K group: at most 15");
 
   // One weight row's 16 values of this lane (k = 16q .. 16q+15 of the chunk) as 8 words of two
   // 16-bit floats, word i holding values 2i and 2i+1.
@@ -182,7 +206,8 @@ struct DirectMixedMm {
     int const c_begin = static_cast<int>(int64_t(chunks) * wk / kWarpsK);
     int const c_end = static_cast<int>(int64_t(chunks) * (wk + 1) / kWarpsK);
     int const chunks_per_group = p.group / kChunkK;
-    char* ring = smem + warp * kWarpRingBytes;
+    char* weight_ring = smem + warp * kWeightRingBytes;
+    char* act_ring = smem + kWarps * kWeightRingBytes + wk * kActRingBytes;
 
     float acc[kTokenTiles][4] = {};     // scaled sum over finished groups
     float part[kTokenTiles][4] = {};    // this group's unscaled sum
@@ -215,12 +240,12 @@ struct DirectMixedMm {
     };
 
     // Prologue: Stages - 1 chunks in flight (a commit group per chunk, empty past the range).
-    CopyPlan const plan(p, c_begin, n0, t0, lane);
+    CopyPlan const plan(p, c_begin, n0, t0, lane, wn * 32 + lane);
     int const count = c_end - c_begin;
     CUTLASS_PRAGMA_UNROLL
     for (int s = 0; s < kStages - 1; ++s) {
       if (s < count) {
-        plan.issue(ring + s * kStageBytes, s, lane);
+        plan.issue(weight_ring + s * kWeightStageBytes, act_ring + s * kActStageBytes, s, lane);
       }
       cute::cp_async_fence();
     }
@@ -231,20 +256,22 @@ struct DirectMixedMm {
     int slot = 0, issue_slot = kStages - 1;
     for (int i = 0; i < count; ++i) {
       cute::cp_async_wait<kStages - 2>();
-      __syncwarp();
-      // The slot chunk i + Stages - 1 goes to was read for chunk i - 1, by every lane (above).
+      k_group_sync(wk);  // chunk i landed for every thread of the K group (its copies are shared)
+      // The slots chunk i + Stages - 1 goes to were read for chunk i - 1, by every thread of the
+      // K group (before the barrier above).
       if (i + kStages - 1 < count) {
-        plan.issue(ring + issue_slot * kStageBytes, i + kStages - 1, lane);
+        plan.issue(weight_ring + issue_slot * kWeightStageBytes,
+                   act_ring + issue_slot * kActStageBytes, i + kStages - 1, lane);
       }
       cute::cp_async_fence();
       issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
 
-      char const* slot_ptr = ring + slot * kStageBytes;
+      char const* weights = weight_ring + slot * kWeightStageBytes;
+      char const* act = act_ring + slot * kActStageBytes;
       slot = slot + 1 == kStages ? 0 : slot + 1;
       uint32_t w_lo[8], w_hi[8];
-      load_row(slot_ptr, group_id, q, w_lo);
-      load_row(slot_ptr, group_id + 8, q, w_hi);
-      char const* act = slot_ptr + kWeightStageBytes;
+      load_row(weights, group_id, q, w_lo);
+      load_row(weights, group_id + 8, q, w_hi);
       CUTLASS_PRAGMA_UNROLL
       for (int t = 0; t < kTokenTiles; ++t) {
         int const row = t * 8 + group_id;
