@@ -1,10 +1,11 @@
 """The MoE family (grouped_matmul_swiglu_quant) on the CPU: manifest keys and rules (file:line
-errors; the `dtypes` entries, scalar or {x, w} mapping, and A8W4's swap-AB rule), expansion and
-names, rendering, the dispatch request and the shipped rules of the three classes (op, x, w)
+errors; the `dtypes` entries, scalar or {x, w, scales} mapping, A8W4's swap-AB rule and the
+direct configs), expansion and
+names, rendering, the dispatch request and the shipped rules of the four classes (op, x, w, scales)
 (from the manifest, nothing built), the packed weight layouts (`pack_moe_weights` / `MoeWeight`,
 8-bit and int4 nibbles), every argument check of the op and its A8W4 keywords on fake CUDA
-tensors or before any CUDA work, and one real nvcc build of a MoE kernel (the CI compile of this
-family's template).
+tensors or before any CUDA work, and one real nvcc build of a MoE kernel of each kind (CUTLASS
+and direct: the CI compile of this family's templates).
 
 The group lists and the torch reference are tested in test_moe_reference.py."""
 
