@@ -135,7 +135,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtypes", nargs="+", metavar="LIST", type=_list_arg(str, DTYPES),
-                   help=f"element types: int8 (A8W8), e4m3 (fp8), a8w4 (int8 x, int4 weights) "
+                   help=f"element types: int8 (A8W8), e4m3 (fp8), a8w4 (int8 x, int4 weights), "
+                        f"a8w4g (a8w4 with group-{GROUP} scales) "
                         f"(default {','.join(DTYPES)}; --quick: {','.join(QUICK['dtypes'])})")
     p.add_argument("--models", nargs="+", metavar="LIST", type=_list_arg(str, MODELS),
                    help=f"models (default all: {','.join(MODELS)}; --quick: {','.join(QUICK['models'])})")
@@ -426,14 +427,18 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
         row["per_expert_error"] = first_line(exc)
         row["notes"].append(f"torch per-expert n/a: {row['per_expert_error']}")
     if SCALES[dtype] == "group":  # the check's reference: gemmgen.reference (float64)
-        w, w_scale = weights.logical[0]
-        ref = gemmgen.reference.grouped_matmul_swiglu_quant(
-            inp.x[0], w.transpose(1, 2), w_scale, inp.x_scale[0], inp.group_list, weight_bits=4)[1]
+        try:
+            w, w_scale = weights.logical[0]
+            ref = gemmgen.reference.grouped_matmul_swiglu_quant(
+                inp.x[0], w.transpose(1, 2), w_scale, inp.x_scale[0], inp.group_list, weight_bits=4)[1]
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory at the largest points
+            row["notes"].append(f"reference n/a (no q_scale check): {first_line(exc)}")
+            torch.cuda.empty_cache()
     try:
         fn = grouped_fn(dtype, weights, inp)
         err = None if ref is None else rel_mismatch(fn(0)[1], ref)
         if err is not None and not err <= GROUPED_RTOL[dtype]:
-            print(f"  WARNING {label}: torch grouped q_scale differs from per-expert by up to {err:.2e} "
+            print(f"  WARNING {label}: torch grouped q_scale differs from the check's reference by up to {err:.2e} "
                   f"(relative; rtol {GROUPED_RTOL[dtype]})", flush=True)
         row["grouped"], how = timer(fn, rotations)
         if how != "graph":
@@ -454,7 +459,7 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
         if ref is not None:
             row["check"] = err = rel_mismatch(s, ref)
             if not err <= CHECK_RTOL:
-                print(f"  WARNING {label}: gemmgen q_scale differs from torch per-expert by up to "
+                print(f"  WARNING {label}: gemmgen q_scale differs from the check's reference by up to "
                       f"{err:.2e} (relative; rtol {CHECK_RTOL})", flush=True)
         row["gemmgen"], how = timer(gemmgen_fn(weights.packed, inp), rotations)
         if how != "graph":

@@ -62,7 +62,7 @@ class MoeWeight:
     @property
     def group_size(self) -> int:
         """K elements per weight-scale group: 0 for per-channel scales."""
-        return self.k // self.scale.shape[1] if self.scale.dim() == 3 else 0
+        return self.k // self.scale.shape[1] if self.scale.dim() == 3 and self.scale.shape[1] > 1 else 0
 
     def logical_weight(self) -> torch.Tensor:
         """The [E, K, N] weight of the op's contract (a new tensor; int4 values unpacked into

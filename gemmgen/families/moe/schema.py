@@ -21,7 +21,7 @@ configs are not swap-AB (act/gate pairs are adjacent columns of a tokens-by-N ti
 intermediate is fp32, and the weight is not int4.
 
 `schedule: direct` is the family's own mma.sync kernel (direct_grouped_gemm.cuh): int8
-activations with int8 or int4 weights, tile [16·warps over features (16, 32, 64), 8·MMA tiles
+activations with int8 or int4 weights, tile [16·warps over features (16 to 256), 8·MMA tiles
 over an expert's rows (8 to 64), 128], `warps_k` warps splitting K, `stages` each warp's ring
 depth (2 to 8, auto 4); no cluster, swap_ab, fused, raster or swizzle; fp32 intermediate. It is
 the one kernel that takes per-group weight scales (`scales: group`, A8W4): a family with

@@ -489,6 +489,10 @@ struct DirectSwigluQuant {
     if (p->m == 0) {
       return GEMMGEN_OK;  // no rows: nothing to compute or write
     }
+    if (p->group_size < 0 || (p->group_size > 0 && p->group_size != p->k && !K::kInt4)) {
+      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                  "needs group_size 0 (per channel) or, with int4 weights, a group size");
+    }
     int64_t const group = p->group_size > 0 ? p->group_size : p->k;
     if (p->k < 1 || p->n < 1 || p->k >= (int64_t(1) << 31) || p->n >= (int64_t(1) << 31) ||
         p->m >= (int64_t(1) << 31) || p->k % (K::kInt4 ? 32 : 16) != 0) {
