@@ -6,11 +6,28 @@ streaming K in chunks of tile K through a per-warp ring of `stages` chunks."""
 
 from __future__ import annotations
 
+AUTO_STAGES = 4            # the ring depth of `stages: auto`
 WARPS_K = (1, 2, 4, 8, 16)
 TILE_M = (16, 32, 64, 128, 256)  # 16 features a warp: 1 to 16 feature warps
 TILE_N = (8, 16, 32, 64)    # tokens: 1 to 8 MMA tiles of 8
 MAX_THREADS = 512
 MAX_STAGES = 8
+
+
+class DirectTile:
+    """What a family's tile config (a frozen dataclass with `schedule`, `stages` and `warps_k`)
+    knows about schedule direct."""
+
+    DIRECT_AUTO_STAGES = AUTO_STAGES
+
+    @property
+    def is_direct(self) -> bool:
+        return self.schedule == "direct"
+
+    @property
+    def ring_stages(self) -> int:
+        """The direct kernel's ring depth, "auto" resolved."""
+        return self.stages or self.DIRECT_AUTO_STAGES
 
 
 def warps(tile: tuple[int, int, int], warps_k: int) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...generator.direct_schema import DirectTile
 from ...generator.kernel_config import RASTER_ORDERS, SWIZZLES, KernelSpec, Origin, RuntimeKnobs  # noqa: F401
 
 ACTIVATION_DTYPES = ("bf16", "fp16")
@@ -39,7 +40,7 @@ _SHORT_SCHEDULE = {"warpspecialized": "ws", "pingpong": "pp", "cooperative": "co
 
 
 @dataclass(frozen=True)
-class MixedTileConfig:
+class MixedTileConfig(DirectTile):
     """Compile-time shape of one mixed-input kernel. `tile` is in the kernel's terms: M runs over
     the weight's N, N over the tokens (M of the user's problem).
 
@@ -52,18 +53,7 @@ class MixedTileConfig:
     schedule: str
     stages: int  # 0 means "auto"
     tile_scheduler: str
-    warps_k: int = 0  # direct only
-
-    DIRECT_AUTO_STAGES = 4
-
-    @property
-    def is_direct(self) -> bool:
-        return self.schedule == "direct"
-
-    @property
-    def ring_stages(self) -> int:
-        """The direct kernel's ring depth, "auto" resolved."""
-        return self.stages or self.DIRECT_AUTO_STAGES
+    warps_k: int = 0  # direct only (is_direct, ring_stages: direct_schema.DirectTile)
 
     @property
     def terse(self) -> str:

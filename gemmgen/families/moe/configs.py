@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...generator.direct_schema import DirectTile
 from ...generator.kernel_config import KernelSpec
 
 ELEMENTS = ("int8", "e4m3")
@@ -29,7 +30,7 @@ _SHORT_SCHEDULE = {"pingpong": "pp", "cooperative": "coop", "direct": "direct"}
 
 
 @dataclass(frozen=True)
-class MoeTileConfig:
+class MoeTileConfig(DirectTile):
     """Compile-time shape of one sm90 grouped GEMM. With `swap_ab` the tile is in the kernel's
     terms C_iᵀ = W_i · X_iᵀ: tile M runs over the weight's N, tile N over an expert's tokens.
 
@@ -44,18 +45,7 @@ class MoeTileConfig:
     swap_ab: bool
     intermediate: str  # fp32 or bf16: the element type of C (fused: of S, fp32)
     fused: bool = False  # SwiGLU + row max in the epilogue, then a light quant pass
-    warps_k: int = 0  # direct only
-
-    DIRECT_AUTO_STAGES = 4
-
-    @property
-    def is_direct(self) -> bool:
-        return self.schedule == "direct"
-
-    @property
-    def ring_stages(self) -> int:
-        """The direct kernel's ring depth, "auto" resolved."""
-        return self.stages or self.DIRECT_AUTO_STAGES
+    warps_k: int = 0  # direct only (is_direct, ring_stages: direct_schema.DirectTile)
 
     @property
     def terse(self) -> str:

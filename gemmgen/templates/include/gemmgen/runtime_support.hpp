@@ -1,6 +1,7 @@
 /*
  * gemmgen/runtime_support.hpp — small host-side helpers shared by every generated kernel:
- * the thread-local last-error message, and per-device facts cached once (SM count, arch).
+ * the thread-local last-error message, per-device facts cached once (SM count, arch), and the
+ * once-per-device shared-memory opt-in of the families' own kernels.
  */
 #pragma once
 
@@ -76,6 +77,36 @@ inline cutlass::KernelHardwareInfo hardware_info() {
   info.device_id = device;
   info.sm_count = detail::facts(device).sm_count.load(std::memory_order_acquire);
   return info;
+}
+
+// Once per device (`raised`: the kernel's own flags, a static of its launcher): check that the
+// current GPU's opt-in shared memory per block covers `bytes` (the manifest check uses the least
+// of the arch's GPUs: say so clearly if one has less) and raise `kernel`'s dynamic limit to it.
+// GEMMGEN_OK, or the failure recorded by fail().
+template <class KernelFn>
+int allow_shared_memory_once(KernelFn* kernel, int bytes,
+                             std::atomic<bool> (&raised)[detail::kMaxDevices],
+                             char const* kernel_name) {
+  int const device = detail::current_device();
+  auto& flag = raised[device % detail::kMaxDevices];
+  if (flag.load(std::memory_order_acquire)) {
+    return GEMMGEN_OK;
+  }
+  int optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+          cudaSuccess &&
+      optin < bytes) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "needs more shared memory per block than this GPU allows (fewer stages)");
+  }
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) !=
+      cudaSuccess) {
+    cudaGetLastError();  // clear the error so the next call can retry
+    return fail(GEMMGEN_INITIALIZE_FAILED, kernel_name,
+                "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed");
+  }
+  flag.store(true, std::memory_order_release);
+  return GEMMGEN_OK;
 }
 
 // Whether the current device's compute capability lies in [min, max]: the arch policy

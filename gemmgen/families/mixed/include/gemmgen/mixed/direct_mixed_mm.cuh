@@ -394,27 +394,11 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
   if (feature_blocks > 65535) {
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "N too large for the launch grid");
   }
-  // Once per device: check the GPU's opt-in shared memory (the manifest check uses the least of
-  // the arch's GPUs; say so clearly if a GPU has less) and raise the kernel's limit to it.
   static std::atomic<bool> raised[detail::kMaxDevices] = {};
-  int const device = detail::current_device();
-  auto& flag = raised[device % detail::kMaxDevices];
-  if (!flag.load(std::memory_order_acquire)) {
-    int optin = 0;
-    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
-            cudaSuccess &&
-        optin < K::kSmemBytes) {
-      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
-                  "needs more shared memory per block than this GPU allows (fewer stages)");
-    }
-    if (cudaFuncSetAttribute(direct_mixed_mm_kernel<Config>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             K::kSmemBytes) != cudaSuccess) {
-      cudaGetLastError();
-      return fail(GEMMGEN_INITIALIZE_FAILED, kernel_name,
-                  "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed");
-    }
-    flag.store(true, std::memory_order_release);
+  int const allowed =
+      allow_shared_memory_once(direct_mixed_mm_kernel<Config>, K::kSmemBytes, raised, kernel_name);
+  if (allowed != GEMMGEN_OK) {
+    return allowed;
   }
   dim3 const grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(feature_blocks));
   direct_mixed_mm_kernel<Config><<<grid, K::kThreads, K::kSmemBytes,

@@ -290,11 +290,11 @@ struct DirectGroupedGemm {
     int const n_lo = n0 + group_id, n_hi = n_lo + 8;
     // Per group: this lane's two scales (rows n_lo, n_hi) of group g, loaded a group ahead of
     // their use so that the load's latency hides behind the next group's MMAs.
-    float const* lane_scales = p.w_scale + int64_t(e) * p.groups * p.n;
+    float const* expert_scales = p.w_scale + int64_t(e) * p.groups * p.n;
     auto group_scales = [&](int g, float (&out)[2]) {
       out[0] = out[1] = 0.f;
       if (per_group && g < p.groups) {
-        float const* s = lane_scales + int64_t(g) * p.n;
+        float const* s = expert_scales + int64_t(g) * p.n;
         out[0] = n_lo < p.n ? s[n_lo] : 0.f;
         out[1] = n_hi < p.n ? s[n_hi] : 0.f;
       }
@@ -478,13 +478,9 @@ struct DirectSwigluQuant {
 
   static int run(gemmgen_moe_args const* p, void* workspace, size_t workspace_bytes, void* stream,
                  char const* kernel_name) {
-    if (p->layout_version != GEMMGEN_MOE_LAYOUT_VERSION) {
-      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
-                  "the packed weight's layout version differs from the one this library was "
-                  "built for (re-pack the weights, or rebuild with `gemmgen build`)");
-    }
-    if (workspace == nullptr || workspace_bytes < workspace_size(p)) {
-      return fail(GEMMGEN_WORKSPACE_TOO_SMALL, kernel_name, "workspace smaller than required");
+    int const checked = check_call(p, workspace, workspace_bytes, workspace_size(p), kernel_name);
+    if (checked != GEMMGEN_OK) {
+      return checked;
     }
     if (p->m == 0) {
       return GEMMGEN_OK;  // no rows: nothing to compute or write
@@ -507,26 +503,11 @@ struct DirectSwigluQuant {
     if (feature_blocks > 2147483647 || p->experts > 65535) {
       return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "N or E too large for the launch grid");
     }
-    // Once per device: check the GPU's opt-in shared memory and raise the kernel's limit to it.
     static std::atomic<bool> raised[detail::kMaxDevices] = {};
-    int const device = detail::current_device();
-    auto& flag = raised[device % detail::kMaxDevices];
-    if (!flag.load(std::memory_order_acquire)) {
-      int optin = 0;
-      if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
-              cudaSuccess &&
-          optin < K::kSmemBytes) {
-        return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
-                    "needs more shared memory per block than this GPU allows (fewer stages)");
-      }
-      if (cudaFuncSetAttribute(direct_grouped_gemm_kernel<Config>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               K::kSmemBytes) != cudaSuccess) {
-        cudaGetLastError();
-        return fail(GEMMGEN_INITIALIZE_FAILED, kernel_name,
-                    "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed");
-      }
-      flag.store(true, std::memory_order_release);
+    int const allowed = allow_shared_memory_once(direct_grouped_gemm_kernel<Config>,
+                                                 K::kSmemBytes, raised, kernel_name);
+    if (allowed != GEMMGEN_OK) {
+      return allowed;
     }
     int64_t const slots = expert_slots(p);
     char* carved = static_cast<char*>(workspace);

@@ -225,18 +225,14 @@ struct GroupedSwigluQuant {
 
   static int run(gemmgen_moe_args const* p, void* workspace, size_t workspace_bytes, void* stream,
                  char const* kernel_name) {
-    if (p->layout_version != GEMMGEN_MOE_LAYOUT_VERSION) {
-      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
-                  "the packed weight's layout version differs from the one this library was "
-                  "built for (re-pack the weights, or rebuild with `gemmgen build`)");
+    int const checked = check_call(p, workspace, workspace_bytes, workspace_size(p), kernel_name);
+    if (checked != GEMMGEN_OK) {
+      return checked;
     }
     if (p->group_size != 0 && p->group_size != p->k) {
       return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
                   "applies the weight scale per output channel in its epilogue: per-group scales "
                   "need a direct kernel");
-    }
-    if (workspace == nullptr || workspace_bytes < workspace_size(p)) {
-      return fail(GEMMGEN_WORKSPACE_TOO_SMALL, kernel_name, "workspace smaller than required");
     }
     if (p->m == 0) {
       return GEMMGEN_OK;  // no rows: nothing to compute or write

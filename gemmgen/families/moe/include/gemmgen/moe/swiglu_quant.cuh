@@ -8,7 +8,9 @@
  *   swiglu_quant  (unfused kernels) SwiGLU of the GEMM result C and dynamic per-row
  *                 quantization (int8 or e4m3);
  *   quantize_rows (fused kernels) quantization of S, whose row maxima the GEMM's epilogue
- *                 already reduced (sm90_swiglu_rowmax_store.hpp).
+ *                 already reduced (sm90_swiglu_rowmax_store.hpp);
+ *
+ * and check_call, the host checks every kernel of the op makes before it launches.
  *
  * C's columns come in (act, gate) pairs, act and gate interleaved by the packer (packing.py):
  * C[:, 2j] is act column j, C[:, 2j + 1] gate column j. All are deterministic: the row maximum
@@ -25,7 +27,25 @@
 #include "cutlass/float8.h"
 #include "cutlass/numeric_types.h"
 
+#include "gemmgen/moe/moe_args.h"
+#include "gemmgen/runtime_support.hpp"
+
 namespace gemmgen::moe {
+
+// The call's packed-weight layout is the one the library was built for, and the workspace holds
+// the kernel's `needed` bytes. GEMMGEN_OK, or the failure recorded by fail().
+inline int check_call(gemmgen_moe_args const* p, void* workspace, size_t workspace_bytes,
+                      size_t needed, char const* kernel_name) {
+  if (p->layout_version != GEMMGEN_MOE_LAYOUT_VERSION) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "the packed weight's layout version differs from the one this library was "
+                "built for (re-pack the weights, or rebuild with `gemmgen build`)");
+  }
+  if (workspace == nullptr || workspace_bytes < needed) {
+    return fail(GEMMGEN_WORKSPACE_TOO_SMALL, kernel_name, "workspace smaller than required");
+  }
+  return GEMMGEN_OK;
+}
 
 // ------------------------------------------------------------------------------- group setup
 
