@@ -44,15 +44,15 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="also write the markdown summary here")
     args = parser.parse_args(argv)
     library = tuning.choose_library(None, "w8a8")
-    tuned_shapes = set() if library.tuned is None else {
-        (s.n, s.k) for table in library.tuned.classes.values() for s in table.shapes}
+    tuned_shapes = {(s.n, s.k) for tuned in library.tables for table in tuned.classes.values()
+                    for s in table.shapes}
     shapes = [s for s in load_many(args.shapes) if (s.n, s.k) not in tuned_shapes]
     skipped = [f"{s.n}x{s.k}" for s in load_many(args.shapes) if (s.n, s.k) in tuned_shapes]
     if skipped:
         print(f"skipping shapes the table was tuned on: {', '.join(skipped)}")
     args.dtypes = args.dtypes or sorted({k.spec.a for k in library.kernels.values()})
     options = tuning.TuneOptions(shapes=shapes, m_grid=parse_m_grid(args.m), dtypes=tuple(args.dtypes))
-    if library.tuned is None:
+    if not library.tables:
         print(f"note: library {library.name} has no published tuned table; 'tuned' = the rules")
     gpu, sms = tuning.gpu_identity()
     slug = "".join(ch if ch.isalnum() else "_" for ch in gpu).strip("_")

@@ -108,7 +108,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from .build.builder import tuned_table_status
-    from .tuning.table import table_path_for
+    from .tuning.table import table_paths_for
 
     failed = 0
     for path, kernels in _validated(_manifests(args.manifests), keep_going=True):
@@ -117,19 +117,22 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             print(f"gemmgen: error: {kernels}", file=sys.stderr)
             failed += 1
             continue
-        table = table_path_for(path)
         note = ""
-        if table.exists():  # validated like `gemmgen build` does: file:line errors, staleness
+        broken = False
+        for table in table_paths_for(path):  # validated like `gemmgen build`: file:line errors, staleness
             try:
-                _, status, message = tuned_table_status(path, kernels)
+                _, status, message = tuned_table_status(path, kernels, table)
             except ManifestError as exc:  # reported, and the next manifest is checked too
                 sys.stdout.flush()
                 print(f"gemmgen: error: {exc}", file=sys.stderr)
-                failed += 1
-                continue
+                broken = True
+                break
             if message is not None and status == "stale, not used":
                 print(message)  # a partial table: its status says all
-            note = f"; tuned table {table.name}: {status}"
+            note += f"; tuned table {table.name}: {status}"
+        if broken:
+            failed += 1
+            continue
         print(f"{path}: OK, {len(kernels)} kernels{note}")
         if args.verbose:
             for spec in kernels:
@@ -174,12 +177,14 @@ def _print_libraries(libraries, dispatch: bool) -> None:
         for name in sorted(library.kernels):
             print(f"  {name}")
         if dispatch:
-            table = library.tuned
-            if table is not None:
+            for table in library.tables:
                 fit = table.fit
                 shapes = sum(len(c.shapes) for c in table.classes.values())
                 state = (fit.note().removeprefix("tuned table ") if fit is not None
                          else f"{shapes} (class, N, K) entries")
+                modelled = sum(c.model is not None for c in table.classes.values())
+                if modelled:
+                    state += f"; a cost model for untuned shapes in {modelled} of {len(table.classes)} classes"
                 print(f"  tuned table: {table.path} ({table.metadata['gpu']}, "
                       f"{table.metadata['sm_count']} SMs; {state})")
                 for key, shape, bucket in (fit.dropped if fit is not None else ()):
@@ -411,7 +416,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="try every run-time knob on this many fastest kernels per point")
     tuning.add_argument("--tolerance", type=_non_negative(float), default=0.02,
                         help="times within this fraction of the best are ties (stable tie-break)")
-    tuning.add_argument("--out", help="table path (default: <manifest>.tuned.yaml next to the manifest)")
+    tuning.add_argument("--out", help="table path (default: <manifest>.tuned.<gpu>.yaml next to the manifest, "
+                           "e.g. w8a8_sm90.tuned.h200.yaml)")
     tuning.add_argument("--select", action="store_true",
                         help="also prune the manifest to the smallest config set within 97%% of the "
                              "oracle everywhere (99%% geomean) and write it with its table")

@@ -100,17 +100,18 @@ def gpu_capability(device: int | None = None) -> tuple[int, int] | None:
 
 
 def _usable_table(library: Library, device: int | None):
-    """(the library's tuned table if it may serve this GPU, else None; why not, or None).
-    Warned once when a table is not used. The GPU is asked for its identity only here, when
-    there is a table to check."""
-    table = library.tuned
-    if table is None:
+    """(the library's tuned table that serves this GPU, else None; why not, or None). The GPU's
+    own table, else one of a GPU like it (`Library.table_for`), said once. The GPU is asked for
+    its identity only here, when there is a table to check."""
+    if not library.tables:
         return None, None
-    why = table.mismatch(gpu=gpu_identity(device), kernel_set=library.kernel_set)
-    if why is not None:
-        _warn_once(f"gemmgen: the tuned table of library {library.name!r} ({table.path}) is not "
-                   f"used: {why}. Dispatch falls back to the manifest's rules; re-run `gemmgen tune`.")
-        return None, why
+    table, note = library.table_for(gpu_identity(device))
+    if table is None:
+        _warn_once(f"gemmgen: the tuned tables of library {library.name!r} are not used: {note}. "
+                   "Dispatch falls back to the manifest's rules; run `gemmgen tune` on this GPU.")
+        return None, note
+    if note is not None:
+        _warn_once(f"gemmgen: library {library.name!r}: {note}.")
     if table.fit is not None and library.name not in _untuned_noted:
         _untuned_noted.add(library.name)
         log.info("gemmgen: library %r: %s (%s)", library.name, table.fit.note(), table.path)
@@ -154,6 +155,10 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
         _warn_once(f"gemmgen: library {library.name!r}: {note} ({' '.join(ctable.key)} at n={n}, "
                    f"k={k}; re-run `gemmgen tune`)")
         return None, note
+    if not hit.exact_shape and ctable.model is not None:
+        modelled = _from_cost_model(library, table, ctable, key, hit, m, n, k, exact_class is not None)
+        if modelled is not None:
+            return modelled, None
     measured = library.kernels[hit.bucket.kernel]
     kernel = measured if exact_class else _sibling(library, measured, key)
     if kernel is None:
@@ -163,9 +168,13 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
     where = f"{table.path}:{hit.bucket.line}"
     if table.fit is not None:
         where += "; " + table.fit.summary()
-    if gpu_identity(device) is None:
+    identity = gpu_identity(device)
+    if identity is None:
         where += (f"; measured on {table.metadata['gpu']} ({table.metadata['sm_count']} SMs), "
                   "not checked: no GPU visible")
+    elif tuple(identity) != table.gpu:
+        where += f"; measured on {table.gpu[0]}, a GPU of the same arch and SM count"
+
     if hit.exact_shape:
         shape = f"measured shape (n={n}, k={k})"
     else:
@@ -179,6 +188,43 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
               f"{knobs.raster}, swizzle {knobs.swizzle}"
               + (f", split_k {knobs.split_k_slices}" if knobs.split_k_slices != 1 else ""))
     return Choice(kernel, knobs, "table", reason), None
+
+
+def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], hit, m: int, n: int,
+                     k: int, exact_class: bool) -> Choice | None:
+    """For an (N, K) the table does not list: the kernel whose time, estimated from its
+    measurement at the nearest listed shape and the table's cost model, is lowest
+    (gemmgen/tuning/cost_model.py). None when the model cannot serve (another feature set, no
+    kernel of it left in the library)."""
+    family = registry.for_op(key[0])
+    model = ctable.model
+    if family is None or family.cost_feature_set != model.features:
+        _warn_once(f"gemmgen: the tuned table {table.path} has a cost model of feature set "
+                   f"{model.features!r}, this gemmgen computes {family.cost_feature_set if family else None!r}: "
+                   "untuned shapes take the nearest measured shape's winner; re-run `gemmgen tune`")
+        return None
+    sm_count = int(table.metadata["sm_count"])
+    available = [name for name in model.coef if name in library.kernels]
+
+    def features_of(name: str, mm: int, nn: int, kk: int):
+        return family.cost_features(library.kernels[name].spec, mm, nn, kk, sm_count)
+
+    estimates = model.estimates(m, n, k, (hit.shape.n, hit.shape.k), features_of, available)
+    if not estimates:
+        return None
+    best = min(estimates, key=lambda name: (estimates[name], name))
+    kernel = library.kernels[best] if exact_class else _sibling(library, library.kernels[best], key)
+    if kernel is None:
+        return None
+    runner_up = sorted(estimates.values())[1] if len(estimates) > 1 else None
+    margin = f", next best {runner_up:.1f} µs" if runner_up is not None else ""
+    where = f"{table.path}:{ctable.line}" + (f"; {table.fit.summary()}" if table.fit is not None else "")
+    proxy = "" if exact_class else (f", measured as {' '.join(ctable.key[1:])} and applied to the "
+                                    f"same config's {' '.join(key[2:])} kernel")
+    reason = (f"tuned table ({where}): (n={n}, k={k}) not measured; cost model estimate "
+              f"{estimates[best]:.1f} µs{margin}, from the nearest measured shape (n={hit.shape.n}, "
+              f"k={hit.shape.k}){proxy}; the kernel's manifest knobs")
+    return Choice(kernel, kernel.spec.knobs, "table", reason)
 
 
 def rule_label(index: int, count: int, line: int | None, file: str | None = None) -> str:
@@ -217,7 +263,7 @@ def _choose(arches: tuple[str, ...], key: tuple[str, ...], values: tuple[int, ..
             continue
         owner = next((lib for lib in serving if key in lib.dispatch), serving[0])
         table, unusable = _usable_table(owner, device) if tuned and tunable else (None, None)
-        if tuned and owner.tuned is None and owner.name not in _untuned_noted:
+        if tuned and not owner.tables and owner.name not in _untuned_noted:
             # INFO, not WARNING: nothing fell back; the library never had a table
             _untuned_noted.add(owner.name)
             log.info("gemmgen: library %r has no tuned table; dispatch uses the manifest's rules "
@@ -232,7 +278,7 @@ def _choose(arches: tuple[str, ...], key: tuple[str, ...], values: tuple[int, ..
             for index, (condition, name, line) in enumerate(rules):
                 if condition.matches(*values):
                     kernel = owner.kernels[name]
-                    why = ("" if tuned and owner.tuned is not None and unusable is None else
+                    why = ("" if tuned and owner.tables and unusable is None else
                            f" (tuned table not used: {unusable})" if tuned and unusable else
                            " (no tuned table)" if tuned else " (tuned table not consulted)")
                     label = rule_label(index, len(rules), line, kernel.spec.origin.file)

@@ -75,6 +75,14 @@ class OpFamily(ABC):
     # make_problem(cls, m, n, k, seed=), time_candidate(candidate, problem), knob_variants(kernel),
     # knobs_worth_trying(kernel, m, n, sm_count), output_tiles(kernel, m, n); None: not tunable.
     tuner: ClassVar[Any] = None
+    # The cost model's feature set (gemmgen/tuning/cost_model.py) and its version name, stored
+    # with a tuned table's fitted coefficients: `cost_features(spec, m, n, k, sm_count)` -> the
+    # features of one problem for one kernel. None: tables of this family hold no cost model and
+    # an untuned shape takes the nearest measured shape's winner.
+    cost_feature_set: ClassVar[str | None] = None
+
+    def cost_features(self, spec: KernelSpec, m: int, n: int, k: int, sm_count: int) -> list[float]:
+        raise NotImplementedError(f"op family {self.name!r} has no cost model")
 
     # ---------------------------------------------------------------- manifest
     @abstractmethod

@@ -49,4 +49,5 @@ def using_build_dir(directory: str | os.PathLike | None) -> Iterator[Path]:
 
 def default_manifests() -> list[Path]:
     """The manifests `gemmgen build` builds when given none (tuned tables beside them are not)."""
-    return sorted(p for p in DEFAULT_MANIFEST_DIR.glob("*.yaml") if not p.name.endswith(".tuned.yaml"))
+    return sorted(p for p in DEFAULT_MANIFEST_DIR.glob("*.yaml")
+                  if not p.name.endswith(".tuned.yaml") and ".tuned." not in p.name)

@@ -364,7 +364,7 @@ def test_shipped_tuned_table_matches_its_manifest(capsys, default_manifest):
     """The table shipped beside the default manifest names its kernels and kernel set: editing
     the manifest without re-running `gemmgen tune` fails here instead of shipping a dead table."""
     assert cli_main(["validate", str(default_manifest)]) == 0
-    assert f"tuned table {default_manifest.stem}.tuned.yaml: OK" in capsys.readouterr().out
+    assert f"tuned table {default_manifest.stem}.tuned.h200.yaml: OK" in capsys.readouterr().out
 
 
 def test_cli_validate_reports_a_stale_table(capsys, case):

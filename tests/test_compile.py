@@ -179,17 +179,18 @@ def test_tuned_table_is_published_with_the_library(built):
         report, _ = built.again()
         assert UNIT not in report.compile_seconds  # (library.cu may: the failed build above dirtied it)
         library = load_library(built.current)
-        assert library.tuned is not None and library.tuned.kernel_names() == {KERNEL}
-        assert library.tuned.mismatch(gpu=("NVIDIA H200", 132), kernel_set=library.kernel_set) is None
+        (table,) = library.tables
+        assert table.kernel_names() == {KERNEL}
+        assert table.mismatch(gpu=("NVIDIA H200", 132), kernel_set=library.kernel_set) is None
         path.write_text(render_table({**meta, "kernel_set": "0" * 16}, [ClassTable(KEY, (shape,))]))
         report, log = built.again()
         assert any("tuned table partial" in line for line in log)  # an edited manifest keeps it
-        assert load_library(built.current).tuned.kernel_names() == {KERNEL}
+        assert load_library(built.current).tables[0].kernel_names() == {KERNEL}
         gone = ShapeEntry(4096, 4096, (Bucket(4096, KERNEL + "_gone", RuntimeKnobs()),))
         path.write_text(render_table({**meta, "kernel_set": "0" * 16}, [ClassTable(KEY, (gone,))]))
         report, log = built.again()
         assert any("tuned for another kernel set" in line for line in log)
-        assert load_library(built.current).tuned is None
+        assert load_library(built.current).tables == ()
     finally:
         path.unlink()
 

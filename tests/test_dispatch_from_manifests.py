@@ -101,7 +101,7 @@ def test_the_shipped_manifests_and_their_tuned_table(no_built_library):
     libraries = manifest_libraries()
     assert {lib.name for lib in libraries} >= {"w8a8", "w8a8_sm80", "mixed"}
     w8a8 = next(lib for lib in libraries if lib.name == "w8a8")
-    assert w8a8.tuned is not None and not w8a8.tuned.partial
+    assert w8a8.tables and not any(t.partial for t in w8a8.tables)
     choice = dispatch.choose("scaled_mm", m=37, n=4096, k=4096, source="manifests", **INT8_BIAS)
     assert choice.source == "table" and choice.kernel.library is w8a8
     assert "not checked: no GPU visible" in choice.reason  # used unchecked, and said so

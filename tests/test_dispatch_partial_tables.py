@@ -18,7 +18,7 @@ import pytest
 
 from gemmgen import dispatch
 from gemmgen.bindings.library import _load_tuned_table, manifest_library
-from gemmgen.build.builder import tuned_table_text
+from gemmgen.build.builder import tuned_tables_text
 from gemmgen.cli import main as cli_main
 from gemmgen.errors import ManifestError
 from gemmgen.generator.expand import expand
@@ -108,7 +108,7 @@ def test_a_new_config_keeps_every_entry_and_every_exact_choice(case, tuned_case,
     before = _decisions_of(case, use)
     specs = _add_config(case)
     library = use(manifest_library(case.path))
-    table = library.tuned
+    (table,) = library.tables
     assert table is not None and table.partial
     new = {s.name for s in specs} - {s.name for s in tuned_case}
     assert len(new) == 4 and table.fit.new_kernels == new  # told from the kernel-set hash
@@ -123,7 +123,7 @@ def test_a_new_config_keeps_every_entry_and_every_exact_choice(case, tuned_case,
 
 def _decisions_of(case, use):
     use(manifest_library(case.path))
-    assert not dispatch.libraries()[0].tuned.partial  # kernel set A: the table as tuned
+    assert not dispatch.libraries()[0].tables[0].partial  # kernel set A: the table as tuned
     return _decisions()
 
 
@@ -131,7 +131,7 @@ def test_a_removed_config_drops_its_buckets_only_and_the_rules_serve_them(case, 
     before = _decisions_of(case, use)
     specs = _remove_small(case)
     library = use(manifest_library(case.path))
-    fit = library.tuned.fit
+    fit = library.tables[0].fit
     small = _kernel(tuned_case, "small")
     # what was added cannot be told (the table keeps its kernel set as a hash): said so
     assert fit.vanished == {small} and fit.new_kernels is None
@@ -187,13 +187,25 @@ def test_split_k_on_a_kernel_that_lost_split_k_is_a_hole(tmp_path):
 
 
 def test_a_partial_table_measured_on_another_gpu_is_not_used(case, tuned_case, use, caplog):
+    """A GPU with another SM count gets the rules; one with the same SM count (same arch: the
+    H100 and the H200) the table measured on the other, said once."""
     _add_config(case)
-    library = use(manifest_library(case.path), gpu=("NVIDIA H100 80GB HBM3", 132))
-    assert library.tuned.partial
+    library = use(manifest_library(case.path), gpu=("NVIDIA H100 PCIe", 114))
+    assert library.tables[0].partial
     with caplog.at_level(logging.WARNING, logger="gemmgen.dispatch"):
         choice = _choose(4)
-    assert choice.source == "rule" and "tuned table not used: it was measured on NVIDIA H200" in choice.reason
-    assert any("is not used" in r.getMessage() for r in caplog.records)
+    assert choice.source == "rule" and "tuned table not used: the tuned tables were measured on NVIDIA H200" in choice.reason
+    assert any("are not used" in r.getMessage() for r in caplog.records)
+
+
+def test_a_table_of_a_gpu_of_the_same_sm_count_serves_another(case, tuned_case, use, caplog):
+    library = use(manifest_library(case.path), gpu=("NVIDIA H100 80GB HBM3", 132))
+    with caplog.at_level(logging.WARNING, logger="gemmgen.dispatch"):
+        choice = _choose(4)
+        _choose(5)
+    assert choice.source == "table" and "measured on NVIDIA H200, a GPU of the same arch and SM count" in choice.reason
+    notes = [r.getMessage() for r in caplog.records if "no table was measured on" in r.getMessage()]
+    assert len(notes) == 1 and "NVIDIA H100 80GB HBM3" in notes[0] and library.tables[0].path in notes[0]
 
 
 def test_explain_says_the_table_is_partial(case, tuned_case, use):
@@ -209,8 +221,8 @@ def test_explain_says_the_table_is_partial(case, tuned_case, use):
 def test_build_publishes_a_partial_table_with_a_one_line_note(case, tuned_case):
     specs = _add_config(case)
     logged = []
-    text = tuned_table_text(case.path, specs, logged.append)
-    assert text == table_path_for(case.path).read_text()  # published as measured
+    published = tuned_tables_text(case.path, specs, logged.append)
+    assert published == {"tuned.yaml": table_path_for(case.path).read_text()}  # as measured
     assert logged == ["gemmgen: note: manifest.tuned.yaml: tuned table partial: 3 of 3 shape entries "
                       "kept; 4 new kernels are not in it: re-run `gemmgen tune` to measure them"]
 
@@ -221,7 +233,7 @@ def test_build_does_not_publish_a_table_with_nothing_left(case, tuned_case):
     case.text = renamed
     specs = expand(load_manifest(case.write()))
     logged = []
-    assert tuned_table_text(case.path, specs, logged.append) is None
+    assert tuned_tables_text(case.path, specs, logged.append) == {}
     assert len(logged) == 1 and "none of its 5 buckets fits" in logged[0] and "not published" in logged[0]
 
 

@@ -46,7 +46,7 @@ def _with_table(library: Library, tmp_path, *, gpu=GPU, kernel_set=None) -> Libr
     path = tmp_path / "demo.tuned.yaml"
     path.write_text(render_table(meta, [ClassTable(("scaled_mm", "int8", "bf16",
                                                      "ScaledEpilogueBias"), (shape,))]))
-    object.__setattr__(library, "tuned", load_table(path, library.kernels))
+    object.__setattr__(library, "tables", (load_table(path, library.kernels),))
     return library
 
 
@@ -99,7 +99,7 @@ def test_other_epilogue_and_dtype_use_the_same_configs_sibling(case, use, tmp_pa
 
 
 @pytest.mark.parametrize("gpu, kernel_set, why", [
-    (("NVIDIA H100 80GB HBM3", 132), None, "measured on NVIDIA H200"),
+    (("NVIDIA H100 PCIe", 114), None, "measured on NVIDIA H200 (132 SMs), this GPU is NVIDIA H100 PCIe"),
     (GPU, "0" * 16, "another kernel set"),
 ])
 def test_mismatched_table_falls_back_to_the_rules_with_one_warning(case, use, tmp_path, caplog,

@@ -25,6 +25,12 @@ EXPECTED = {
                                     "gate_up_proj": (59136, 8192), "down_proj": (8192, 29568)}),
     "mixtral_8x7b": ("Mixtral-8x7B", {"qkv_proj": (6144, 4096), "o_proj": (4096, 4096),
                                       "w13": (28672, 4096), "w2": (4096, 14336)}),
+    "llama3_2_3b": ("Llama-3.2-3B", {"qkv_proj": (5120, 3072), "o_proj": (3072, 3072),
+                                     "gate_up_proj": (16384, 3072), "down_proj": (3072, 8192)}),
+    "qwen3_32b": ("Qwen3-32B", {"qkv_proj": (10240, 5120), "o_proj": (5120, 8192),
+                                "gate_up_proj": (51200, 5120), "down_proj": (5120, 25600)}),
+    "llama3_70b_tp8": ("Llama-3-70B (TP=8)", {"qkv_proj": (1280, 8192), "o_proj": (8192, 1024),
+                                              "gate_up_proj": (7168, 8192), "down_proj": (8192, 3584)}),
 }
 
 GOOD = """\
@@ -144,7 +150,8 @@ def test_load_many_dedups_across_files_keeping_first(tmp_path):
     assert [(s.model, s.name) for s in shapes] == [
         ("Llama-3-8B", "qkv_proj"), ("Llama-3-8B", "o_proj"), ("Llama-3-8B", "gate_up_proj"),
         ("Llama-3-8B", "down_proj"), ("Extra", "new")]
-    assert len(load_many(sorted(EXPECTED))) == 14
+    distinct = {shape for _, shapes in EXPECTED.values() for shape in shapes.values()}
+    assert len(load_many(sorted(EXPECTED))) == len(distinct) == 26
 
 
 def test_default_m_grid_is_sorted_and_covers_powers_of_two():

@@ -25,7 +25,8 @@ from ..errors import GemmgenError, LibraryNotBuiltError, ManifestError
 from ..family import OpFamily
 from ..generator.dispatch_rules import Condition, parse_condition
 from ..generator.kernel_config import KernelSpec
-from ..tuning.table import TUNED_TABLE_FILE, TunedTable, fit_table, kernel_set_hash, load_table
+from ..tuning.table import (TUNED_TABLE_FILE, TunedTable, fit_table, is_published_table, kernel_set_hash, load_table,
+                            table_for_gpu)
 
 BINDINGS_FILE = "bindings.py"
 # Written last into every published folder: sha256 and size of each file published beside it, and
@@ -87,7 +88,8 @@ class Library:
     # dispatch class (op, *class fields) -> ((condition, kernel name, manifest line), ...)
     dispatch: dict[tuple[str, ...], tuple[tuple[Condition, str, int], ...]]
     bindings: ModuleType
-    tuned: TunedTable | None = None  # the measured table `gemmgen tune` wrote, if published
+    # the measured tables `gemmgen tune` wrote (one per GPU it ran on), as published
+    tables: tuple[TunedTable, ...] = ()
     # Set for a library read from its manifest alone (`manifest_library`): nothing built, its
     # kernels have no C entry points (calling one raises LibraryNotBuiltError).
     manifest: str | None = None
@@ -99,6 +101,11 @@ class Library:
     @property
     def kernel_set(self) -> str:
         return kernel_set_hash(self.kernels)
+
+    def table_for(self, gpu: tuple[str, int] | None) -> tuple[TunedTable | None, str | None]:
+        """(the tuned table serving GPU (name, SM count), a note: how it was chosen or why
+        none serves); see `gemmgen.tuning.table.table_for_gpu`."""
+        return table_for_gpu(self.tables, gpu, self.kernel_set)
 
     def last_error(self) -> str:
         if self.cdll is None:
@@ -256,6 +263,24 @@ def _load_tuned_table(path: Path, specs) -> TunedTable | None:
     return fitted
 
 
+def _load_tuned_tables(paths, specs) -> tuple[TunedTable, ...]:
+    """Every table of `paths` that fits the kernels (`_load_tuned_table`); two measured on one
+    GPU: the first, the other ignored with a warning."""
+    tables: list[TunedTable] = []
+    for path in paths:
+        table = _load_tuned_table(Path(path), specs)
+        if table is None:
+            continue
+        twin = next((t for t in tables if t.gpu == table.gpu), None)
+        if twin is not None:
+            logging.getLogger("gemmgen.dispatch").warning(
+                "gemmgen: ignoring the tuned table %s: %s was measured on the same GPU (%s)",
+                path, twin.path, table.gpu[0])
+            continue
+        tables.append(table)
+    return tuple(tables)
+
+
 def _check_abi(cdll: ctypes.CDLL, so_path: Path, family: OpFamily, record: dict | None = None) -> None:
     """The library's sizeof of the family's argument struct must equal the ctypes mirror's."""
     try:
@@ -314,8 +339,10 @@ def _load_checked(directory: Path, record: dict | None) -> Library:
     for family in sorted({registry.get(spec.family) for spec in module.KERNELS}, key=lambda f: f.name):
         _check_abi(cdll, so_path, family, record)
     kernels: dict[str, Kernel] = {}
-    tuned = _load_tuned_table(directory / TUNED_TABLE_FILE, module.KERNELS)
-    library = Library(module.LIBRARY, module.ARCH, directory, built, cdll, kernels, {}, module, tuned)
+    published = sorted(p for p in directory.iterdir() if is_published_table(p.name))
+    tables = _load_tuned_tables([p for p in published if p.name != TUNED_TABLE_FILE]
+                                + [p for p in published if p.name == TUNED_TABLE_FILE], module.KERNELS)
+    library = Library(module.LIBRARY, module.ARCH, directory, built, cdll, kernels, {}, module, tables)
     for spec in module.KERNELS:
         run = _RUN_PROTOTYPE(("gemmgen_run_" + spec.name, cdll))
         workspace = _WORKSPACE_PROTOTYPE(("gemmgen_workspace_" + spec.name, cdll))
@@ -348,14 +375,14 @@ def manifest_library(path: str | os.PathLike) -> Library:
     decisions before anything is built. Its kernels cannot run (no shared object)."""
     from ..generator.expand import expand
     from ..generator.manifest import load_manifest
-    from ..tuning.table import table_path_for
+    from ..tuning.table import table_paths_for
 
     path = Path(path)
     manifest = load_manifest(path)
     specs = expand(manifest)
-    tuned = _load_tuned_table(table_path_for(path), specs)
+    tables = _load_tuned_tables(table_paths_for(path), specs)
     library = Library(manifest.library, manifest.arch, path.resolve().parent, "", None, {},
-                      _dispatch_of(manifest, specs), None, tuned, manifest=str(path))
+                      _dispatch_of(manifest, specs), None, tables, manifest=str(path))
     library.kernels.update({spec.name: Kernel(spec, library, None, None) for spec in specs})
     return library
 
@@ -386,12 +413,12 @@ def _file_state(path: Path) -> tuple:
 def manifest_sources(paths=None) -> tuple:
     """A hashable key for `manifest_libraries(paths)`: each manifest (default: the shipped ones)
     with the state of it and of its tuned table, so an edit is read again."""
-    from ..tuning.table import table_path_for
+    from ..tuning.table import table_paths_for
 
     chosen = [Path(p) for p in paths] if paths else settings.default_manifests()
     if not chosen:
         raise GemmgenError(f"no manifests given and none found in {settings.DEFAULT_MANIFEST_DIR}")
-    return tuple((str(p), _file_state(p), _file_state(table_path_for(p)))
+    return tuple((str(p), _file_state(p), tuple((str(t), _file_state(t)) for t in table_paths_for(p)))
                  for p in dict.fromkeys(chosen))
 
 

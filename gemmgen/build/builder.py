@@ -53,7 +53,8 @@ from ..generator.manifest import Manifest, load_manifest
 from ..generator.render import (BINDINGS_FILE, LIBRARY_SOURCE, TranslationUnit, include_dirs,
                                 render_bindings, render_kernel_sources, render_library_source,
                                 write_tree)
-from ..tuning.table import TUNED_TABLE_FILE, fit_table, kernel_set_hash, load_table, table_path_for
+from ..tuning.table import (fit_table, kernel_set_hash, load_table, published_table_name,
+                             table_path_for, table_paths_for)
 from .ninja_file import ninja_file
 from .toolchain import LINK_FLAGS, Toolchain, find_toolchain, max_parallel_jobs
 
@@ -362,16 +363,17 @@ def _compile_times(library_dir: Path, log_offset: int) -> dict[str, float]:
     return times
 
 
-def tuned_table_status(manifest_path: str | Path, kernels: list[KernelSpec]) -> tuple[str | None, str, str | None]:
+def tuned_table_status(manifest_path: str | Path, kernels: list[KernelSpec],
+                       path: str | Path | None = None) -> tuple[str | None, str, str | None]:
     """(the text to publish or None, a status for `gemmgen validate`, a line to log or None) of
-    the manifest's `<name>.tuned.yaml`.
+    one tuned table of the manifest (`path`; default its `<name>.tuned.yaml`).
 
     A table tuned for this kernel set must name only its kernels (file:line ManifestError). One
     tuned for another kernel set (the manifest changed since `gemmgen tune`) is published when
     at least one bucket still fits (`fit_table`: buckets naming a kernel the library no longer
     has are holes at load, served by the rules; new kernels are not in it); status and log line
     say how partial it is. A table with nothing left is not published ("stale, not used")."""
-    path = table_path_for(manifest_path)
+    path = Path(path) if path is not None else table_path_for(manifest_path)
     if not path.exists():
         return None, "none", None
     names = {k.name for k in kernels}
@@ -391,15 +393,21 @@ def tuned_table_status(manifest_path: str | Path, kernels: list[KernelSpec]) -> 
             f"gemmgen: note: {path.name}: {fit.note()}")
 
 
-def tuned_table_text(manifest_path: str | Path, kernels: list[KernelSpec], log: Callable[[str], None]) -> str | None:
-    """The manifest's `<name>.tuned.yaml`, validated, to publish with the library: whole when
-    it was tuned for this kernel set, partial (logged: how many shape entries are kept, how many
-    kernels are new) when the manifest changed since; None when there is none or nothing of it
-    fits (warned)."""
-    text, _, message = tuned_table_status(manifest_path, kernels)
-    if message is not None:
-        log(message)
-    return text
+def tuned_tables_text(manifest_path: str | Path, kernels: list[KernelSpec],
+                      log: Callable[[str], None]) -> dict[str, str]:
+    """The manifest's tuned tables (`<name>.tuned.yaml`, `<name>.tuned.<gpu>.yaml`), validated,
+    to publish with the library, by their published names (`tuned.yaml`, `tuned.<gpu>.yaml`):
+    whole when tuned for this kernel set, partial (logged: how many shape entries are kept, how
+    many kernels are new) when the manifest changed since; left out when nothing of one fits
+    (warned)."""
+    published: dict[str, str] = {}
+    for path in table_paths_for(manifest_path):
+        text, _, message = tuned_table_status(manifest_path, kernels, path)
+        if message is not None:
+            log(message)
+        if text is not None:
+            published[published_table_name(path, manifest_path)] = text
+    return published
 
 
 def _intact(target: Path, names: set[str], shared_object: str, so_sha256: str | None) -> bool:
@@ -415,7 +423,7 @@ def _intact(target: Path, names: set[str], shared_object: str, so_sha256: str | 
 
 
 def _publish(library_dir: Path, shared_object: str, bindings: str, release: str,
-             tuned_table: str | None = None, *, manifest: str | None = None,
+             tuned_tables: dict[str, str] | None = None, *, manifest: str | None = None,
              so_sha256: str | None = None, log: Callable[[str], None] | None = None) -> Path:
     """Publish staging/<shared object> + bindings (+ table) as lib/<release> and swap `current`
     to it. A release folder that exists but does not match its checksums (damaged, truncated,
@@ -423,7 +431,8 @@ def _publish(library_dir: Path, shared_object: str, bindings: str, release: str,
     published_root = library_dir / "lib"
     published_root.mkdir(parents=True, exist_ok=True)
     target = published_root / release
-    names = {shared_object, BINDINGS_FILE} | ({TUNED_TABLE_FILE} if tuned_table is not None else set())
+    tuned_tables = tuned_tables or {}
+    names = {shared_object, BINDINGS_FILE} | set(tuned_tables)
     link_tmp = library_dir / f".current.{os.getpid()}.tmp"
     staging = published_root / f".{release}.{os.getpid()}.tmp"
     damaged = published_root / f".{release}.{os.getpid()}.damaged.tmp"
@@ -435,8 +444,8 @@ def _publish(library_dir: Path, shared_object: str, bindings: str, release: str,
             staging.mkdir(parents=True)
             shutil.copy2(library_dir / "staging" / shared_object, staging / shared_object)
             (staging / BINDINGS_FILE).write_text(bindings)
-            if tuned_table is not None:
-                (staging / TUNED_TABLE_FILE).write_text(tuned_table)
+            for table_name, text in tuned_tables.items():
+                (staging / table_name).write_text(text)
             record = checksums_of(staging, names, manifest)
             if so_sha256 is not None and record["files"][shared_object]["sha256"] != so_sha256:
                 raise BuildError(f"copying staging/{shared_object} to {staging} changed its content "
@@ -485,7 +494,7 @@ def build_manifest(manifest_path: str | Path, build_root: Path, *, jobs: int | N
     kernels: list[KernelSpec] = expand(manifest)
     toolchain = find_toolchain()
     flags = toolchain.compile_flags(manifest.arch, sorted({k.family for k in kernels}))
-    tuned_table = tuned_table_text(manifest_path, kernels, log)
+    tuned_tables = tuned_tables_text(manifest_path, kernels, log)
     units = render_kernel_sources(manifest, kernels)
     print_id = fingerprint(units, toolchain, flags, allow_wgmma_serialization)
     so_name = shared_object_name(manifest.library)
@@ -527,8 +536,9 @@ def build_manifest(manifest_path: str | Path, build_root: Path, *, jobs: int | N
         # The published folder is keyed by the content of what was linked, with the bindings and
         # the table: a dispatch-only edit compiles nothing but still publishes new bindings, and
         # a relink (a header edit under the same CUTLASS version) is always published.
-        release = hashlib.sha256("\0".join((so_digest, bindings, tuned_table or "")).encode()).hexdigest()[:16]
-        published = _publish(library_dir, so_name, bindings, release, tuned_table,
+        tables_text = "\0".join(f"{name}\0{text}" for name, text in sorted(tuned_tables.items()))
+        release = hashlib.sha256("\0".join((so_digest, bindings, tables_text)).encode()).hexdigest()[:16]
+        published = _publish(library_dir, so_name, bindings, release, tuned_tables,
                              manifest=str(Path(manifest_path).resolve()), so_sha256=so_digest, log=log)
         st = (library_dir / "staging" / so_name).stat()
         _write_json_atomic(library_dir / STAGING_STATE,

@@ -17,6 +17,15 @@ carries the metadata that says where it was measured:
             buckets:                       # m <= m_max, first match; the last covers any m
               - {m_max: 16, kernel: <name>, raster: heuristic, swizzle: 1}
 
+            model:                         # optional: for shapes the table does not list
+              features: w8a8-tiles-1       # the op family's cost features (their version)
+              kernels: [<name>, ...]
+              coef: [[...], ...]           # per kernel: fitted cost-model coefficients
+              times: [[n, k, m, µs, ...], ...]   # per tuned point: each kernel's µs (null: none)
+
+The `model` section lets dispatch estimate every kernel's time on an (N, K) the table does not
+list (gemmgen/tuning/cost_model.py) instead of taking the nearest listed shape's winner.
+
 A table tuned for another kernel set (the manifest changed since `gemmgen tune`) is still used,
 bucket by bucket (`fit_table`): a bucket is kept when it names a kernel the library still has (and
 asks split_k only of a split-K kernel). A bucket that fails is not removed, which would hand its M
@@ -42,6 +51,7 @@ from typing import Iterable, Sequence
 import yaml
 
 from ..errors import ManifestError
+from .cost_model import CostModel
 from ..generator.kernel_config import RASTER_ORDERS, SWIZZLES, RuntimeKnobs
 from ..generator.yaml_lines import LocatedDict, Reader
 
@@ -67,10 +77,44 @@ def class_fields(op: str) -> tuple[str, ...]:
     return ("op", *family.spec_type.class_fields)
 
 
-def table_path_for(manifest_path: str | Path) -> Path:
-    """`foo.yaml` → `foo.tuned.yaml`, next to the manifest."""
+def gpu_slug(gpu: str) -> str:
+    """A GPU name as a file-name part: 'NVIDIA H100 80GB HBM3' → 'h100-80gb-hbm3'."""
+    words = gpu.removeprefix("NVIDIA ").lower()
+    return "-".join("".join(ch if ch.isalnum() else " " for ch in words).split()) or "gpu"
+
+
+def _stem(manifest_path: str | Path) -> str:
+    return Path(manifest_path).name.removesuffix(".yaml").removesuffix(".yml")
+
+
+def table_path_for(manifest_path: str | Path, gpu: str | None = None) -> Path:
+    """`foo.yaml` → `foo.tuned.yaml` next to the manifest; with a GPU name, that GPU's table
+    `foo.tuned.<gpu slug>.yaml` (e.g. foo.tuned.h200.yaml)."""
     path = Path(manifest_path)
-    return path.with_name(path.name.removesuffix(".yaml").removesuffix(".yml") + TABLE_SUFFIX)
+    suffix = TABLE_SUFFIX if gpu is None else f".tuned.{gpu_slug(gpu)}.yaml"
+    return path.with_name(_stem(path) + suffix)
+
+
+def table_paths_for(manifest_path: str | Path) -> list[Path]:
+    """The tuned tables beside a manifest: every per-GPU `foo.tuned.<gpu>.yaml` in name order,
+    then `foo.tuned.yaml` (a table of no GPU in its name, e.g. from `gemmgen tune --out`)."""
+    path = Path(manifest_path)
+    plain = [table_path_for(path)] if table_path_for(path).exists() else []
+    return sorted(path.parent.glob(glob_escape(_stem(path)) + ".tuned.*.yaml")) + plain
+
+
+def glob_escape(text: str) -> str:
+    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in text)
+
+
+def published_table_name(table_path: str | Path, manifest_path: str | Path) -> str:
+    """The name a table of `table_paths_for` takes in a published library folder:
+    `foo.tuned.yaml` → `tuned.yaml`, `foo.tuned.h200.yaml` → `tuned.h200.yaml`."""
+    return Path(table_path).name.removeprefix(_stem(manifest_path) + ".")
+
+
+def is_published_table(name: str) -> bool:
+    return name == TUNED_TABLE_FILE or (name.startswith("tuned.") and name.endswith(".yaml"))
 
 
 def kernel_set_hash(kernel_names: Iterable[str]) -> str:
@@ -119,6 +163,7 @@ class ClassTable:
     key: ClassKey
     shapes: tuple[ShapeEntry, ...]
     line: int = 0
+    model: CostModel | None = None  # for shapes not listed (the table's `model` section)
     _by_shape: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
@@ -205,6 +250,10 @@ class TunedTable:
     def partial(self) -> bool:
         return self.fit is not None
 
+    @property
+    def gpu(self) -> tuple[str, int]:
+        return str(self.metadata["gpu"]), int(self.metadata["sm_count"])
+
     def mismatch(self, *, gpu: tuple[str, int] | None, kernel_set: str) -> str | None:
         """Why this table must not serve a library/GPU (None: it may). gpu: (name, SM count).
         A table fitted to `kernel_set` (`fit_table`) serves it, entry by entry."""
@@ -217,6 +266,35 @@ class TunedTable:
             return (f"it was measured on {meta['gpu']} ({meta['sm_count']} SMs), this GPU is "
                     f"{gpu[0]} ({gpu[1]} SMs)")
         return None
+
+
+def table_for_gpu(tables: Sequence[TunedTable], gpu: tuple[str, int] | None,
+                  kernel_set: str) -> tuple[TunedTable | None, str | None]:
+    """(the table that serves `gpu` (name, SM count), a note on how it was chosen or why none
+    was). The table measured on that GPU; without a GPU visible, the first; for a GPU no table
+    was measured on, one measured on a GPU with the same SM count (the tables of a library share
+    its arch): measured on the H100 and the H200, each one's table beat the manifest's rules on
+    the other (benchmarks/RESULTS.md), so it is better evidence than the rules. Tables tuned for
+    another kernel set serve only as fitted (`fit_table`)."""
+    usable = [t for t in tables if t.mismatch(gpu=None, kernel_set=kernel_set) is None]
+    if not usable:
+        return None, (tables[0].mismatch(gpu=None, kernel_set=kernel_set) if tables else None)
+    if gpu is None:
+        note = None if len(usable) == 1 else (
+            f"no GPU visible: using the table measured on {usable[0].gpu[0]} ({usable[0].path}) "
+            f"of {len(usable)}")
+        return usable[0], note
+    exact = [t for t in usable if t.gpu == tuple(gpu)]
+    if exact:
+        return exact[0], None
+    measured = ", ".join(f"{t.gpu[0]} ({t.gpu[1]} SMs)" for t in usable)
+    alike = [t for t in usable if t.gpu[1] == gpu[1]]
+    if alike:
+        return alike[0], (f"no table was measured on {gpu[0]} ({gpu[1]} SMs); using the one "
+                          f"measured on {alike[0].gpu[0]}, a GPU of the same arch and SM count "
+                          f"({alike[0].path}). Run `gemmgen tune` on this GPU for its own")
+    return None, (f"the tuned tables were measured on {measured}, this GPU is {gpu[0]} "
+                  f"({gpu[1]} SMs)")
 
 
 def _positive_int(reader: Reader, node: LocatedDict, key: str) -> int:
@@ -268,7 +346,7 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
             from .. import families as registry
             raise reader.error(node, "op", f"unknown op {op!r}; expected one of "
                                            f"{', '.join(registry.known_ops())}") from None
-        c = reader.mapping(node, "tables entry", {*keys, "shapes"}, {*keys, "shapes"})
+        c = reader.mapping(node, "tables entry", {*keys, "shapes", "model"}, {*keys, "shapes"})
         key = tuple(str(c[k]) for k in keys)
         if key in classes:
             raise reader.error(tables, "tables", f"{' '.join(key)} appears twice", ti)
@@ -297,7 +375,13 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
                                         f"(or no split_k), got {bucket.knobs.split_k_slices}")
                 buckets.append(bucket)
             shapes.append(ShapeEntry(n, k, tuple(buckets), s.line))
-        classes[key] = ClassTable(key, tuple(shapes), c.line)
+        model = _read_model(reader, c) if "model" in c else None
+        if model is not None and known is not None:
+            unknown = sorted(set(model.coef) - known)
+            if unknown:
+                raise reader.error(c, "model", f"names {unknown[0]}, which is not a kernel of this "
+                                               "library (re-run `gemmgen tune` after changing the manifest)")
+        classes[key] = ClassTable(key, tuple(shapes), c.line, model)
     # `buckets` (written by render_table; absent from older tables): a table cut short at a line
     # boundary still parses, so its bucket count is what tells.
     if "buckets" in meta:
@@ -308,6 +392,39 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
                                                 f"says {expected}: it was cut short or edited; "
                                                 "re-run `gemmgen tune` (or restore the file)")
     return TunedTable(path, dict(meta), classes)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _read_model(reader: Reader, node: LocatedDict) -> CostModel:
+    """A class's `model` section: feature-set name, kernels, their coefficients and times."""
+    model = reader.mapping(node["model"], "model", {"features", "kernels", "coef", "times"},
+                           {"features", "kernels", "coef", "times"}, line=node.line_of("model"))
+    features = model["features"]
+    if not isinstance(features, str) or not features:
+        raise reader.error(model, "features", f"expected a feature-set name, got {features!r}")
+    kernels = reader.sequence(model, "kernels")
+    if not kernels or not all(isinstance(k, str) and k for k in kernels) or len(set(kernels)) != len(kernels):
+        raise reader.error(model, "kernels", "expected a list of distinct kernel names")
+    coefs = reader.sequence(model, "coef")
+    if len(coefs) != len(kernels) or not all(
+            isinstance(c, list) and c and all(_number(v) and v >= 0 for v in c) for c in coefs):
+        raise reader.error(model, "coef", f"expected {len(kernels)} lists of non-negative numbers, "
+                                          "one per kernel")
+    if len({len(c) for c in coefs}) != 1:
+        raise reader.error(model, "coef", "expected as many coefficients for every kernel")
+    times: dict[tuple[int, int, int], dict[str, float]] = {}
+    rows = reader.sequence(model, "times")
+    for index, row in enumerate(rows):
+        if (not isinstance(row, list) or len(row) != 3 + len(kernels)
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in row[:3])
+                or not all(v is None or (_number(v) and v > 0) for v in row[3:])):
+            raise reader.error(model, "times", f"expected [n, k, m, then {len(kernels)} positive "
+                                               "times or null], got {row!r}", index)
+        times[tuple(row[:3])] = {name: float(t) for name, t in zip(kernels, row[3:]) if t is not None}
+    return CostModel(features, {name: tuple(map(float, c)) for name, c in zip(kernels, coefs)}, times)
 
 
 def _why_dropped(b: Bucket, names: set[str], splittable: set[str]) -> str | None:
@@ -383,7 +500,10 @@ def fit_table(table: TunedTable, specs: Sequence) -> TunedTable:
             entry = ShapeEntry(shape.n, shape.k, tuple(kept), shape.line)
             dropped += [(key, entry, b) for b in holes]
             fitted.append(entry)
-        classes[key] = ClassTable(key, tuple(fitted), ctable.line)
+        model = ctable.model
+        if model is not None:
+            model = replace(model, coef={k: v for k, v in model.coef.items() if k in names})
+        classes[key] = ClassTable(key, tuple(fitted), ctable.line, model)
     fit = TableFit(library_set, shapes, whole, gone, buckets, buckets - len(dropped), tuple(dropped),
                    _new_kernels(table, specs, names), frozenset(table.kernel_names() - names))
     return TunedTable(table.path, table.metadata, classes, fit)
@@ -419,4 +539,20 @@ def render_table(metadata: dict, classes: Sequence[ClassTable], header: Sequence
                 extra = f", split_k: {b.knobs.split_k_slices}" if b.knobs.split_k_slices != 1 else ""
                 lines.append(f"          - {{m_max: {b.m_max}, kernel: {b.kernel}, raster: "
                              f"{b.knobs.raster}, swizzle: {b.knobs.swizzle}{extra}}}")
+        if table.model is not None:
+            lines += _render_model(table.model)
     return "\n".join(lines) + "\n"
+
+
+def _render_model(model: CostModel) -> list[str]:
+    kernels = sorted(model.coef)
+    lines = ["    model:", f"      features: {model.features}", "      kernels:"]
+    lines += [f"        - {name}" for name in kernels]
+    lines.append("      coef:")
+    lines += ["        - [" + ", ".join(f"{v:.6g}" for v in model.coef[name]) + "]" for name in kernels]
+    lines.append("      times:")
+    for point in sorted(model.times):
+        row = model.times[point]
+        values = ", ".join(f"{row[name]:.4g}" if name in row else "null" for name in kernels)
+        lines.append(f"        - [{point[0]}, {point[1]}, {point[2]}, {values}]")
+    return lines

@@ -33,7 +33,9 @@ from ..generator.expand import expand
 from ..generator.kernel_config import RASTER_ORDERS
 from ..generator.manifest import load_manifest
 from ..generator.yaml_lines import load_yaml
+from . import cost_model
 from . import select as selection
+from .cost_model import CostModel
 from .measure import Candidate, Record, Store
 from .shapes import WeightShape
 from .table import Bucket, ClassTable, ShapeEntry, kernel_set_hash, render_table, table_path_for
@@ -274,8 +276,35 @@ def build_tables(library: Library, store: Store, options: TuneOptions,
                 raise GemmgenError(f"no measurement for {' '.join(cls)} (n={n}, k={k}); run the tune first")
             buckets = tuple(Bucket(m_max, c.kernel, c.knobs) for m_max, c in selection.buckets(winners))
             entries.append(ShapeEntry(n, k, buckets))
-        tables.append(ClassTable(tuple(cls), tuple(entries)))
+        model = fit_cost_model(library, cls, times, grid, allowed)
+        tables.append(ClassTable(tuple(cls), tuple(entries), model=model))
     return tables
+
+
+def fit_cost_model(library: Library, cls: MeasuredClass, times: dict, grid: set[int],
+                   allowed: set[str] | None = None) -> CostModel | None:
+    """The class's cost model (gemmgen/tuning/cost_model.py): each kernel's µs with its
+    manifest knobs at every tuned point, and its coefficients fitted to them. None when the
+    family has no cost features."""
+    family = registry.for_op(cls[0])
+    if family.cost_feature_set is None:
+        return None
+    sm_count = gpu_identity()[1]
+    measured: dict[tuple[int, int, int], dict[str, float]] = {}
+    coef: dict[str, tuple[float, ...]] = {}
+    for kernel in kernels_of(library, cls):
+        if allowed is not None and kernel.name not in allowed:
+            continue
+        default = Candidate.of(kernel)
+        points = [((n, k, m), row[default]) for (n, k, m), row in times.items()
+                  if m in grid and math.isfinite(row.get(default, math.inf))]
+        if not points:
+            continue
+        for point, us in points:
+            measured.setdefault(point, {})[kernel.name] = us
+        features = [family.cost_features(kernel.spec, m, n, k, sm_count) for (n, k, m), _ in points]
+        coef[kernel.name] = tuple(cost_model.fit(features, [us for _, us in points]))
+    return CostModel(family.cost_feature_set, coef, measured) if coef else None
 
 
 def metadata(library: Library, options: TuneOptions, kernel_set: str,
@@ -325,7 +354,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_table(library: Library, store: Store, options: TuneOptions) -> Path:
-    path = Path(options.out) if options.out else table_path_for(manifest_of(library))
+    path = Path(options.out) if options.out else table_path_for(manifest_of(library), gpu_identity()[0])
     text = render_table(metadata(library, options, library.kernel_set),
                         build_tables(library, store, options),
                         [h for h in _header(library, options, "Tuned dispatch table") if h])

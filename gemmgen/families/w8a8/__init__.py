@@ -43,6 +43,28 @@ class W8A8Family(OpFamily):
         from . import tuning  # imports torch: only when a tune runs
         return tuning  # the module is the hooks object (classes, make_problem, time_candidate, ...)
 
+    # The cost model of tuned tables (gemmgen/tuning/cost_model.py): per kernel, the busiest SM's
+    # share of the work and the bytes moved. Chosen by held-out shapes (benchmarks/RESULTS.md).
+    cost_feature_set = "w8a8-tiles-1"
+
+    def cost_features(self, spec, m: int, n: int, k: int, sm_count: int) -> list[float]:
+        """[1, waves x K iterations, waves, input MB, output MB, K iterations, tiles x K
+        iterations / SMs] of one problem for one kernel: a wave is one CTA tile per SM (swap-AB
+        kernels tile Dᵀ; cluster shapes round the tile grid up), a K iteration one tile-K step."""
+        def ceil_div(a: int, b: int) -> int:
+            return -(-a // b)
+
+        config = spec.config
+        tile_m, tile_n, tile_k = config.tile
+        cluster_m, cluster_n = getattr(config, "cluster", (1, 1, 1))[:2]
+        rows, cols = (n, m) if getattr(config, "swap_ab", False) else (m, n)
+        tiles = (ceil_div(ceil_div(rows, tile_m), cluster_m) * cluster_m
+                 * ceil_div(ceil_div(cols, tile_n), cluster_n) * cluster_n)
+        waves = ceil_div(tiles, sm_count)
+        k_iterations = ceil_div(k, tile_k)
+        return [1.0, float(waves * k_iterations), float(waves), (n * k + m * k) / 1e6,
+                m * n * 2 / 1e6, float(k_iterations), tiles * k_iterations / sm_count]
+
     # manifest
     def read_variants(self, reader, family_node, arch: str) -> tuple[Variant, ...]:
         return tuple((("a", a), ("d", d), ("epilogue", e))

@@ -1,0 +1,130 @@
+"""The cost model that lets a tuned table choose a kernel for a shape it was not tuned on.
+
+A tuned table holds winners per measured (N, K) and M bucket. For an unmeasured (N, K) the old
+rule — the winner of the nearest measured shape — transfers badly: whether a kernel wins
+depends on how its tiles fill the GPU (waves), on K's depth and on the bytes it moves, and those
+change with the shape. So `gemmgen tune` also stores, per kernel of a tuned class, its measured
+time at every tuned point and the coefficients of a small linear cost model fitted to those
+times; for an unmeasured (N, K) each kernel's time is estimated as
+
+    est(kernel, m, n, k) = measured(kernel, m', n', k') · cost(kernel, m, n, k) / cost(kernel, m', n', k')
+
+with (n', k') the nearest measured shape (log distance) and m' the nearest measured M: the
+measurement carries what the model misses about the kernel, the model only says how the time
+moves from the measured shape to the asked one. The fastest estimate wins. Measured on held-out
+model shapes (benchmarks/dispatch_quality.py, RESULTS.md), this picks better than the nearest
+shape's winner and than the manifest's rules.
+
+cost(kernel, ...) = Σ coef_i · feature_i, the features given by the op family
+(`OpFamily.cost_features`, e.g. waves × K iterations, bytes read); coefficients are fitted
+non-negative to relative error (`fit`). Pure Python: the table is read without torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+Point = tuple[int, int, int]  # (n, k, m)
+
+
+def _solve(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting; None when singular."""
+    size = len(rhs)
+    a = [row[:] + [rhs[i]] for i, row in enumerate(matrix)]
+    for col in range(size):
+        pivot = max(range(col, size), key=lambda r: abs(a[r][col]))
+        if abs(a[pivot][col]) < 1e-300:
+            return None
+        a[col], a[pivot] = a[pivot], a[col]
+        for r in range(col + 1, size):
+            factor = a[r][col] / a[col][col]
+            for c in range(col, size + 1):
+                a[r][c] -= factor * a[col][c]
+    x = [0.0] * size
+    for r in range(size - 1, -1, -1):
+        x[r] = (a[r][size] - sum(a[r][c] * x[c] for c in range(r + 1, size))) / a[r][r]
+    return x
+
+
+def _nnls(gram: list[list[float]], moment: list[float], iterations: int = 200) -> list[float]:
+    """Non-negative least squares (Lawson-Hanson active set) on the normal equations:
+    minimise |X c - y|² over c >= 0, given gram = XᵀX and moment = Xᵀy."""
+    size = len(moment)
+    coef = [0.0] * size
+    passive: set[int] = set()
+    tolerance = 1e-12 * max(1.0, max(abs(v) for v in moment))
+    for _ in range(iterations):
+        gradient = [moment[i] - sum(gram[i][j] * coef[j] for j in range(size)) for i in range(size)]
+        free = [i for i in range(size) if i not in passive and gradient[i] > tolerance]
+        if not free:
+            break
+        passive.add(max(free, key=lambda i: gradient[i]))
+        while True:
+            order = sorted(passive)
+            sub = _solve([[gram[i][j] for j in order] for i in order], [moment[i] for i in order])
+            if sub is None:  # a feature collinear with the others: leave it out
+                passive.discard(order[-1])
+                break
+            trial = dict(zip(order, sub))
+            if all(v > 0 for v in trial.values()):
+                coef = [trial.get(i, 0.0) for i in range(size)]
+                break
+            step = min(coef[i] / (coef[i] - trial[i]) for i in order if trial[i] <= 0)
+            coef = [coef[i] + step * (trial.get(i, 0.0) - coef[i]) for i in range(size)]
+            passive = {i for i in passive if coef[i] > 1e-15}
+    return coef
+
+
+def fit(features: Sequence[Sequence[float]], times: Sequence[float]) -> list[float]:
+    """Non-negative coefficients c minimising Σ ((c·f - t) / t)² over the measured points
+    (relative error: a 5 µs point counts as much as a 5 ms one)."""
+    if not features:
+        raise ValueError("no measured points to fit")
+    size = len(features[0])
+    gram = [[0.0] * size for _ in range(size)]
+    moment = [0.0] * size
+    for f, t in zip(features, times):
+        weight = 1.0 / (t * t)
+        for i in range(size):
+            moment[i] += weight * f[i] * t
+            for j in range(size):
+                gram[i][j] += weight * f[i] * f[j]
+    return _nnls(gram, moment)
+
+
+def cost(coef: Sequence[float], features: Sequence[float]) -> float:
+    return sum(c * f for c, f in zip(coef, features))
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """One tuned class's model: the feature set's name (the family's `cost_features` version),
+    each kernel's coefficients, and each kernel's measured µs (manifest knobs) per point."""
+
+    features: str
+    coef: dict[str, tuple[float, ...]]
+    times: dict[Point, dict[str, float]] = field(default_factory=dict)
+
+    def estimates(self, m: int, n: int, k: int, reference: tuple[int, int],
+                  features_of: Callable[[str, int, int, int], Sequence[float]],
+                  kernels: Sequence[str]) -> dict[str, float]:
+        """Estimated µs of each of `kernels` at (m, n, k), transferred from the measured shape
+        `reference` at its nearest measured M (see the module docstring). Kernels without a
+        measurement there or with a zero modelled cost are left out."""
+        measured_m = sorted({pm for (pn, pk, pm) in self.times if (pn, pk) == reference})
+        if not measured_m:
+            return {}
+        near_m = min(measured_m, key=lambda v: (abs(math.log(v / m)), v))
+        row = self.times[(*reference, near_m)]
+        found: dict[str, float] = {}
+        for name in kernels:
+            coef = self.coef.get(name)
+            if coef is None or name not in row:
+                continue
+            there = cost(coef, features_of(name, near_m, *reference))
+            here = cost(coef, features_of(name, m, n, k))
+            if there > 0 and here > 0:
+                found[name] = row[name] * here / there
+        return found
