@@ -150,7 +150,8 @@ def test_cli_list_dispatch_without_a_build_points_at_manifests(capsys, no_built_
     assert err.count("\n") == 1
     assert cli_main(["list", "--dispatch", "--manifests"]) == 0  # the shipped manifests
     out = capsys.readouterr().out
-    assert "w8a8 (sm90a, " in out and "tuned table: " in out and "entries)" in out
+    assert "w8a8 (sm90a, " in out and "tuned table: " in out and "entries; a cost model for untuned shapes in 2 of 2 classes)" in out
+    assert "(NVIDIA H100 80GB HBM3, 132 SMs" in out and "(NVIDIA H200, 132 SMs" in out
     assert cli_main(["list", "--manifests", "--build-dir", "x"]) == 1
     assert "drop --build-dir" in capsys.readouterr().err
 
