@@ -7,7 +7,7 @@ Layout under the build directory, per library:
     <build>/<library>/build.ninja
     <build>/<library>/staging/lib….so     the last successful link
     <build>/<library>/lib/<fingerprint>/  a published library + its generated bindings (+ the
-                                          manifest's tuned table, tuned.yaml)
+                                          manifest's tuned tables, tuned.<gpu>.yaml)
     <build>/<library>/current ->          symlink to the published one; swapped atomically
 
 NOTES: the shared object and its bindings are published together by one symlink swap, so a

@@ -1,8 +1,9 @@
 """The tuned dispatch table: its YAML schema, reading (file:line errors), writing, and lookup.
 
-A table lives next to its manifest as `<manifest>.tuned.yaml`; `gemmgen build` publishes it with
-the library and dispatch consults it before the manifest's rules. It is keyed by kernel name and
-carries the metadata that says where it was measured:
+A table lives next to its manifest as `<manifest>.tuned.<gpu>.yaml`, one per GPU it was measured
+on (`<manifest>.tuned.yaml` is read too); `gemmgen build` publishes them with the library and
+dispatch consults the GPU's own (`table_for_gpu`) before the manifest's rules. It is keyed by
+kernel name and carries the metadata that says where it was measured:
 
     format: 1
     metadata: {library, arch, kernel_set, gpu, sm_count, cuda, cutlass, gemmgen, torch, ...}

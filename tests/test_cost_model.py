@@ -1,0 +1,259 @@
+"""The tuned tables' cost model (gemmgen/tuning/cost_model.py) and per-GPU tables: the fit, the
+estimate transferred from the nearest measured shape, the W8A8 features, the table's `model`
+section (round trip, file:line errors), dispatch on an unlisted shape, and which GPU's table
+serves (CPU only)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import math
+import random
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gemmgen import dispatch
+from gemmgen.bindings.library import _load_tuned_tables
+from gemmgen.build.builder import tuned_tables_text
+from gemmgen.errors import ManifestError
+from gemmgen.families.w8a8 import FAMILY as W8A8
+from gemmgen.generator.kernel_config import RuntimeKnobs
+from gemmgen.tuning import cost_model
+from gemmgen.tuning.cost_model import CostModel
+from gemmgen.tuning.table import (Bucket, ClassTable, ShapeEntry, gpu_slug, kernel_set_hash, load_table,
+                                  published_table_name, render_table, table_for_gpu, table_path_for,
+                                  table_paths_for)
+
+from test_tuning_dispatch import GPU, _choose, _library, _name, use  # noqa: F401  (fixture)
+
+KEY = ("scaled_mm", "int8", "bf16", "ScaledEpilogueBias")
+
+
+# ------------------------------------------------------------------------------- the fit
+
+def test_fit_recovers_exact_non_negative_coefficients():
+    rng = random.Random(1)
+    truth = [2.0, 0.5, 0.0, 3.0]
+    rows = [[1.0, rng.uniform(1, 100), rng.uniform(1, 10), rng.uniform(0, 5)] for _ in range(40)]
+    times = [cost_model.cost(truth, r) for r in rows]
+    assert cost_model.fit(rows, times) == pytest.approx(truth, abs=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 6), st.integers(3, 30))
+def test_fit_meets_the_optimality_conditions(seed, size, points):
+    """Karush-Kuhn-Tucker for min Σ((c·f - t)/t)² over c >= 0: every coefficient non-negative,
+    the gradient's descent direction zero where a coefficient is positive and pointing below
+    zero (no gain from raising it) where it is zero."""
+    rng = random.Random(seed)
+    rows = [[rng.uniform(0, 10) for _ in range(size)] for _ in range(points)]
+    times = [rng.uniform(1, 100) for _ in range(points)]
+    coef = cost_model.fit(rows, times)
+    assert all(c >= 0 for c in coef)
+    residual = [(cost_model.cost(coef, r) - t) / (t * t) for r, t in zip(rows, times)]
+    descent = [-sum(res * r[i] for res, r in zip(residual, rows)) for i in range(size)]
+    scale = max(1.0, max(abs(d) for d in descent), sum(1 / t for t in times))
+    for c, d in zip(coef, descent):
+        assert d <= 1e-6 * scale
+        if c > 1e-9:
+            assert abs(d) <= 1e-6 * scale
+
+
+def test_fit_refuses_no_points():
+    with pytest.raises(ValueError, match="no measured points"):
+        cost_model.fit([], [])
+
+
+# ------------------------------------------------------------------------- the estimate
+
+def _features(name, m, n, k):
+    return [1.0, float(m * n * k) / 1e6] if name == "a" else [2.0, float(n * k) / 1e6]
+
+
+def test_estimate_scales_the_nearest_measurement_by_the_model():
+    model = CostModel("demo", {"a": (1.0, 1.0), "b": (1.0, 3.0), "gone": (1.0, 1.0)},
+                      {(100, 100, 8): {"a": 4.0, "b": 5.0}, (100, 100, 64): {"a": 9.0, "b": 7.0}})
+    found = model.estimates(10, 200, 100, (100, 100), _features, ["a", "b", "gone"])
+    # m = 10 is nearest the measured m = 8 (log distance); "gone" has no measurement
+    there_a, here_a = 1 + 8 * 100 * 100 / 1e6, 1 + 10 * 200 * 100 / 1e6
+    there_b, here_b = 2 + 3 * 100 * 100 / 1e6, 2 + 3 * 200 * 100 / 1e6
+    assert found == pytest.approx({"a": 4.0 * here_a / there_a, "b": 5.0 * here_b / there_b})
+    # m = 48 is nearest 64: its measurement, scaled down to m = 48
+    assert model.estimates(48, 100, 100, (100, 100), _features, ["a"]) == pytest.approx(
+        {"a": 9.0 * (1 + 48 * 100 * 100 / 1e6) / (1 + 64 * 100 * 100 / 1e6)})
+    assert model.estimates(8, 100, 100, (999, 100), _features, ["a"]) == {}
+
+
+def test_w8a8_cost_features_count_waves_and_k_steps(case):
+    specs = {s.origin.config: s for s in case.expand() if s.dispatch_class == KEY}
+    # small: 64x64x128 swap-AB, cluster 1x1: Dᵀ is 4096 x 4 -> 64 x 1 tiles
+    assert W8A8.cost_features(specs["small"], 4, 4096, 4096, 132) == [
+        1.0, 32.0, 1.0, (4096 * 4096 + 4 * 4096) / 1e6, 4 * 4096 * 2 / 1e6, 32.0, 64 * 32 / 132]
+    # large: 128x128x128, cluster 2x1: 300 rows -> 3 tiles, rounded up to 4; 4096 cols -> 32
+    f = W8A8.cost_features(specs["large"], 300, 4096, 1000, 132)
+    assert f[:3] == [1.0, 8.0, 1.0] and f[5] == 8.0 and f[6] == pytest.approx(4 * 32 * 8 / 132)
+
+
+# ---------------------------------------------------------------------- the table section
+
+def _model_table(library, tmp_path, *, gpu=GPU, features=W8A8.cost_feature_set, times=None):
+    small, large = _name(library, "small"), _name(library, "large")
+    shape = ShapeEntry(4096, 4096, (Bucket(8, large, RuntimeKnobs("along_n", 4)),
+                                    Bucket(4096, small, RuntimeKnobs())))
+    measured = times or {(4096, 4096, 4): {small: 10.0, large: 12.0},
+                         (4096, 4096, 2048): {small: 300.0, large: 100.0}}
+    model = CostModel(features, {small: (1.0, 0.5, 0, 0, 0, 0, 0), large: (2.0, 0.2, 1.0, 0, 0, 0, 0)},
+                      measured)
+    meta = {"library": "demo", "arch": "sm90a", "gpu": gpu[0], "sm_count": gpu[1],
+            "kernel_set": kernel_set_hash(library.kernels)}
+    path = tmp_path / "demo.tuned.yaml"
+    path.write_text(render_table(meta, [ClassTable(KEY, (shape,), model=model)]))
+    return path
+
+
+def test_the_model_section_reads_back(case, tmp_path):
+    library = _library(case)
+    path = _model_table(library, tmp_path)
+    table = load_table(path, known_kernels=library.kernels)
+    model = table.classes[KEY].model
+    assert model.features == "w8a8-tiles-1" and set(model.coef) == {_name(library, "small"), _name(library, "large")}
+    assert model.times[(4096, 4096, 2048)][_name(library, "large")] == 100.0
+    assert model.coef[_name(library, "large")] == (2.0, 0.2, 1.0, 0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda t: t.replace("      features: w8a8-tiles-1", "      features: 7"), "features"),
+    (lambda t: t.replace("[2, 0.2, 1, 0, 0, 0, 0]", "[2, -0.2, 1, 0, 0, 0, 0]"), "coef"),
+    (lambda t: t.replace("[2, 0.2, 1, 0, 0, 0, 0]", "[2, 0.2]"), "coef"),
+    (lambda t: t.replace("[4096, 4096, 4, 12, 10]", "[4096, 4096, 4, 12]"), "times"),
+    (lambda t: t.replace("[4096, 4096, 4, 12, 10]", "[4096, 4096, 0, 12, 10]"), "times"),
+])
+def test_a_broken_model_section_is_a_file_line_error(case, tmp_path, edit, key):
+    library = _library(case)
+    path = _model_table(library, tmp_path)
+    text = path.read_text()
+    path.write_text(edit(text))
+    assert path.read_text() != text
+    with pytest.raises(ManifestError) as info:
+        load_table(path)
+    assert info.value.key == key and str(path) in str(info.value) and info.value.line > 0
+
+
+def test_a_model_naming_a_kernel_the_library_lacks_is_an_error(case, tmp_path):
+    library = _library(case)
+    path = _model_table(library, tmp_path)
+    with pytest.raises(ManifestError, match="not a kernel of this library"):
+        load_table(path, known_kernels=[k for k in library.kernels if "t128x128" not in k])
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+def _install(library, path):
+    object.__setattr__(library, "tables", (load_table(path, library.kernels),))
+    return library
+
+
+def test_an_unlisted_shape_takes_the_lowest_estimate(case, use, tmp_path):
+    library = use(_install(_library(case), _model_table(_library(case), tmp_path)))
+    small, large = _name(library, "small"), _name(library, "large")
+    choice = _choose(2048, n=8192)   # the model transfers (4096, 4096, 2048) to n = 8192
+    model = library.tables[0].classes[KEY].model
+
+    def est(name):
+        spec = library.kernels[name].spec
+        here = cost_model.cost(model.coef[name], W8A8.cost_features(spec, 2048, 8192, 4096, 132))
+        there = cost_model.cost(model.coef[name], W8A8.cost_features(spec, 2048, 4096, 4096, 132))
+        return model.times[(4096, 4096, 2048)][name] * here / there
+    expected = min((small, large), key=est)
+    assert choice.source == "table" and choice.kernel.name == expected
+    assert choice.knobs == library.kernels[expected].spec.knobs  # the kernel's manifest knobs
+    assert f"cost model estimate {est(expected):.1f} µs" in choice.reason
+    assert "nearest measured shape (n=4096, k=4096)" in choice.reason
+    # the listed shape itself still takes its bucket (and knobs)
+    assert _choose(4).knobs == RuntimeKnobs("along_n", 4)
+
+
+def test_the_model_can_pick_what_the_nearest_winner_would_not(case, use, tmp_path):
+    """At the measured shape small wins at m = 4 (10 vs 12 µs) but the table's bucket says large;
+    far in K the model's estimates decide, not the bucket."""
+    base = _library(case)
+    small, large = _name(base, "small"), _name(base, "large")
+    times = {(4096, 4096, 4): {small: 10.0, large: 12.0}}
+    library = use(_install(base, _model_table(base, tmp_path, times=times)))
+    choice = _choose(4, k=8192)
+    assert choice.kernel.name == small and "cost model" in choice.reason
+
+
+def test_a_model_of_another_feature_set_falls_back_to_the_nearest_winner(case, use, tmp_path, caplog):
+    base = _library(case)
+    library = use(_install(base, _model_table(base, tmp_path, features="w8a8-tiles-0")))
+    with caplog.at_level(logging.WARNING, logger="gemmgen.dispatch"):
+        choice = _choose(4, n=5120)
+    assert choice.kernel.name == _name(library, "large") and "nearest measured shape" in choice.reason
+    assert any("feature set 'w8a8-tiles-0'" in r.getMessage() for r in caplog.records)
+
+
+# ---------------------------------------------------------------------------- per GPU
+
+def test_gpu_slugs_and_table_paths(tmp_path):
+    assert gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3" and gpu_slug("NVIDIA H200") == "h200"
+    manifest = tmp_path / "w8a8_sm90.yaml"
+    assert table_path_for(manifest, "NVIDIA H200") == tmp_path / "w8a8_sm90.tuned.h200.yaml"
+    for name in ("w8a8_sm90.tuned.yaml", "w8a8_sm90.tuned.h200.yaml", "w8a8_sm90.tuned.h100-80gb-hbm3.yaml",
+                 "other.tuned.h200.yaml"):
+        (tmp_path / name).write_text("")
+    assert [p.name for p in table_paths_for(manifest)] == [
+        "w8a8_sm90.tuned.h100-80gb-hbm3.yaml", "w8a8_sm90.tuned.h200.yaml", "w8a8_sm90.tuned.yaml"]
+    assert published_table_name(tmp_path / "w8a8_sm90.tuned.h200.yaml", manifest) == "tuned.h200.yaml"
+    assert published_table_name(tmp_path / "w8a8_sm90.tuned.yaml", manifest) == "tuned.yaml"
+
+
+def _gpu_tables(case, tmp_path):
+    library = _library(case)
+    tables = []
+    for gpu in (("NVIDIA H100 80GB HBM3", 132), ("NVIDIA H200", 132)):
+        folder = tmp_path / gpu_slug(gpu[0])
+        folder.mkdir()
+        tables.append(load_table(_model_table(library, folder, gpu=gpu), library.kernels))
+    return library, tables
+
+
+def test_each_gpu_gets_its_own_table_and_a_like_gpu_a_neighbour(case, tmp_path):
+    library, (h100, h200) = _gpu_tables(case, tmp_path)
+    kernel_set = library.kernel_set
+    assert table_for_gpu([h100, h200], ("NVIDIA H200", 132), kernel_set) == (h200, None)
+    assert table_for_gpu([h100, h200], ("NVIDIA H100 80GB HBM3", 132), kernel_set) == (h100, None)
+    table, note = table_for_gpu([h200], ("NVIDIA H100 80GB HBM3", 132), kernel_set)
+    assert table is h200 and "same arch and SM count" in note
+    table, note = table_for_gpu([h100, h200], ("NVIDIA H100 PCIe", 114), kernel_set)
+    assert table is None and "this GPU is NVIDIA H100 PCIe (114 SMs)" in note
+    table, note = table_for_gpu([h100, h200], None, kernel_set)
+    assert table is h100 and "no GPU visible" in note
+    assert table_for_gpu([h100], None, kernel_set) == (h100, None)
+    table, note = table_for_gpu([h100], ("NVIDIA H100 80GB HBM3", 132), "0" * 16)
+    assert table is None and "another kernel set" in note
+
+
+def test_two_tables_of_one_gpu_keep_the_first(case, tmp_path, caplog):
+    library = _library(case)
+    specs = [k.spec for k in library.kernels.values()]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = _model_table(library, tmp_path / "a"), _model_table(library, tmp_path / "b")
+    with caplog.at_level(logging.WARNING, logger="gemmgen.dispatch"):
+        tables = _load_tuned_tables([first, second], specs)
+    assert [t.path for t in tables] == [str(first)]
+    assert any("measured on the same GPU" in r.getMessage() for r in caplog.records)
+
+
+def test_build_publishes_every_gpus_table(case, tmp_path):
+    library = _library(case)
+    manifest = case.write()
+    for gpu in (("NVIDIA H100 80GB HBM3", 132), ("NVIDIA H200", 132)):
+        path = _model_table(library, tmp_path, gpu=gpu)
+        path.rename(table_path_for(manifest, gpu[0]))
+    published = tuned_tables_text(manifest, case.expand(), print)
+    assert set(published) == {"tuned.h100-80gb-hbm3.yaml", "tuned.h200.yaml"}
+    assert "gpu: NVIDIA H200" in published["tuned.h200.yaml"]
