@@ -19,8 +19,16 @@ import importlib
 
 __version__ = "0.1.0"
 __all__ = ["scaled_mm", "scaled_mm_azp", "mixed_mm", "pack_weights", "unpack_weights",
-           "PackedWeight", "list_kernels", "dispatch", "reference", "reload", "__version__"]
+           "PackedWeight", "list_kernels", "dispatch", "reference", "reload", "autotune", "__version__"]
 
+
+
+def autotune(enabled: bool = True):
+    """`with gemmgen.autotune():` — the first call of a problem no tuned table lists times the
+    candidates and records the winner for later calls and processes (gemmgen/tuning/autotune.py;
+    GEMMGEN_AUTOTUNE=1 turns it on for the whole process)."""
+    from .tuning.autotune import autotune as context
+    return context(enabled)
 
 
 def list_kernels(op: str | None = None):
@@ -50,8 +58,10 @@ def reload() -> None:
 
     from .bindings.library import reload as reload_libraries
     from .dispatch import cache_clear
+    from .tuning import autotune as autotune_caches
     reload_libraries()
     cache_clear()
+    autotune_caches.clear()
     launch = sys.modules.get("gemmgen.bindings.launch")  # loaded once an op ran; never import torch here
     if launch is not None:
         launch.clear_caches()

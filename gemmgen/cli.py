@@ -338,7 +338,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from .tuning.shapes import DEFAULT_M_GRID, load_many, parse_m_grid, resolve_shapes_arg
     from .tuning.tune import TuneOptions, tune
 
-    shapes = load_many(args.shapes)
+    if not args.shapes and not args.from_cache:
+        raise GemmgenError("tune: give --shapes, --from-cache, or both")
+    shapes = load_many(args.shapes) if args.shapes else []
     try:
         m_grid = parse_m_grid(args.m) if args.m else DEFAULT_M_GRID
     except ValueError as exc:
@@ -348,8 +350,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         library=args.library, family=args.family, dtypes=tuple(args.dtypes or ()), out_dtype=args.out_dtype,
         epilogue=args.epilogue, knob_top=args.knob_top, tolerance=args.tolerance, fresh=args.fresh,
         out=args.out, select=args.select, select_dir=args.select_dir, gpus=args.gpus,
-        command="gemmgen " + " ".join(args.argv),
-        shape_sources=[resolve_shapes_arg(s).name for s in args.shapes])
+        from_cache=args.from_cache, command="gemmgen " + " ".join(args.argv),
+        shape_sources=[resolve_shapes_arg(s).name for s in args.shapes or ()]
+        + (["autotune cache"] if args.from_cache else []))
     tune(options)
     return 0
 
@@ -401,8 +404,11 @@ def _parser() -> argparse.ArgumentParser:
     clean.set_defaults(func=_cmd_clean)
     tuning = sub.add_parser("tune", help="measure every candidate kernel over weight shapes x an M "
                                          "grid on the GPU and write the tuned dispatch table")
-    tuning.add_argument("--shapes", nargs="+", required=True,
+    tuning.add_argument("--shapes", nargs="+",
                         help="shape files (paths, or names in gemmgen/manifests/shapes/, e.g. llama3_8b)")
+    tuning.add_argument("--from-cache", action="store_true",
+                        help="also tune every (N, K) that tuning at first use recorded on this GPU "
+                             "(gemmgen.autotune(), GEMMGEN_AUTOTUNE=1), timed or pending")
     tuning.add_argument("--m", help="comma-separated M grid (default: 1..16384, powers of two and between)")
     tuning.add_argument("--library", help="library to tune (default: the one this GPU dispatches to)")
     tuning.add_argument("--family", help="op family to tune (e.g. w8a8, mixed): picks its library "

@@ -46,7 +46,9 @@ ARCH_PREFERENCE = arch_policy.PREFERENCE
 @dataclass(frozen=True)
 class Choice:
     """A dispatch decision: the kernel and run-time knobs, which link of the chain chose them
-    (`source`: "table", "rule" or "default") and why, in words (`reason`)."""
+    (`source`: "autotune", "table", "rule" or "default") and why, in words (`reason`).
+    `measured`: the problem's own (N, K) was timed (a tuned table's listed shape, or tuning at
+    first use), so tuning at first use has nothing to add."""
 
     kernel: Kernel
     knobs: RuntimeKnobs
@@ -55,6 +57,7 @@ class Choice:
     rule: str | None = None
     rule_index: int | None = None
     line: int | None = None
+    measured: bool = False
 
 
 _warned: set[str] = set()
@@ -187,7 +190,27 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
     reason = (f"tuned table ({where}): {shape}, bucket m <= {hit.bucket.m_max}{proxy}; raster "
               f"{knobs.raster}, swizzle {knobs.swizzle}"
               + (f", split_k {knobs.split_k_slices}" if knobs.split_k_slices != 1 else ""))
-    return Choice(kernel, knobs, "table", reason), None
+    return Choice(kernel, knobs, "table", reason, measured=hit.exact_shape and exact_class is not None), None
+
+
+def _from_autotune(library: Library, key: tuple[str, ...], m: int, n: int, k: int,
+                   device: int | None) -> Choice | None:
+    """The winner tuning at first use recorded for this problem's M bucket on this GPU, if any
+    (gemmgen/tuning/autotune.py); None without a GPU, a record, or its kernel."""
+    if not library.built:
+        return None
+    gpu = gpu_identity(device)
+    if gpu is None:
+        return None
+    from .tuning import autotune
+    cache = autotune.cache_for(library.name, gpu)
+    entry = cache.winner(key, n, k, m)
+    if entry is None or entry.kernel not in library.kernels:
+        return None
+    reason = (f"tuned at first use ({cache.path}:{entry.line or '?'}): measured at m={entry.m}, "
+              f"bucket m <= {entry.bucket}, {entry.us:.1f} µs; raster {entry.knobs.raster}, "
+              f"swizzle {entry.knobs.swizzle}")
+    return Choice(library.kernels[entry.kernel], entry.knobs, "autotune", reason, measured=True)
 
 
 def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], hit, m: int, n: int,
@@ -269,6 +292,10 @@ def _choose(arches: tuple[str, ...], key: tuple[str, ...], values: tuple[int, ..
             log.info("gemmgen: library %r has no tuned table; dispatch uses the manifest's rules "
                      "(measure one with `gemmgen tune` on this GPU)", owner.name)
         note = None
+        if tuned and tunable:
+            choice = _from_autotune(owner, key, *values[:3], device)
+            if choice is not None:
+                return choice
         if table is not None:
             choice, note = _from_table(owner, table, key, *values[:3], device)
             if choice is not None:
@@ -331,8 +358,30 @@ def _source(source: str, manifests) -> tuple | None:
 
 def choose_class(key: tuple[str, ...], values: tuple[int, ...], *, arch=None, tuned: bool = True,
                  device: int | None = None) -> Choice:
-    """The dispatch decision for a dispatch class and its variable values (what the ops call)."""
-    return _choose(_arches(arch, device), key, values, device, tuned, None)
+    """The dispatch decision for a dispatch class and its variable values (what the ops call).
+    With tuning at first use on (`gemmgen.autotune()`), a problem whose (N, K) was never timed
+    on this GPU is timed now and its winner recorded (gemmgen/tuning/autotune.py)."""
+    arches = _arches(arch, device)
+    choice = _choose(arches, key, values, device, tuned, None)
+    if tuned and not choice.measured and choice.kernel.library.built:
+        from .tuning import autotune
+        if autotune.enabled():
+            family = registry.for_op(key[0])
+            gpu = gpu_identity(device)
+            if gpu is not None and family is not None and family.variables[:3] == ("m", "n", "k"):
+                entry = autotune.tune_point(choice.kernel.library, key, *values[:3], gpu,
+                                            _device_index(device))
+                if entry is not None:
+                    _choose.cache_clear()  # the new record is the first link of the chain now
+                    choice = _choose(arches, key, values, device, tuned, None)
+    return choice
+
+
+def _device_index(device: int | None) -> int:
+    if device is not None:
+        return device
+    import torch
+    return torch.cuda.current_device()
 
 
 def choose(op: str = "scaled_mm", *, arch=None, tuned: bool = True, device: int | None = None,

@@ -20,6 +20,7 @@ from .. import arch as arch_policy
 from .. import dispatch
 from ..errors import KernelLaunchError, describe_argument
 from ..generator.kernel_config import RuntimeKnobs
+from ..tuning.autotune import enabled as autotune_enabled
 from .library import Kernel, all_kernels
 
 ALIGN_BYTES = 16  # TMA: base addresses and leading strides in multiples of 16 bytes
@@ -95,8 +96,9 @@ def check_device(device: int, kernel: Kernel, fail: ArgumentErrors, tensor: str 
 
 def chosen_kernel(op: str, device: int, arches: tuple[str, ...], key: tuple,
                   values: tuple[int, ...]) -> tuple[Kernel, RuntimeKnobs]:
-    """Dispatch's kernel and knobs for a problem, memoized per (device, arches, class, values)."""
-    memo = (arches, device, key, values)
+    """Dispatch's kernel and knobs for a problem, memoized per (device, arches, class, values,
+    whether tuning at first use is on)."""
+    memo = (arches, device, key, values, autotune_enabled())
     chosen = _choices.get(memo)
     if chosen is None:
         if len(_choices) >= _MAX_CHOICES:

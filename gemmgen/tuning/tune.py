@@ -60,6 +60,7 @@ class TuneOptions:
     select_dir: str | None = None
     gpus: int | None = None
     seed: int = 0
+    from_cache: bool = False  # add the shapes tuning at first use recorded (gemmgen/tuning/autotune.py)
     command: str = ""
     shape_sources: list[str] = field(default_factory=list)
 
@@ -164,18 +165,19 @@ def store_path(library: Library, options: TuneOptions) -> Path:
     return settings.build_dir() / "tune" / f"{library.name}-{library.kernel_set}-{slug}-{sms}sm-seed{options.seed}.jsonl"
 
 
-def _progress(total: int, position: int = 0, desc: str = "tune"):
+def _progress(total: int, position: int = 0, desc: str = "tune", disable: bool = False):
     from tqdm import tqdm  # progress bar with rate and ETA
-    return tqdm(total=total, position=position, desc=desc, unit="point", dynamic_ncols=True)
+    return tqdm(total=total, position=position, desc=desc, unit="point", dynamic_ncols=True,
+                disable=disable)
 
 
 def measure(library: Library, store: Store, options: TuneOptions, shapes: list[WeightShape],
-            position: int = 0) -> None:
-    """Time every candidate at every point not already in the store."""
+            position: int = 0, progress: bool = True) -> None:
+    """Time every candidate at every point not already in the store (`progress`: a bar)."""
     classes = classes_of(library, options)
     sm_count = gpu_identity()[1]
     bar = _progress(len(classes) * len(shapes) * len(options.m_grid), position,
-                    f"tune {torch.cuda.current_device()}")
+                    f"tune {torch.cuda.current_device()}", disable=not progress)
     for cls in classes:
         kernels = kernels_of(library, cls)
         hooks = hooks_of(cls)
@@ -434,6 +436,17 @@ def select_and_write(library: Library, store: Store, options: TuneOptions) -> st
     return "\n".join(report)
 
 
+def cached_shapes(library: Library, known: list[WeightShape]) -> list[WeightShape]:
+    """The (N, K) shapes tuning at first use recorded for this library on this GPU (timed or
+    pending), less those in `known`."""
+    from . import autotune
+    cache = autotune.cache_for(library.name, gpu_identity())
+    seen = {(s.n, s.k) for s in known}
+    found = sorted({shape for shapes in cache.shapes().values() for shape in shapes} - seen)
+    _say(f"{len(found)} shape(s) from the autotune cache {cache.path}")
+    return [WeightShape(f"n{n}_k{k}", n, k, "autotune cache", str(cache.path)) for n, k in found]
+
+
 def _worker(payload: str) -> None:
     """One GPU's share (python -m gemmgen.tuning.tune --worker JSON)."""
     spec = json.loads(payload)
@@ -449,6 +462,11 @@ def tune(options: TuneOptions) -> Path:
         raise GemmgenError("gemmgen tune measures kernels on a GPU; no CUDA device is visible")
     library = choose_library(options.library, options.family)
     options.library = library.name
+    if options.from_cache:
+        options.shapes = options.shapes + cached_shapes(library, options.shapes)
+    if not options.shapes:
+        raise GemmgenError("no shapes to tune: give --shapes, or --from-cache once tuning at first "
+                           "use recorded some (gemmgen.autotune(), GEMMGEN_AUTOTUNE=1)")
     path = store_path(library, options)
     if options.fresh:
         for old in Store(path).siblings():

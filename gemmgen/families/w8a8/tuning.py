@@ -43,6 +43,13 @@ def classes(built: set[tuple[str, ...]], options) -> list[tuple[str, ...]]:
     return wanted
 
 
+def autotune_options(key: tuple[str, ...]):
+    """Tune options that measure exactly dispatch class `key` (tuning at first use)."""
+    from ...tuning.tune import TuneOptions
+    _, a, d, epilogue = key
+    return TuneOptions(shapes=[], m_grid=(), dtypes=(a,), out_dtype=d, epilogue=epilogue)
+
+
 def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
                  l2_bytes: int | None = None) -> Problem:
     """Seeded inputs for (m, n, k): per-token scale_a, per-channel scale_b, a bias if the
