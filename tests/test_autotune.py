@@ -39,10 +39,13 @@ def test_on_by_context_or_environment(monkeypatch):
             assert not autotune.enabled()
         assert autotune.enabled()
     monkeypatch.setenv(autotune.ENV, "1")
+    assert not autotune.enabled()  # read at import and reload, not per call
+    gemmgen.reload()
     assert autotune.enabled()
     with gemmgen.autotune(False):
         assert not autotune.enabled()
     monkeypatch.setenv(autotune.ENV, "0")
+    gemmgen.reload()
     assert not autotune.enabled()
 
 

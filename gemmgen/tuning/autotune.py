@@ -1,7 +1,8 @@
 """Tuning at first use: the first call of a problem no tuned table lists times the candidates
 and records the winner for every later call and process.
 
-Opt-in, with `gemmgen.autotune()` (a context manager) or GEMMGEN_AUTOTUNE=1. While on, the
+Opt-in, with `gemmgen.autotune()` (a context manager) or GEMMGEN_AUTOTUNE=1 (read when gemmgen is
+imported, and again by `gemmgen.reload()`). While on, the
 first call of a new (dispatch class, N, K, M bucket) whose (N, K) the GPU's tuned table does not
 list times every kernel of the class the way `gemmgen tune` does (same inputs, same method, same
 store, so `gemmgen tune` later reuses the times) at that M, picks the winner with the tuner's
@@ -56,11 +57,18 @@ def autotune(enabled: bool = True):
 
 def enabled() -> bool:
     """Whether calls made now tune at first use: the innermost `autotune()` context, else
-    GEMMGEN_AUTOTUNE=1."""
+    GEMMGEN_AUTOTUNE=1 (read at import and by `gemmgen.reload()`)."""
     state = _enabled.get()
-    if state is not None:
-        return state
+    return _from_environment if state is None else state
+
+
+def _read_environment() -> bool:
     return os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# Read at import and by gemmgen.reload(), not per call: os.environ.get costs ~1 µs, on the path
+# of every op call.
+_from_environment = _read_environment()
 
 
 def m_bucket(m: int) -> int:
@@ -181,9 +189,11 @@ def cache_for(library_name: str, gpu: tuple[str, int]) -> Cache:
 
 
 def clear() -> None:
-    """Forget the caches read (gemmgen.reload() calls this)."""
+    """Forget the caches read and read GEMMGEN_AUTOTUNE again (gemmgen.reload() calls this)."""
+    global _from_environment
     with _lock:
         _caches.clear()
+        _from_environment = _read_environment()
 
 
 def not_now_reason() -> str | None:
