@@ -30,6 +30,7 @@ import argparse
 import functools
 import math
 import sys
+import tempfile
 from pathlib import Path
 
 try:
@@ -39,6 +40,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from gemmgen import dispatch, settings
 from gemmgen.bindings.library import manifest_library
 from gemmgen.errors import GemmgenError
+from gemmgen.tuning import autotune
 from gemmgen.tuning.measure import Candidate, Record, Store
 from gemmgen.tuning.shapes import load_many, parse_m_grid
 
@@ -58,6 +60,10 @@ def main(argv=None) -> int:
                         help="no GPU: decide for this GPU from the manifests, time nothing")
     parser.add_argument("--out", type=Path, help="also write the markdown summary here")
     args = parser.parse_args(argv)
+    # `tuned` scores the table: records of tuning at first use (which come first in dispatch)
+    # are read from an empty scratch folder, not the library's
+    scratch = Path(tempfile.mkdtemp(prefix="gemmgen-quality-"))
+    autotune.cache_path = lambda name, gpu: scratch / f"{name}-{gpu[1]}sm.jsonl"
 
     if args.offline:
         name, _, sms = args.offline.rpartition(":")

@@ -1,11 +1,18 @@
 """Dispatch: which compiled kernel (and run-time knobs) serves a problem, looked up from Python.
 
-The chain, first hit wins: the tuned table `gemmgen tune` measured (exact (N, K), then the
-nearest measured shape; only when its GPU matches; a table tuned for another kernel set serves
-the entries whose kernels all still exist, see `gemmgen.tuning.table.fit_table`) → the
-manifest's ordered `dispatch` rules → a guaranteed default. Each fallback is logged once at
-WARNING with its reason. Tables and rules are parsed once at library load; lookups are memoized
-per problem.
+The chain, first hit wins:
+  1. the GPU's tuned table, for an (N, K) it lists (the table `gemmgen tune` measured on this GPU;
+     a GPU without one uses a table of a GPU with the same SM count, see
+     `gemmgen.tuning.table.table_for_gpu`; a table tuned for another kernel set serves the
+     entries whose kernels still exist, see `fit_table`);
+  2. a winner recorded by tuning at first use on this GPU (`gemmgen.autotune()`,
+     gemmgen/tuning/autotune.py) for the problem's M bucket;
+  3. the table again, for an (N, K) it does not list: its cost model's lowest estimate
+     (gemmgen/tuning/cost_model.py), else the nearest measured shape's winner;
+  4. the manifest's ordered `dispatch` rules;
+  5. a guaranteed default (the family's first config).
+Each fallback is logged once at WARNING with its reason. Tables and rules are parsed once at
+library load; lookups are memoized per problem.
 
     gemmgen.dispatch.lookup("scaled_mm", a_dtype=torch.int8, out_dtype=torch.bfloat16,
                             epilogue="ScaledEpilogueBias", m=37, n=4096, k=4096)
@@ -28,7 +35,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 
 from . import arch as arch_policy
 from . import families as registry
@@ -47,8 +55,9 @@ ARCH_PREFERENCE = arch_policy.PREFERENCE
 class Choice:
     """A dispatch decision: the kernel and run-time knobs, which link of the chain chose them
     (`source`: "autotune", "table", "rule" or "default") and why, in words (`reason`).
-    `measured`: the problem's own (N, K) was timed (a tuned table's listed shape, or tuning at
-    first use), so tuning at first use has nothing to add."""
+    `settled`: tuning at first use has nothing to add: the problem's own (N, K) was timed on
+    this GPU (its tuned table lists it, or a record of tuning at first use), or it cannot be
+    timed (a family without the tuner's hooks, a timing that failed)."""
 
     kernel: Kernel
     knobs: RuntimeKnobs
@@ -57,7 +66,10 @@ class Choice:
     rule: str | None = None
     rule_index: int | None = None
     line: int | None = None
-    measured: bool = False
+    settled: bool = False
+    # made while tuning at first use could not time (CUDA graph capture, torch.compile
+    # tracing): the ops do not memoize it, so the next call outside tunes
+    provisional: bool = False
 
 
 _warned: set[str] = set()
@@ -190,7 +202,20 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
     reason = (f"tuned table ({where}): {shape}, bucket m <= {hit.bucket.m_max}{proxy}; raster "
               f"{knobs.raster}, swizzle {knobs.swizzle}"
               + (f", split_k {knobs.split_k_slices}" if knobs.split_k_slices != 1 else ""))
-    return Choice(kernel, knobs, "table", reason, measured=hit.exact_shape and exact_class is not None), None
+    own = identity is None or tuple(identity) == table.gpu
+    return Choice(kernel, knobs, "table", reason,
+                  settled=hit.exact_shape and exact_class is not None and own), None
+
+
+def _lists(table, key: tuple[str, ...], n: int, k: int, device: int | None) -> bool:
+    """Whether `table` is this GPU's own and measured (n, k) for the class: it then comes before
+    the records of tuning at first use (`gemmgen tune --from-cache` supersedes them)."""
+    if table is None:
+        return False
+    identity = gpu_identity(device)
+    ctable = table.classes.get(key)
+    return ((identity is None or tuple(identity) == table.gpu) and ctable is not None
+            and ctable.lookup(1, n, k) is not None and ctable.lookup(1, n, k).exact_shape)
 
 
 def _from_autotune(library: Library, key: tuple[str, ...], m: int, n: int, k: int,
@@ -205,12 +230,14 @@ def _from_autotune(library: Library, key: tuple[str, ...], m: int, n: int, k: in
     from .tuning import autotune
     cache = autotune.cache_for(library.name, gpu)
     entry = cache.winner(key, n, k, m)
-    if entry is None or entry.kernel not in library.kernels:
-        return None
+    kernel = None if entry is None else library.kernels.get(entry.kernel)
+    if (kernel is None or entry.kernel_set != library.kernel_set or kernel.spec.dispatch_class != key
+            or (entry.knobs.split_k_slices != 1 and not kernel.spec.split_k)):
+        return None  # none; or timed for another kernel set (the manifest changed), or not this class's
     reason = (f"tuned at first use ({cache.path}:{entry.line or '?'}): measured at m={entry.m}, "
               f"bucket m <= {entry.bucket}, {entry.us:.1f} µs; raster {entry.knobs.raster}, "
               f"swizzle {entry.knobs.swizzle}")
-    return Choice(library.kernels[entry.kernel], entry.knobs, "autotune", reason, measured=True)
+    return Choice(kernel, entry.knobs, "autotune", reason, settled=True)
 
 
 def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], hit, m: int, n: int,
@@ -232,7 +259,13 @@ def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], hit,
     def features_of(name: str, mm: int, nn: int, kk: int):
         return family.cost_features(library.kernels[name].spec, mm, nn, kk, sm_count)
 
-    estimates = model.estimates(m, n, k, (hit.shape.n, hit.shape.k), features_of, available)
+    reference = model.nearest_shape(n, k)  # the nearest shape with times (normally the table's)
+    try:
+        estimates = model.estimates(m, n, k, reference, features_of, available) if reference else {}
+    except ValueError as exc:  # coefficients that do not match the features: a damaged table
+        _warn_once(f"gemmgen: the cost model of {table.path} does not fit this gemmgen ({exc}): "
+                   "untuned shapes take the nearest measured shape's winner; re-run `gemmgen tune`")
+        return None
     if not estimates:
         return None
     best = min(estimates, key=lambda name: (estimates[name], name))
@@ -245,8 +278,8 @@ def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], hit,
     proxy = "" if exact_class else (f", measured as {' '.join(ctable.key[1:])} and applied to the "
                                     f"same config's {' '.join(key[2:])} kernel")
     reason = (f"tuned table ({where}): (n={n}, k={k}) not measured; cost model estimate "
-              f"{estimates[best]:.1f} µs{margin}, from the nearest measured shape (n={hit.shape.n}, "
-              f"k={hit.shape.k}){proxy}; the kernel's manifest knobs")
+              f"{estimates[best]:.1f} µs{margin}, from the nearest measured shape (n={reference[0]}, "
+              f"k={reference[1]}){proxy}; the kernel's manifest knobs")
     return Choice(kernel, kernel.spec.knobs, "table", reason)
 
 
@@ -274,7 +307,8 @@ def _known_kernels(source) -> dict[str, Kernel]:
 @functools.lru_cache(maxsize=8192)
 def _choose(arches: tuple[str, ...], key: tuple[str, ...], values: tuple[int, ...],
             device: int | None, tuned: bool, source: tuple | None = None) -> Choice:
-    """The lookup chain, first hit wins: tuned table (exact shape, then nearest shape) → the
+    """The lookup chain, first hit wins (the module docstring): the GPU's tuned table for a listed
+    shape → records of tuning at first use → the table's cost model (or nearest shape) → the
     manifest's rules → a guaranteed default (the first config of the family that builds it).
     `source`: None for the built libraries, else `manifest_sources(...)` of the manifests."""
     family = registry.for_op(key[0])
@@ -292,7 +326,7 @@ def _choose(arches: tuple[str, ...], key: tuple[str, ...], values: tuple[int, ..
             log.info("gemmgen: library %r has no tuned table; dispatch uses the manifest's rules "
                      "(measure one with `gemmgen tune` on this GPU)", owner.name)
         note = None
-        if tuned and tunable:
+        if tuned and tunable and not _lists(table, key, *values[1:3], device):
             choice = _from_autotune(owner, key, *values[:3], device)
             if choice is not None:
                 return choice
@@ -363,18 +397,31 @@ def choose_class(key: tuple[str, ...], values: tuple[int, ...], *, arch=None, tu
     on this GPU is timed now and its winner recorded (gemmgen/tuning/autotune.py)."""
     arches = _arches(arch, device)
     choice = _choose(arches, key, values, device, tuned, None)
-    if tuned and not choice.measured and choice.kernel.library.built:
-        from .tuning import autotune
-        if autotune.enabled():
-            family = registry.for_op(key[0])
-            gpu = gpu_identity(device)
-            if gpu is not None and family is not None and family.variables[:3] == ("m", "n", "k"):
-                entry = autotune.tune_point(choice.kernel.library, key, *values[:3], gpu,
-                                            _device_index(device))
-                if entry is not None:
-                    _choose.cache_clear()  # the new record is the first link of the chain now
-                    choice = _choose(arches, key, values, device, tuned, None)
-    return choice
+    if not tuned or choice.settled or not choice.kernel.library.built:
+        return choice
+    from .tuning import autotune
+    if not autotune.enabled():
+        return choice
+    family = registry.for_op(key[0])
+    gpu = gpu_identity(device)
+    if gpu is None or family is None or family.variables[:3] != ("m", "n", "k"):
+        return replace(choice, settled=True)  # nothing the tuner can time
+    provisional = autotune.not_now_reason() is not None
+    entry = autotune.tune_point(choice.kernel.library, key, *values[:3], gpu, _device_index(device))
+    if entry is not None:
+        _forget_choices()  # the new record is the first link of the chain now
+        return _choose(arches, key, values, device, tuned, None)
+    # under capture: not kept by the ops, tuned at the next call outside; otherwise (no hooks,
+    # a failed timing, warned) this choice stays
+    return replace(choice, provisional=True) if provisional else replace(choice, settled=True)
+
+
+def _forget_choices() -> None:
+    """Drop memoized decisions, here and in the ops (loaded once an op ran; never import torch)."""
+    _choose.cache_clear()
+    launch = sys.modules.get("gemmgen.bindings.launch")
+    if launch is not None:
+        launch.forget_choices()
 
 
 def _device_index(device: int | None) -> int:

@@ -5,6 +5,7 @@ when dispatch asks for a timing and when not, and `gemmgen tune --from-cache`'s 
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
 
@@ -54,8 +55,9 @@ def test_m_buckets_are_the_tuners_grid():
         1, 4, 16, 24, 320, 16384, 16384]
 
 
-def _winner(m=300, kernel="k_a", us=10.0, n=1280, k=8192):
-    return autotune.Entry(KEY, n, k, autotune.m_bucket(m), m, kernel, RuntimeKnobs("along_m", 2), us)
+def _winner(m=300, kernel="k_a", us=10.0, n=1280, k=8192, kernel_set="", key=KEY):
+    return autotune.Entry(key, n, k, autotune.m_bucket(m), m, kernel, RuntimeKnobs("along_m", 2), us,
+                          kernel_set=kernel_set)
 
 
 def test_cache_round_trip_pending_then_winner(build_dir):
@@ -104,17 +106,50 @@ def test_several_processes_append_whole_lines(build_dir):
 def test_dispatch_takes_the_recorded_winner_first(case, use, build_dir):
     library = use(_library(case))
     small, large = _name(library, "small"), _name(library, "large")
-    autotune.cache_for("demo", GPU).add(_winner(m=300, kernel=small, n=4096, k=4096))
+    autotune.cache_for("demo", GPU).add(_winner(m=300, kernel=small, n=4096, k=4096,
+                                                kernel_set=library.kernel_set))
     dispatch.cache_clear()
     choice = _choose(300)
-    assert choice.source == "autotune" and choice.kernel.name == small and choice.measured
+    assert choice.source == "autotune" and choice.kernel.name == small and choice.settled
     assert choice.knobs == RuntimeKnobs("along_m", 2) and "tuned at first use" in choice.reason
     assert _choose(400).kernel.name == large  # another bucket: the rules
     assert _choose(300, tuned=False).source == "rule"  # tuned=False skips it, like the table
-    # a record naming a kernel this library does not have is ignored
-    autotune.cache_for("demo", GPU).add(_winner(m=1000, kernel="gone", n=4096, k=4096))
+    # ignored: a record naming a kernel this library does not have, one of another kernel set
+    # (the manifest changed since), one naming another class's kernel
+    other_class = next(k.name for k in library.kernels.values() if k.spec.dispatch_class != KEY)
+    cache = autotune.cache_for("demo", GPU)
+    cache.add(_winner(m=1000, kernel="gone", n=4096, k=4096, kernel_set=library.kernel_set))
+    cache.add(_winner(m=2000, kernel=small, n=4096, k=4096, kernel_set="0" * 16))
+    cache.add(_winner(m=3000, kernel=other_class, n=4096, k=4096, kernel_set=library.kernel_set))
     dispatch.cache_clear()
-    assert _choose(1000).source == "rule"
+    assert [_choose(m).source for m in (1000, 2000, 3000)] == ["rule"] * 3
+
+
+@pytest.mark.parametrize("damage", [
+    lambda r: {**r, "n": 1e400}, lambda r: {**r, "raster": "diagonal"}, lambda r: {**r, "split_k": 0},
+    lambda r: {**r, "us": -1}, lambda r: {**r, "n": True}, lambda r: {**r, "class": 5},
+])
+def test_a_damaged_record_is_skipped_not_fatal(case, use, build_dir, damage):
+    library = use(_library(case))
+    path = autotune.cache_path("demo", GPU)
+    path.parent.mkdir(parents=True)
+    good = {"class": list(KEY), "n": 4096, "k": 4096, "m_bucket": 320, "m": 300, "kernel_set": library.kernel_set,
+            "kernel": _name(library, "small"), "raster": "along_m", "swizzle": 2, "split_k": 1, "us": 3.0}
+    path.write_text(json.dumps(damage(good)) + "\n")
+    dispatch.cache_clear()
+    assert _choose(300).source == "rule"
+    path.write_text(json.dumps(good) + "\n")
+    autotune.clear()
+    dispatch.cache_clear()
+    assert _choose(300).source == "autotune"
+
+
+def test_an_unreadable_cache_is_warned_and_not_used(case, use, build_dir, caplog):
+    use(_library(case))
+    autotune.cache_path("demo", GPU).mkdir(parents=True)  # a folder where the file should be
+    with caplog.at_level(logging.WARNING, logger="gemmgen.dispatch"):
+        assert _choose(300).source == "rule"
+    assert any("cannot read the autotune cache" in r.getMessage() for r in caplog.records)
 
 
 def test_first_use_times_only_unmeasured_problems(case, use, build_dir, tmp_path, monkeypatch):
@@ -125,7 +160,8 @@ def test_first_use_times_only_unmeasured_problems(case, use, build_dir, tmp_path
 
     def fake_tune_point(lib, key, m, n, k, gpu, device):
         calls.append((key, m, n, k))
-        entry = autotune.Entry(tuple(key), n, k, autotune.m_bucket(m), m, small, RuntimeKnobs(), 5.0)
+        entry = autotune.Entry(tuple(key), n, k, autotune.m_bucket(m), m, small, RuntimeKnobs(), 5.0,
+                               kernel_set=lib.kernel_set)
         autotune.cache_for(lib.name, gpu).add(entry)
         return entry
 
@@ -139,7 +175,7 @@ def test_first_use_times_only_unmeasured_problems(case, use, build_dir, tmp_path
         listed = choose(4, 4096, 4096)                      # the table lists it: not timed
     assert calls == [(KEY, 300, 1280, 8192)]
     assert first.source == again.source == "autotune" and first.kernel.name == small
-    assert listed.source == "table" and listed.measured
+    assert listed.source == "table" and listed.settled
     assert choose(300, 1280, 8192).source == "autotune"     # later (and in later processes)
 
 
@@ -179,3 +215,48 @@ def test_reload_forgets_the_caches_read(build_dir):
     gemmgen.reload()
     assert autotune.cache_for("demo", GPU) is not cache
     assert os.path.dirname(cache.path).endswith("autotune")
+
+
+def test_the_ops_memo_follows_new_records(case, use, build_dir, monkeypatch):
+    """Off: the rules' choice is memoized; on: the problem is timed, and from then on (on or off)
+    the record serves; a choice made under capture is not memoized."""
+    from gemmgen.bindings import launch
+    library = use(_library(case))
+    small, large = _name(library, "small"), _name(library, "large")
+    launch.clear_caches()
+    times = []
+
+    def fake_tune_point(lib, key, m, n, k, gpu, device):
+        if autotune.not_now_reason() is not None:
+            return None
+        times.append(m)
+        entry = autotune.Entry(tuple(key), n, k, autotune.m_bucket(m), m, large, RuntimeKnobs(), 5.0,
+                               kernel_set=lib.kernel_set)
+        autotune.cache_for(lib.name, gpu).add(entry)
+        return entry
+
+    monkeypatch.setattr(autotune, "tune_point", fake_tune_point)
+    chosen = lambda m: launch.chosen_kernel("scaled_mm", 0, ("sm90a",), KEY, (m, 4096, 4096))[0].name  # noqa: E731
+    assert chosen(40) == small                         # off: the rules (m <= 64: small)
+    monkeypatch.setattr(autotune, "not_now_reason", lambda: "CUDA graph capture")
+    with gemmgen.autotune():
+        assert chosen(40) == small and times == []     # under capture: nothing timed, not kept
+    monkeypatch.setattr(autotune, "not_now_reason", lambda: None)
+    with gemmgen.autotune():
+        assert chosen(40) == large and times == [40]   # outside: timed once, the record serves
+        assert chosen(40) == large and times == [40]
+    assert chosen(40) == large                         # and with tuning off again
+    launch.clear_caches()
+
+
+def test_an_own_table_listing_the_shape_comes_before_a_record(case, use, build_dir, tmp_path):
+    base = _library(case)
+    library = use(_install(base, _model_table(base, tmp_path)))
+    small = _name(library, "small")
+    autotune.cache_for("demo", GPU).add(_winner(m=4, kernel=small, n=4096, k=4096,
+                                                kernel_set=library.kernel_set))
+    autotune.cache_for("demo", GPU).add(_winner(m=4, kernel=small, n=8192, k=4096,
+                                                kernel_set=library.kernel_set))
+    dispatch.cache_clear()
+    assert _choose(4).source == "table"                # the table lists (4096, 4096)
+    assert _choose(4, n=8192).source == "autotune"     # it does not list (8192, 4096)

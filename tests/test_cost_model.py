@@ -257,3 +257,46 @@ def test_build_publishes_every_gpus_table(case, tmp_path):
     published = tuned_tables_text(manifest, case.expand(), print)
     assert set(published) == {"tuned.h100-80gb-hbm3.yaml", "tuned.h200.yaml"}
     assert "gpu: NVIDIA H200" in published["tuned.h200.yaml"]
+
+
+def test_a_format_1_table_reads_but_may_not_carry_a_model(case, tmp_path):
+    library = _library(case)
+    path = _model_table(library, tmp_path)
+    text = path.read_text()
+    assert "format: 2" in text
+    path.write_text(text.replace("format: 2", "format: 1"))
+    with pytest.raises(ManifestError, match="needs format 2"):
+        load_table(path)
+    path.write_text(text.replace("format: 2", "format: 1").split("    model:")[0])
+    assert load_table(path).classes[KEY].model is None
+
+
+def test_a_repeated_point_and_the_message_of_a_bad_row(case, tmp_path):
+    library = _library(case)
+    path = _model_table(library, tmp_path)
+    text = path.read_text()
+    path.write_text(text.replace("[4096, 4096, 2048,", "[4096, 4096, 4,"))
+    with pytest.raises(ManifestError, match=r"\(4096, 4096, 4\) listed twice"):
+        load_table(path)
+    path.write_text(text.replace("[4096, 4096, 4, 12, 10]", "[4096, 4096, 4, 12]"))
+    with pytest.raises(ManifestError, match=r"got \[4096, 4096, 4, 12\]"):
+        load_table(path)
+
+
+def test_coefficients_that_do_not_match_the_features_fall_back(case, use, tmp_path, caplog):
+    base = _library(case)
+    path = _model_table(base, tmp_path)
+    path.write_text(path.read_text().replace("[1, 0.5, 0, 0, 0, 0, 0]", "[1]").replace(
+        "[2, 0.2, 1, 0, 0, 0, 0]", "[2]"))
+    library = use(_install(base, path))
+    with caplog.at_level(logging.WARNING, logger="gemmgen.dispatch"):
+        choice = _choose(4, n=5120)
+    assert "nearest measured shape" in choice.reason and "cost model" not in choice.reason
+    assert any("does not fit this gemmgen" in r.getMessage() for r in caplog.records)
+
+
+def test_fit_handles_features_of_very_different_scales():
+    rows = [[1e-9, 1e9], [2e-9, 1e9], [3e-9, 2e9]]
+    truth = [1e10, 2e-9]
+    times = [cost_model.cost(truth, r) for r in rows]
+    assert cost_model.fit(rows, times) == pytest.approx(truth, rel=1e-6)

@@ -130,7 +130,7 @@ def test_select_writes_a_pruned_manifest_and_its_table(library, tmp_path, case):
     assert [c.name for c in family.configs] == ["small", "large"]
     names = {s.name for s in expand(manifest)}
     assert len(names) == 2 * len(library.kernels) // 3
-    table = load_table(table_path_for(pruned), known_kernels=names)
+    table = load_table(table_path_for(pruned, tuning.gpu_identity()[0]), known_kernels=names)
     assert table.metadata["kernel_set"] == kernel_set_hash(names)
     rules = [(r.condition.source, family.configs[r.config_index].name) for r in family.dispatch]
     assert rules == [("m <= 64", "small"), ("true", "large")]

@@ -115,7 +115,7 @@ def test_table_path_sits_next_to_the_manifest(tmp_path):
     ("swizzle: 4", "swizzle: 3", "swizzle"),
     ("{m_max: 64,", "{m_max: 8,", "m_max"),             # buckets must grow
     ("sm_count: 132", "sm_count: many", "sm_count"),
-    ("format: 1", "format: 7", "format"),
+    ("format: 2", "format: 7", "format"),
     ("  gpu: NVIDIA H200\n", "", "gpu"),                   # required metadata
     ("split_k: 4", "split_k: 0", "split_k"),
     ("{m_max: 16, kernel: k_small,", "{m_max: 16, kernel: k_small, tile: 3,", "tile"),

@@ -59,7 +59,7 @@ class ArgumentErrors:
 
 _device_arches: dict[int, tuple[str, ...]] = {}
 _checked_devices: set[tuple[int, str]] = set()
-_choices: dict[tuple, tuple[Kernel, RuntimeKnobs]] = {}
+_choices: dict[tuple, tuple[Kernel, RuntimeKnobs, bool]] = {}  # (kernel, knobs, settled)
 _MAX_CHOICES = 1 << 14
 
 
@@ -96,16 +96,25 @@ def check_device(device: int, kernel: Kernel, fail: ArgumentErrors, tensor: str 
 
 def chosen_kernel(op: str, device: int, arches: tuple[str, ...], key: tuple,
                   values: tuple[int, ...]) -> tuple[Kernel, RuntimeKnobs]:
-    """Dispatch's kernel and knobs for a problem, memoized per (device, arches, class, values,
-    whether tuning at first use is on)."""
-    memo = (arches, device, key, values, autotune_enabled())
+    """Dispatch's kernel and knobs for a problem, memoized per (device, arches, class, values).
+    With tuning at first use on, a memoized choice that is not settled (its problem never timed
+    on this GPU) is chosen again, and so timed; a provisional one (made under CUDA graph capture)
+    is not kept."""
+    memo = (arches, device, key, values)
     chosen = _choices.get(memo)
-    if chosen is None:
+    if chosen is None or (not chosen[2] and autotune_enabled()):
         if len(_choices) >= _MAX_CHOICES:
             _choices.clear()
         choice = dispatch.choose_class(key, values, arch=arches, device=device)
-        chosen = _choices[memo] = (choice.kernel, choice.knobs)
-    return chosen
+        chosen = (choice.kernel, choice.knobs, choice.settled)
+        if not choice.provisional:
+            _choices[memo] = chosen
+    return chosen[0], chosen[1]
+
+
+def forget_choices() -> None:
+    """Forget memoized choices (a new record of tuning at first use changes them)."""
+    _choices.clear()
 
 
 def forced_kernel(name: str, arch: Optional[str], fail: ArgumentErrors) -> Kernel:

@@ -28,6 +28,7 @@ import contextlib
 import contextvars
 import datetime
 import json
+import logging
 import os
 import threading
 import time
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__, settings
-from ..generator.kernel_config import RuntimeKnobs
+from ..generator.kernel_config import RASTER_ORDERS, SWIZZLES, RuntimeKnobs
 from .shapes import DEFAULT_M_GRID
 from .table import gpu_slug
 
@@ -95,6 +96,7 @@ class Entry:
     us: float | None = None
     why: str | None = None
     line: int = 0
+    kernel_set: str = ""  # the library's kernel set when it was timed (winners of another are ignored)
 
 
 class Cache:
@@ -115,34 +117,35 @@ class Cache:
         state = (st.st_size, st.st_mtime_ns)
         if state == self._state:
             return self
-        self.winners.clear()
-        self.pending.clear()
-        for number, text in enumerate(self.path.read_text(errors="replace").splitlines(), 1):
+        try:
+            text = self.path.read_text(errors="replace")
+        except OSError as exc:  # unreadable: as if empty, said once
+            _warn_once(f"gemmgen: cannot read the autotune cache {self.path} ({exc}); it is not used")
+            return self
+        winners: dict[tuple, Entry] = {}
+        pending: dict[tuple, Entry] = {}
+        for number, line in enumerate(text.splitlines(), 1):
             try:
-                entry = _entry(json.loads(text), number)
-            except (ValueError, TypeError, KeyError):
-                continue  # a line cut short, or written by another version
-            self._keep(entry)
-        self._state = state
+                entry = _entry(json.loads(line), number)
+            except Exception:  # a line cut short, damaged, or written by another version
+                continue
+            _keep(winners, pending, entry)
+        with _lock:
+            self.winners, self.pending, self._state = winners, pending, state
         return self
 
     def _keep(self, entry: Entry) -> None:
-        where = (entry.key, entry.n, entry.k, entry.bucket)
-        if entry.kernel is None:
-            if where not in self.winners:
-                self.pending[where] = entry
-        else:
-            self.winners[where] = entry
-            self.pending.pop(where, None)
+        _keep(self.winners, self.pending, entry)
 
     def winner(self, key: tuple[str, ...], n: int, k: int, m: int) -> Entry | None:
-        return self.winners.get((tuple(key), n, k, m_bucket(m)))
+        with _lock:
+            return self.winners.get((tuple(key), n, k, m_bucket(m)))
 
     def add(self, entry: Entry) -> None:
         """Append one record (one write on an O_APPEND descriptor: whole lines, also with other
         processes appending) and keep it."""
         record = {"class": list(entry.key), "n": entry.n, "k": entry.k, "m_bucket": entry.bucket,
-                  "m": entry.m, "gemmgen": __version__,
+                  "m": entry.m, "kernel_set": entry.kernel_set, "gemmgen": __version__,
                   "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         if entry.kernel is None:
             record.update(pending=True, why=entry.why)
@@ -153,29 +156,60 @@ class Cache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, data)
+            written = 0
+            while written < len(data):  # a short write (e.g. a signal) writes the rest
+                written += os.write(fd, data[written:])
         finally:
             os.close(fd)
-        self._keep(entry)
+        with _lock:
+            self._keep(entry)
 
     def shapes(self) -> dict[tuple[str, ...], set[tuple[int, int]]]:
         """Every (N, K) the cache holds per dispatch class, measured or pending."""
         found: dict[tuple[str, ...], set[tuple[int, int]]] = {}
-        for key, n, k, _ in [*self.winners, *self.pending]:
+        with _lock:
+            problems = [*self.winners, *self.pending]
+        for key, n, k, _ in problems:
             found.setdefault(key, set()).add((n, k))
         return found
 
 
+def _keep(winners: dict, pending: dict, entry: Entry) -> None:
+    """File a record: a winner replaces the problem's pending record and any earlier winner."""
+    where = (entry.key, entry.n, entry.k, entry.bucket)
+    if entry.kernel is None:
+        if where not in winners:
+            pending[where] = entry
+    else:
+        winners[where] = entry
+        pending.pop(where, None)
+
+
 def _entry(record: dict, line: int) -> Entry:
+    """A record read back; ValueError for anything but what `Cache.add` writes."""
     key = tuple(str(v) for v in record["class"])
-    n, k, bucket, m = (int(record[f]) for f in ("n", "k", "m_bucket", "m"))
+    n, k, bucket, m = (record[f] for f in ("n", "k", "m_bucket", "m"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v < 2**31 for v in (n, k, bucket, m)):
+        raise ValueError("sizes must be ints in [1, 2^31)")
+    kernel_set = str(record.get("kernel_set", ""))
     if record.get("pending"):
-        return Entry(key, n, k, bucket, m, why=str(record.get("why", "")), line=line)
-    knobs = RuntimeKnobs(str(record["raster"]), int(record["swizzle"]), int(record["split_k"]))
-    return Entry(key, n, k, bucket, m, str(record["kernel"]), knobs, float(record["us"]), line=line)
+        return Entry(key, n, k, bucket, m, why=str(record.get("why", "")), line=line, kernel_set=kernel_set)
+    knobs = RuntimeKnobs(str(record["raster"]), record["swizzle"], record["split_k"])
+    us = float(record["us"])
+    if (knobs.raster not in RASTER_ORDERS or knobs.swizzle not in SWIZZLES or not isinstance(knobs.split_k_slices, int)
+            or not 1 <= knobs.split_k_slices <= 64 or not 0 < us < float("inf")):
+        raise ValueError("knobs or time out of range")
+    return Entry(key, n, k, bucket, m, str(record["kernel"]), knobs, us, line=line, kernel_set=kernel_set)
 
 
 _caches: dict[Path, Cache] = {}
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        logging.getLogger("gemmgen.dispatch").warning("%s", message)
 
 
 def cache_for(library_name: str, gpu: tuple[str, int]) -> Cache:
@@ -185,7 +219,7 @@ def cache_for(library_name: str, gpu: tuple[str, int]) -> Cache:
         cache = _caches.get(path)
         if cache is None:
             cache = _caches[path] = Cache(path)
-        return cache.load()
+    return cache.load()
 
 
 def clear() -> None:
@@ -193,6 +227,7 @@ def clear() -> None:
     global _from_environment
     with _lock:
         _caches.clear()
+        _warned.clear()
         _from_environment = _read_environment()
 
 
@@ -206,16 +241,37 @@ def not_now_reason() -> str | None:
     return None
 
 
+_tuning = threading.Lock()  # one first-use tuning at a time in a process (timings would collide)
+
+
+def times_path(library, gpu: tuple[str, int]) -> Path:
+    """The measurement store of tuning at first use (timings taken inside an application are kept
+    apart from `gemmgen tune`'s, which re-times what it adds from the cache)."""
+    return (settings.build_dir() / library.name / "autotune"
+            / f"{gpu_slug(gpu[0])}-{gpu[1]}sm-{library.kernel_set}.times.jsonl")
+
+
 def tune_point(library, key: tuple[str, ...], m: int, n: int, k: int, gpu: tuple[str, int],
                device: int) -> Entry | None:
     """Time every kernel of `library` for class `key` at (m, n, k) as `gemmgen tune` does, record
-    the winner (or, when no timing may happen now, the problem as pending). None when nothing
-    could be recorded as a winner."""
+    the winner (or, when no timing may happen now, the problem as pending). None when no winner
+    was recorded; a failure (out of memory, a read-only build folder, ...) is warned once and
+    the call goes on with the current choice."""
+    try:
+        return _tune_point(library, key, m, n, k, gpu, device)
+    except Exception as exc:  # never break the user's call
+        _warn_once(f"gemmgen: tuning at first use failed for {' '.join(key)} (n={n}, k={k}, m={m}): "
+                   f"{type(exc).__name__}: {exc}; dispatch keeps its choice")
+        return None
+
+
+def _tune_point(library, key, m, n, k, gpu, device) -> Entry | None:
     cache = cache_for(library.name, gpu)
+    where = (tuple(key), n, k, m_bucket(m))
     reason = not_now_reason()
     if reason is not None:
-        if (tuple(key), n, k, m_bucket(m)) not in cache.pending:
-            cache.add(Entry(tuple(key), n, k, m_bucket(m), m, why=reason))
+        if where not in cache.pending:
+            cache.add(Entry(tuple(key), n, k, m_bucket(m), m, why=reason, kernel_set=library.kernel_set))
         return None
     import torch
 
@@ -228,22 +284,26 @@ def tune_point(library, key: tuple[str, ...], m: int, n: int, k: int, gpu: tuple
     options = hooks.autotune_options(key) if hasattr(hooks, "autotune_options") else None
     if options is None:
         return None
-    options.shapes = [WeightShape("autotune", n, k, "autotune", f"{cache.path}")]
-    options.m_grid = (m,)
-    options.library = library.name
-    store = Store(tuning.store_path(library, options))
-    with torch.cuda.device(device):
-        started = time.perf_counter()
-        tuning.measure(library, store, options, options.shapes, progress=False)
-        spent = time.perf_counter() - started
-    row = store.times(key, [(n, k)]).get((n, k, m), {})
-    try:
-        best = selection.pick(row, tuning.candidate_rank(library), options.tolerance)
-    except ValueError:  # no candidate implements it
-        return None
-    entry = Entry(tuple(key), n, k, m_bucket(m), m, best.kernel, best.knobs, row[best])
-    cache.add(entry)
-    import logging
+    with _tuning:
+        done = cache.load().winner(key, n, k, m)  # another thread may have tuned it meanwhile
+        if done is not None and done.kernel_set == library.kernel_set:
+            return done
+        options.shapes = [WeightShape("autotune", n, k, "autotune", f"{cache.path}")]
+        options.m_grid = (m,)
+        options.library = library.name
+        store = Store(times_path(library, gpu))
+        with torch.cuda.device(device):
+            started = time.perf_counter()
+            tuning.measure(library, store, options, options.shapes, progress=False)
+            spent = time.perf_counter() - started
+        row = store.times(key, [(n, k)]).get((n, k, m), {})
+        try:
+            best = selection.pick(row, tuning.candidate_rank(library), options.tolerance)
+        except ValueError:  # no candidate implements it
+            return None
+        entry = Entry(tuple(key), n, k, m_bucket(m), m, best.kernel, best.knobs, row[best],
+                      kernel_set=library.kernel_set)
+        cache.add(entry)
     logging.getLogger("gemmgen.dispatch").info(
         "gemmgen: autotuned %s (n=%d, k=%d, m=%d; bucket m <= %d) in %.2f s: %s (%.1f µs)",
         " ".join(key), n, k, m, entry.bucket, spent, best.label(), entry.us)

@@ -91,7 +91,11 @@ def fit(features: Sequence[Sequence[float]], times: Sequence[float]) -> list[flo
             moment[i] += weight * f[i] * t
             for j in range(size):
                 gram[i][j] += weight * f[i] * f[j]
-    return _nnls(gram, moment)
+    # columns scaled to unit norm first: features span many orders of magnitude (1 to 1e5)
+    scale = [math.sqrt(gram[i][i]) or 1.0 for i in range(size)]
+    scaled = _nnls([[gram[i][j] / (scale[i] * scale[j]) for j in range(size)] for i in range(size)],
+                   [moment[i] / scale[i] for i in range(size)])
+    return [c / scale[i] for i, c in enumerate(scaled)]
 
 
 def cost(coef: Sequence[float], features: Sequence[float]) -> float:
@@ -107,15 +111,24 @@ class CostModel:
     coef: dict[str, tuple[float, ...]]
     times: dict[Point, dict[str, float]] = field(default_factory=dict)
 
+    def shapes(self) -> set[tuple[int, int]]:
+        """The (n, k) with measured times."""
+        return {(pn, pk) for (pn, pk, _) in self.times}
+
+    def nearest_shape(self, n: int, k: int) -> tuple[int, int] | None:
+        """The measured (n, k) nearest in log space (ties: the smaller), as tables look up."""
+        return min(self.shapes(), key=lambda s: (abs(math.log(s[0] / n)) + abs(math.log(s[1] / k)), s),
+                   default=None)
+
     def estimates(self, m: int, n: int, k: int, reference: tuple[int, int],
                   features_of: Callable[[str, int, int, int], Sequence[float]],
                   kernels: Sequence[str]) -> dict[str, float]:
         """Estimated µs of each of `kernels` at (m, n, k), transferred from the measured shape
         `reference` at its nearest measured M (see the module docstring). Kernels without a
         measurement there or with a zero modelled cost are left out."""
-        measured_m = sorted({pm for (pn, pk, pm) in self.times if (pn, pk) == reference})
-        if not measured_m:
+        if reference not in self.shapes():
             return {}
+        measured_m = sorted({pm for (pn, pk, pm) in self.times if (pn, pk) == reference})
         near_m = min(measured_m, key=lambda v: (abs(math.log(v / m)), v))
         row = self.times[(*reference, near_m)]
         found: dict[str, float] = {}
@@ -123,7 +136,10 @@ class CostModel:
             coef = self.coef.get(name)
             if coef is None or name not in row:
                 continue
-            there = cost(coef, features_of(name, near_m, *reference))
+            there_features = features_of(name, near_m, *reference)
+            if len(there_features) != len(coef):
+                raise ValueError(f"{name}: {len(coef)} coefficients for {len(there_features)} features")
+            there = cost(coef, there_features)
             here = cost(coef, features_of(name, m, n, k))
             if there > 0 and here > 0:
                 found[name] = row[name] * here / there

@@ -56,7 +56,8 @@ from .cost_model import CostModel
 from ..generator.kernel_config import RASTER_ORDERS, SWIZZLES, RuntimeKnobs
 from ..generator.yaml_lines import LocatedDict, Reader
 
-FORMAT = 1
+FORMAT = 2  # 2: optional `model` sections (format 1, without them, is read too)
+_READABLE_FORMATS = (1, 2)
 TABLE_SUFFIX = ".tuned.yaml"
 TUNED_TABLE_FILE = "tuned.yaml"  # its name inside a published library folder
 _METADATA_KEYS = ("library", "arch", "kernel_set", "gpu", "sm_count", "cuda", "cutlass", "gemmgen",
@@ -329,8 +330,9 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
     reader = Reader(path)
     doc = reader.load("the tuned table")
     top = reader.top(doc, "the table", {"format", "metadata", "tables"}, ("format", "metadata", "tables"))
-    if top["format"] != FORMAT:
-        raise reader.error(top, "format", f"expected {FORMAT} (re-run `gemmgen tune`), got {top['format']!r}")
+    if top["format"] not in _READABLE_FORMATS or isinstance(top["format"], bool):
+        raise reader.error(top, "format", f"expected one of {', '.join(map(str, _READABLE_FORMATS))} "
+                                          f"(re-run `gemmgen tune`), got {top['format']!r}")
     meta = reader.mapping(top["metadata"], "metadata", set(_METADATA_KEYS), _REQUIRED_METADATA,
                           line=top.line_of("metadata"))
     _positive_int(reader, meta, "sm_count")
@@ -376,6 +378,8 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
                                         f"(or no split_k), got {bucket.knobs.split_k_slices}")
                 buckets.append(bucket)
             shapes.append(ShapeEntry(n, k, tuple(buckets), s.line))
+        if "model" in c and top["format"] < 2:
+            raise reader.error(c, "model", "a `model` section needs format 2 (re-run `gemmgen tune`)")
         model = _read_model(reader, c) if "model" in c else None
         if model is not None and known is not None:
             unknown = sorted(set(model.coef) - known)
@@ -423,7 +427,9 @@ def _read_model(reader: Reader, node: LocatedDict) -> CostModel:
                 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in row[:3])
                 or not all(v is None or (_number(v) and v > 0) for v in row[3:])):
             raise reader.error(model, "times", f"expected [n, k, m, then {len(kernels)} positive "
-                                               "times or null], got {row!r}", index)
+                                               f"times or null], got {row!r}", index)
+        if tuple(row[:3]) in times:
+            raise reader.error(model, "times", f"point (n, k, m) = {tuple(row[:3])} listed twice", index)
         times[tuple(row[:3])] = {name: float(t) for name, t in zip(kernels, row[3:]) if t is not None}
     return CostModel(features, {name: tuple(map(float, c)) for name, c in zip(kernels, coefs)}, times)
 

@@ -5,7 +5,8 @@ Flow: pick the library the GPU runs → for each problem class (a dispatch class
 chooses, e.g. (scaled_mm, a, out, epilogue)) and point (n, k, m): time every kernel with its
 manifest knobs, then every knob setting of the fastest few → store each time as it is taken
 (resumable) → winners per point (ties broken by a stable rule, see select.py) → M buckets per
-shape → `<manifest>.tuned.yaml`. With several GPUs, shapes are dealt round-robin to one worker
+shape, and per class the cost model for unlisted shapes (cost_model.py) → the GPU's table
+`<manifest>.tuned.<gpu>.yaml`. With several GPUs, shapes are dealt round-robin to one worker
 process per GPU. What is family-specific (classes, inputs, one timed call, knobs) comes from the
 family's tuner hooks (`OpFamily.tuner`).
 """
@@ -430,9 +431,10 @@ def select_and_write(library: Library, store: Store, options: TuneOptions) -> st
     table_text = render_table(metadata(library, options, kernel_set_hash(pruned_names), pruned_names),
                               build_tables(library, store, options, allowed=kept_kernels),
                               [h for h in _header(library, options, "Tuned table of the pruned manifest") if h])
-    write_atomic(table_path_for(pruned_path), table_text)
+    pruned_table = table_path_for(pruned_path, gpu_identity()[0])
+    write_atomic(pruned_table, table_text)
     report.append(f"kernels: {len(library.kernels)} -> {len(pruned_names)}; wrote {pruned_path} "
-                  f"and {table_path_for(pruned_path)}")
+                  f"and {pruned_table}")
     return "\n".join(report)
 
 

@@ -76,7 +76,7 @@ def test_select_writes_a_buildable_pruned_manifest(tuned):
     pruned = root / "pruned" / manifest_name
     names = {spec.name for spec in expand(load_manifest(pruned))}
     assert 0 < len(names) <= len(library.kernels)
-    load_table(table_path_for(pruned), known_kernels=names)
+    load_table(table_path_for(pruned, tuning.gpu_identity()[0]), known_kernels=names)
 
 
 def test_dispatch_uses_the_tuned_table_and_its_knobs(tuned, monkeypatch):
