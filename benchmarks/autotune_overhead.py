@@ -5,8 +5,9 @@ candidate), and the calls after it (nothing timed), with `gemmgen.autotune()` on
 For each (M, N, K) of --problems, an int8 `gemmgen.scaled_mm` (bf16 out, bias) is called three
 times; the wall time of each call (synchronized) is printed, with the kernel dispatch settled on
 and why. The records go to a scratch cache (--cache-dir, default a temporary folder), never to
-the library's. Measurements are appended to the tune store, so a second run times nothing new:
-use a fresh GEMMGEN_BUILD_DIR copy, or `gemmgen clean --tune`, to measure the first call again.
+the library's. The timings are kept in the store of tuning at first use
+(<build dir>/<library>/autotune/*.times.jsonl), so a second run times nothing new: remove that
+store (or use a fresh GEMMGEN_BUILD_DIR) to measure the first call again.
 
     python benchmarks/autotune_overhead.py [--problems 200x3072x6144 37x5120x3584]
 """

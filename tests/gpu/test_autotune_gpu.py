@@ -65,7 +65,8 @@ def test_first_use_times_records_and_is_reused(cache_dir, monkeypatch):
         library = choice.kernel.library
         key = ("scaled_mm", "int8", "bf16", "ScaledEpilogueBias")
         options = tuning.TuneOptions(shapes=[], m_grid=(m,), library=library.name)
-        row = Store(tuning.store_path(library, options)).times(key, [(N, K)])[(N, K, m)]
+        store = Store(autotune.times_path(library, dispatch.gpu_identity(None)))
+        row = store.times(key, [(N, K)])[(N, K, m)]
         best = min(row.values())
         assert row[tuning.Candidate.of(choice.kernel, choice.knobs)] <= best * (1 + options.tolerance)
         out2 = torch.full_like(out, float("nan"))
