@@ -11,6 +11,7 @@ reused buffer.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Optional
 
@@ -110,6 +111,22 @@ def chosen_kernel(op: str, device: int, arches: tuple[str, ...], key: tuple,
         if not choice.provisional:
             _choices[memo] = chosen
     return chosen[0], chosen[1]
+
+
+# Programmatic dependent launch for the kernels that support it (sm90 W8A8): each launch may start
+# its prologue while the stream's previous kernel finishes; the kernel waits on the GPU before
+# its first global read (so results do not change). GEMMGEN_PDL=0 turns it off (read at import);
+# `set_programmatic_dependent_launch` at run time.
+_pdl = os.environ.get("GEMMGEN_PDL", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def programmatic_dependent_launch() -> bool:
+    return _pdl
+
+
+def set_programmatic_dependent_launch(enabled: bool) -> None:
+    global _pdl
+    _pdl = bool(enabled)
 
 
 def forget_choices() -> None:

@@ -18,7 +18,7 @@ class ScaledMmArgs(ctypes.Structure):
         ("azp_adj", ctypes.c_void_p), ("azp", ctypes.c_void_p),
         ("scale_a_per_token", ctypes.c_int32), ("scale_b_per_channel", ctypes.c_int32),
         ("raster_order", ctypes.c_int32), ("max_swizzle_size", ctypes.c_int32),
-        ("split_k_slices", ctypes.c_int32), ("reserved", ctypes.c_int32),
+        ("split_k_slices", ctypes.c_int32), ("launch_flags", ctypes.c_int32),
     ]
 
 

@@ -53,8 +53,10 @@ struct Launcher {
     return true;
   }
 
+  // `with_pdl`: launch as a programmatic dependent of the stream's previous kernel (the kernel
+  // must be compiled with CUTLASS_ENABLE_GDC_FOR_SM90, so that it waits before reading).
   static int run(typename Gemm::Arguments const& args, void* workspace, size_t workspace_bytes,
-                 void* stream, char const* kernel_name) {
+                 void* stream, char const* kernel_name, bool with_pdl = false) {
     cutlass::Status status = Gemm::can_implement(args);
     if (status != cutlass::Status::kSuccess) {
       return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, cutlassGetStatusString(status));
@@ -74,7 +76,7 @@ struct Launcher {
     // NOTES: the adapter's initialize() would call cudaFuncSetAttribute on every launch; the
     // attribute is per device and per kernel, so it is set once and the static run() is used.
     auto params = Kernel::to_underlying_arguments(args, workspace);
-    return launch_status(Gemm::run(params, cuda_stream), kernel_name);
+    return launch_status(Gemm::run(params, cuda_stream, nullptr, with_pdl), kernel_name);
   }
 };
 

@@ -33,8 +33,10 @@ typedef struct gemmgen_scaled_mm_args {
   int32_t raster_order;     /* sm90: 0 heuristic, 1 along M, 2 along N */
   int32_t max_swizzle_size; /* sm90: 1, 2, 4 or 8 */
   int32_t split_k_slices;   /* sm80 kernels built with split-K: K slices (1 = no split) */
-  int32_t reserved;
+  int32_t launch_flags;     /* GEMMGEN_LAUNCH_PDL: sm90, launch as a programmatic dependent */
 } gemmgen_scaled_mm_args;
+
+#define GEMMGEN_LAUNCH_PDL 1
 
 #ifdef __cplusplus
 }

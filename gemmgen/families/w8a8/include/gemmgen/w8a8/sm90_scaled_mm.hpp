@@ -7,6 +7,15 @@
  */
 #pragma once
 
+// Programmatic dependent launch: CUTLASS's sm90 kernels then wait at `griddepcontrol.wait` before
+// their first global read and let the next kernel of the stream start its prologue once their
+// mainloop is done (`griddepcontrol.launch_dependents`). Both are no-ops for a launch without the
+// PDL attribute, which the caller asks for per call (gemmgen_scaled_mm_args.launch_flags).
+// Defined before any CUTLASS header: it selects what cutlass/arch/grid_dependency_control.h emits.
+#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+#endif
+
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -138,7 +147,7 @@ struct ScaledMm {
   static int run(gemmgen_scaled_mm_args const* p, void* workspace, size_t workspace_bytes,
                  void* stream, char const* kernel_name) {
     return Launcher<Gemm>::run(make_arguments(*p), workspace, workspace_bytes, stream,
-                               kernel_name);
+                               kernel_name, (p->launch_flags & GEMMGEN_LAUNCH_PDL) != 0);
   }
 };
 
