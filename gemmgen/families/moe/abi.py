@@ -18,7 +18,7 @@ class MoeArgs(ctypes.Structure):
         ("experts", ctypes.c_int64),
         ("group_list_type", ctypes.c_int32), ("raster_order", ctypes.c_int32),
         ("max_swizzle_size", ctypes.c_int32), ("group_size", ctypes.c_int32),
-        ("layout_version", ctypes.c_int32), ("reserved2", ctypes.c_int32),
+        ("layout_version", ctypes.c_int32), ("launch_flags", ctypes.c_int32),
     ]
 
 

@@ -35,7 +35,6 @@ INT32_MAX = 2**31 - 1  # M, N, K: the C++ wrappers and CUTLASS's problem shapes 
 # largest K is 2^17 - 16 = 131056 (2^17 itself overflows when every product is 2^14).
 # fp8 accumulates in fp32: no such limit.
 INT8_MAX_K = 2**17 - 16
-_LAUNCH_PDL = 1  # GEMMGEN_LAUNCH_PDL of gemmgen/w8a8/scaled_mm_args.h
 _launch = launch.launch
 clear_caches = launch.clear_caches
 
@@ -199,7 +198,7 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
                            scale_a.data_ptr(), scale_b.data_ptr(), _ptr(bias), _ptr(azp_adj),
                            _ptr(azp), scale_a.numel() > 1, scale_b.numel() > 1,
                            RASTER_CODES[knobs.raster], knobs.swizzle, slices,
-                           _LAUNCH_PDL if launch._pdl else 0)
+                           launch.LAUNCH_PDL if launch._pdl else 0)
     launch.raise_on_status(_launch(chosen, buffer, device), chosen)
     launch.mark_written(out)
 

@@ -28,6 +28,10 @@ enum gemmgen_status {
   GEMMGEN_WRONG_ARCH = 5        /* the current device cannot run this kernel's SASS */
 };
 
+/* A family argument struct's `launch_flags`: launch as a programmatic dependent of the stream's
+ * previous kernel (PDL, sm90; the kernels wait on the GPU before their first global access). */
+#define GEMMGEN_LAUNCH_PDL 1
+
 /* gemmgen_run_<kernel>(args, workspace, workspace_bytes, stream) and
  * gemmgen_workspace_<kernel>(args): `args` points to the kernel's family argument struct. */
 typedef int (*gemmgen_run_fn)(const void* args, void* workspace, size_t workspace_bytes,

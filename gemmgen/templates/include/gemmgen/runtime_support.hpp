@@ -109,6 +109,40 @@ int allow_shared_memory_once(KernelFn* kernel, int bytes,
   return GEMMGEN_OK;
 }
 
+// Programmatic dependent launch (sm90 and later; no-ops before, and for a launch without the
+// attribute). A kernel launched with `launch_maybe_pdl(..., true)` may start while the stream's
+// previous kernel still runs: it must call pdl_wait() before its first global read or write
+// (the wait returns once the previous grid has completed and its writes are visible), and calls
+// pdl_release() to let the next kernel start launching in turn.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent when `pdl`.
+template <class... Params, class... Args>
+cudaError_t launch_maybe_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, bool pdl, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
 // Whether the current device's compute capability lies in [min, max]: the arch policy
 // (gemmgen/arch.py) renders each generated entry point's bounds, so it is written once.
 inline bool device_supports(int min_major, int min_minor, int max_major, int max_minor) {

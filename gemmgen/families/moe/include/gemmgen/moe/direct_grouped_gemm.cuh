@@ -86,6 +86,8 @@ struct Params {
 static __global__ void __launch_bounds__(kSetupThreads)
 group_work(int64_t const* group_list, int32_t cumsum, int64_t experts, int64_t m, int64_t* ends,
            int32_t* active, int64_t* rows_total, int64_t* active_total) {
+  pdl_wait();  // the group list comes from an earlier kernel; the previous call reads `ends`
+  pdl_release();
   scan_groups(group_list, cumsum, experts, m, rows_total, active_total,
               [&](int64_t i, int64_t start, int64_t end, int64_t index) {
                 ends[i] = end;
@@ -444,6 +446,8 @@ __global__ void __launch_bounds__(DirectGroupedGemm<Config>::kThreads)
     direct_grouped_gemm_kernel(Params const params) {
   extern __shared__ __align__(128) char smem[];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  pdl_wait();  // group_work's lists
+  pdl_release();
   DirectGroupedGemm<Config>::kernel_body(params, smem);
 #endif
 }
@@ -518,8 +522,9 @@ struct DirectSwigluQuant {
     auto* rows_total = reinterpret_cast<int64_t*>(carved);
     auto* active_total = reinterpret_cast<int64_t*>(carved + round_up(sizeof(int64_t)));
     auto cuda_stream = static_cast<cudaStream_t>(stream);
-    group_work<<<1, kSetupThreads, 0, cuda_stream>>>(p->group_list, p->group_list_type, p->experts,
-                                                     p->m, ends, active, rows_total, active_total);
+    bool const pdl = (p->launch_flags & GEMMGEN_LAUNCH_PDL) != 0;
+    launch_maybe_pdl(group_work, dim3(1), dim3(kSetupThreads), 0, cuda_stream, pdl, p->group_list,
+                     p->group_list_type, p->experts, p->m, ends, active, rows_total, active_total);
     Params const params{static_cast<int8_t const*>(p->x), static_cast<unsigned char const*>(p->w),
                         p->w_scale, p->x_scale, ends, active, active_total,
                         static_cast<float*>(p->c),
@@ -528,11 +533,12 @@ struct DirectSwigluQuant {
                         static_cast<int>((group + K::kChunkK - 1) / K::kChunkK)};
     dim3 const grid(static_cast<unsigned>(feature_blocks), static_cast<unsigned>(slots),
                     static_cast<unsigned>(token_slots(p->m, slots)));
-    direct_grouped_gemm_kernel<Config><<<grid, K::kThreads, K::kSmemBytes, cuda_stream>>>(params);
+    launch_maybe_pdl(direct_grouped_gemm_kernel<Config>, grid, dim3(K::kThreads), K::kSmemBytes,
+                     cuda_stream, pdl, params);
     int const blocks = static_cast<int>(p->m < 65535 * 4 ? p->m : 65535 * 4);
-    swiglu_quant<<<blocks, kQuantThreads, 0, cuda_stream>>>(
-        static_cast<float const*>(p->c), static_cast<int8_t*>(p->q), p->q_scale, p->m, p->n / 2,
-        rows_total);
+    launch_maybe_pdl(swiglu_quant<float, int8_t>, dim3(blocks), dim3(kQuantThreads), 0, cuda_stream,
+                     pdl, static_cast<float const*>(p->c), static_cast<int8_t*>(p->q), p->q_scale,
+                     p->m, p->n / 2, static_cast<int64_t const*>(rows_total));
     cudaError_t const launched = cudaGetLastError();
     if (launched != cudaSuccess) {
       return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));

@@ -35,7 +35,7 @@ typedef struct gemmgen_moe_args {
   int32_t group_size;        /* 0: per channel; else K elements per group of w_scale */
   int32_t layout_version;    /* the packed weight's layout (packing.py), which the kernels
                                 pair act and gate columns by: GEMMGEN_MOE_LAYOUT_VERSION */
-  int32_t reserved2;
+  int32_t launch_flags;      /* GEMMGEN_LAUNCH_PDL (gemmgen/c_api.h): the direct kernels' launches */
 } gemmgen_moe_args;
 
 /* Layout 2: act and gate interleaved (packed row 2j is act column j, 2j + 1 gate column j).

@@ -259,6 +259,8 @@ __global__ void __launch_bounds__(kQuantThreads)
 swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t n_half,
              int64_t const* rows_total) {
   __shared__ float warp_max[kQuantThreads / 32];
+  pdl_wait();  // C and the row count come from the kernels before (see runtime_support.hpp)
+  pdl_release();
   int64_t const total = *rows_total;
   int64_t const vectors = n_half / 4;
   bool const in_registers = vectors <= int64_t(kQuantThreads) * kQuantVectorsPerThread;

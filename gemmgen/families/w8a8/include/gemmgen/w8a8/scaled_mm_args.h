@@ -36,8 +36,6 @@ typedef struct gemmgen_scaled_mm_args {
   int32_t launch_flags;     /* GEMMGEN_LAUNCH_PDL: sm90, launch as a programmatic dependent */
 } gemmgen_scaled_mm_args;
 
-#define GEMMGEN_LAUNCH_PDL 1
-
 #ifdef __cplusplus
 }
 #endif
