@@ -15,7 +15,6 @@ Each call's output is first checked against `gemmgen.reference.scaled_mm` with P
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -29,18 +28,14 @@ except ImportError:  # run from a checkout without `pip install -e .`
     import gemmgen
 from gemmgen import reference
 from gemmgen.bindings import launch
+from gemmgen.families.w8a8.tuning import make_problem
 from gemmgen.tuning.measure import gpu_time_us
 
-SHAPES = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),
-          (10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)]
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_mixed_mm import MODELS, copy_bandwidth, geomean  # noqa: E402  (helpers only: no side effects)
 
-
-def copy_bandwidth() -> float:
-    """Bytes per second of a device-to-device copy of 1 GiB (read + write counted)."""
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    us = gpu_time_us(lambda i: dst.copy_(src), 1)
-    return 2 * src.numel() / (us * 1e-6)
+SHAPES = [shape for shapes in MODELS.values() for shape in shapes]  # the 8 Llama linears
 
 
 def main(argv=None) -> int:
@@ -49,7 +44,6 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     bandwidth = copy_bandwidth()
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {bandwidth / 1e12:.2f} TB/s")
     print("| dtype | M | N x K | PDL off µs | PDL on µs | off / on | on / floor |")
     print("|---|---:|---|---:|---:|---:|---:|")
@@ -59,36 +53,23 @@ def main(argv=None) -> int:
         label = "int8" if dtype == torch.int8 else "e4m3"
         for m in args.m:
             for n, k in SHAPES:
-                count = max(2, min(32, math.ceil(2 * l2 / (n * k + m * k)) + 1))
-                gen = torch.Generator(device="cuda").manual_seed(n * 31 + k + m)
-                pool = []
-                for _ in range(count):
-                    if dtype == torch.int8:
-                        a = torch.randint(-128, 128, (m, k), dtype=dtype, device="cuda", generator=gen)
-                        w = torch.randint(-128, 128, (n, k), dtype=dtype, device="cuda", generator=gen)
-                    else:
-                        a = torch.randn(m, k, device="cuda", generator=gen).to(dtype)
-                        w = torch.randn(n, k, device="cuda", generator=gen).to(dtype)
-                    pool.append((a, w.t()))
-                scale_a = torch.rand(m, 1, device="cuda", generator=gen) * 1e-3 + 1e-4
-                scale_b = torch.rand(1, n, device="cuda", generator=gen) * 1e-3 + 1e-4
-                bias = torch.randn(n, device="cuda", generator=gen).to(torch.bfloat16)
-                out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+                # the tuner's inputs: operand pairs beyond 2x L2, per-token / per-channel scales, bias
+                p = make_problem(("scaled_mm", label, "bf16", "ScaledEpilogueBias"), m, n, k)
 
                 def call(i: int) -> None:
-                    a, b = pool[i]
-                    gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out)
+                    a, b = p.pool[i]
+                    gemmgen.scaled_mm(a, b, p.scale_a, p.scale_b, torch.bfloat16, p.bias, out=p.out)
 
                 launch.set_programmatic_dependent_launch(True)
-                out.fill_(float("nan"))
+                p.out.fill_(float("nan"))
                 call(0)
-                expected = reference.scaled_mm(pool[0][0], pool[0][1], scale_a, scale_b, torch.bfloat16, bias)
-                torch.testing.assert_close(out.double(), expected, rtol=2 ** -7, atol=1e-2)
+                expected = reference.scaled_mm(*p.pool[0], p.scale_a, p.scale_b, torch.bfloat16, p.bias)
+                torch.testing.assert_close(p.out.double(), expected, rtol=2 ** -7, atol=1e-2)
                 samples: dict[bool, list[float]] = {False: [], True: []}
                 for r in range(args.rounds):
                     for pdl in ((False, True) if r % 2 == 0 else (True, False)):
                         launch.set_programmatic_dependent_launch(pdl)
-                        samples[pdl].append(gpu_time_us(call, len(pool)))
+                        samples[pdl].append(gpu_time_us(call, len(p.pool)))
                 off, on = statistics.median(samples[False]), statistics.median(samples[True])
                 floor = n * k / bandwidth * 1e6  # the weight bytes at the copy rate (read + write bytes / s)
                 ratios.setdefault((label, m), []).append(off / on)
@@ -97,9 +78,7 @@ def main(argv=None) -> int:
     launch.set_programmatic_dependent_launch(True)
     print("\n| dtype | M | off / on geomean | on / weight-read floor geomean |\n|---|---:|---:|---:|")
     for key in ratios:
-        geo = math.exp(statistics.fmean(map(math.log, ratios[key])))
-        fl = math.exp(statistics.fmean(map(math.log, floors[key])))
-        print(f"| {key[0]} | {key[1]} | {geo:.3f} | {fl:.2f} |")
+        print(f"| {key[0]} | {key[1]} | {geomean(ratios[key]):.3f} | {geomean(floors[key]):.2f} |")
     return 0
 
 

@@ -171,7 +171,7 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
                    f"k={k}; re-run `gemmgen tune`)")
         return None, note
     if not hit.exact_shape and ctable.model is not None:
-        modelled = _from_cost_model(library, table, ctable, key, hit, m, n, k, exact_class is not None)
+        modelled = _from_cost_model(library, table, ctable, key, m, n, k, exact_class is not None)
         if modelled is not None:
             return modelled, None
     measured = library.kernels[hit.bucket.kernel]
@@ -214,8 +214,8 @@ def _lists(table, key: tuple[str, ...], n: int, k: int, device: int | None) -> b
         return False
     identity = gpu_identity(device)
     ctable = table.classes.get(key)
-    return ((identity is None or tuple(identity) == table.gpu) and ctable is not None
-            and ctable.lookup(1, n, k) is not None and ctable.lookup(1, n, k).exact_shape)
+    hit = None if ctable is None else ctable.lookup(1, n, k)
+    return (identity is None or tuple(identity) == table.gpu) and hit is not None and hit.exact_shape
 
 
 def _from_autotune(library: Library, key: tuple[str, ...], m: int, n: int, k: int,
@@ -240,8 +240,8 @@ def _from_autotune(library: Library, key: tuple[str, ...], m: int, n: int, k: in
     return Choice(kernel, entry.knobs, "autotune", reason, settled=True)
 
 
-def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], hit, m: int, n: int,
-                     k: int, exact_class: bool) -> Choice | None:
+def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], m: int, n: int, k: int,
+                     exact_class: bool) -> Choice | None:
     """For an (N, K) the table does not list: the kernel whose time, estimated from its
     measurement at the nearest listed shape and the table's cost model, is lowest
     (gemmgen/tuning/cost_model.py). None when the model cannot serve (another feature set, no

@@ -134,9 +134,6 @@ class Cache:
             self.winners, self.pending, self._state = winners, pending, state
         return self
 
-    def _keep(self, entry: Entry) -> None:
-        _keep(self.winners, self.pending, entry)
-
     def winner(self, key: tuple[str, ...], n: int, k: int, m: int) -> Entry | None:
         with _lock:
             return self.winners.get((tuple(key), n, k, m_bucket(m)))
@@ -162,7 +159,7 @@ class Cache:
         finally:
             os.close(fd)
         with _lock:
-            self._keep(entry)
+            _keep(self.winners, self.pending, entry)
 
     def shapes(self) -> dict[tuple[str, ...], set[tuple[int, int]]]:
         """Every (N, K) the cache holds per dispatch class, measured or pending."""
@@ -203,13 +200,12 @@ def _entry(record: dict, line: int) -> Entry:
 
 
 _caches: dict[Path, Cache] = {}
-_warned: set[str] = set()
 
 
 def _warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        logging.getLogger("gemmgen.dispatch").warning("%s", message)
+    """Dispatch's once-per-message WARNING (forgotten by gemmgen.reload(), like dispatch's own)."""
+    from ..dispatch import _warn_once as warn
+    warn(message)
 
 
 def cache_for(library_name: str, gpu: tuple[str, int]) -> Cache:
@@ -227,7 +223,6 @@ def clear() -> None:
     global _from_environment
     with _lock:
         _caches.clear()
-        _warned.clear()
         _from_environment = _read_environment()
 
 

@@ -22,6 +22,7 @@ non-negative to relative error (`fit`). Pure Python: the table is read without t
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -111,13 +112,14 @@ class CostModel:
     coef: dict[str, tuple[float, ...]]
     times: dict[Point, dict[str, float]] = field(default_factory=dict)
 
-    def shapes(self) -> set[tuple[int, int]]:
+    @functools.cached_property
+    def shapes(self) -> frozenset[tuple[int, int]]:
         """The (n, k) with measured times."""
-        return {(pn, pk) for (pn, pk, _) in self.times}
+        return frozenset((pn, pk) for (pn, pk, _) in self.times)
 
     def nearest_shape(self, n: int, k: int) -> tuple[int, int] | None:
         """The measured (n, k) nearest in log space (ties: the smaller), as tables look up."""
-        return min(self.shapes(), key=lambda s: (abs(math.log(s[0] / n)) + abs(math.log(s[1] / k)), s),
+        return min(self.shapes, key=lambda s: (abs(math.log(s[0] / n)) + abs(math.log(s[1] / k)), s),
                    default=None)
 
     def estimates(self, m: int, n: int, k: int, reference: tuple[int, int],
@@ -126,7 +128,7 @@ class CostModel:
         """Estimated µs of each of `kernels` at (m, n, k), transferred from the measured shape
         `reference` at its nearest measured M (see the module docstring). Kernels without a
         measurement there or with a zero modelled cost are left out."""
-        if reference not in self.shapes():
+        if reference not in self.shapes:
             return {}
         measured_m = sorted({pm for (pn, pk, pm) in self.times if (pn, pk) == reference})
         near_m = min(measured_m, key=lambda v: (abs(math.log(v / m)), v))

@@ -29,6 +29,15 @@ def _inputs(m: int):
     return a, b, scale_a, scale_b, bias
 
 
+def _timed_call(args, out) -> float:
+    """Wall seconds of one gemmgen.scaled_mm into `out`, synchronized on both sides."""
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    gemmgen.scaled_mm(*args[:4], torch.bfloat16, args[4], out=out)
+    torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
 def _check(out, a, b, scale_a, scale_b, bias):
     expected = reference.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias)
     assert not torch.isnan(out).any(), "an output element was not written"
@@ -54,11 +63,7 @@ def test_first_use_times_records_and_is_reused(cache_dir, monkeypatch):
     args = _inputs(m)
     out = torch.full((m, N), float("nan"), dtype=torch.bfloat16, device="cuda")
     with gemmgen.autotune():
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        gemmgen.scaled_mm(*args[:4], torch.bfloat16, args[4], out=out)
-        torch.cuda.synchronize()
-        first = time.perf_counter() - started
+        first = _timed_call(args, out)
         _check(out, *args)
         choice = _choice(m)
         assert choice.source == "autotune", choice.reason
@@ -70,11 +75,7 @@ def test_first_use_times_records_and_is_reused(cache_dir, monkeypatch):
         best = min(row.values())
         assert row[tuning.Candidate.of(choice.kernel, choice.knobs)] <= best * (1 + options.tolerance)
         out2 = torch.full_like(out, float("nan"))
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        gemmgen.scaled_mm(*args[:4], torch.bfloat16, args[4], out=out2)
-        torch.cuda.synchronize()
-        later = time.perf_counter() - started
+        later = _timed_call(args, out2)
         _check(out2, *args)
     lines = next(cache_dir.glob("*.jsonl")).read_text().splitlines()
     assert len(lines) == 1 and choice.kernel.name in lines[0]
