@@ -16,7 +16,7 @@ class MixedMmArgs(ctypes.Structure):
         ("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
         ("lda", ctypes.c_int64), ("ldd", ctypes.c_int64), ("group_size", ctypes.c_int64),
         ("raster_order", ctypes.c_int32), ("max_swizzle_size", ctypes.c_int32),
-        ("split_k_slices", ctypes.c_int32), ("reserved", ctypes.c_int32),
+        ("split_k_slices", ctypes.c_int32), ("launch_flags", ctypes.c_int32),
     ]
 
 

@@ -132,7 +132,8 @@ def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, g
     ARGS_LAYOUT.pack_into(buffer, 0, a.data_ptr(), qweight.data_ptr(), scales.data_ptr(),
                           _ptr(zeros), _ptr(bias), out.data_ptr(), m, n, k,
                           a.stride(0) if m > 1 else k, out.stride(0) if m > 1 else n, group_size,
-                          RASTER_CODES[knobs.raster], knobs.swizzle, knobs.split_k_slices, 0)
+                          RASTER_CODES[knobs.raster], knobs.swizzle, knobs.split_k_slices,
+                          launch.LAUNCH_PDL if launch._pdl else 0)
     launch.raise_on_status(launch.launch(chosen, buffer, device), chosen)
     launch.mark_written(out)
 

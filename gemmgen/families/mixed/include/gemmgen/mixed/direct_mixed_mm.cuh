@@ -10,8 +10,8 @@
  * in chunks of 64 K through cp.async rings of Stages chunks: each warp its own 16 weight rows, the
  * K group one shared ring of the tokens' activations (read from L2 once per CTA, not once per
  * warp), with one barrier of the K group's warps a chunk (a named barrier). Each warp
- * converts its weights in registers with CUTLASS's int→float converters (exact: every stored
- * value is a small integer) and feeds mma.sync m16n8k16 with fp32 accumulation. The CTA's WarpsK partial sums are added in a fixed
+ * converts its weights in registers (exact: every stored value is a small integer; int8 with
+ * CUTLASS's converter) and feeds mma.sync m16n8k16 with fp32 accumulation. The CTA's WarpsK partial sums are added in a fixed
  * order through shared memory: results are bit-identical run to run.
  *
  * K order inside a chunk. The MMA sums over its 16 k slots, so any bijection between slots and
@@ -20,10 +20,26 @@
  * k = 16q + 4j + {0, 1, 2, 3}: each lane's 16 k values of a weight row, and of a token, are
  * contiguous (one 8- or 16-byte shared-memory load each). No offline reordering is needed.
  *
- * Scales. Every (64-K chunk) MMA result is accumulated per group in fp32 and scaled in fp32 when
- * the group ends: out = Σ_g scale[g] · Σ_{k∈g} x·stored (+ zp[g] · Σ_{k∈g} x for the zero-point
- * scheme, the per-token sums coming from one more MMA against a ones fragment). Per-channel is
- * one group. This is more exact than rounding scale·stored to 16 bits before the MMA.
+ * int4 conversion. One byte permute and one LOP3 put a nibble pair under the exponent of the
+ * 16-bit float B = 128 (bf16) or 1024 (fp16), whose spacing there is 1, XOR-ing each nibble with
+ * 8 (int4 → unsigned): B + 8 + stored, exact. With scales alone one packed FMA then subtracts
+ * B + 8. With zero points the MMA takes B + 8 + stored as it is: the kernel already sums x per
+ * token for the zero point (one more MMA a k16 step, against a ones fragment), so (B + 8)·Σx
+ * joins the zero point's term and the subtraction goes (with scales alone, computing Σx for it
+ * cost more than the subtraction saves: 2-5% slower on the H100).
+ *
+ * Scales. Every (64-K chunk) MMA result is accumulated per segment in fp32 and scaled in fp32
+ * when the segment ends: out = Σ_seg scale[g] · Σ_{k∈seg} x·w' + (zp[g] − bias·scale[g]) ·
+ * Σ_{k∈seg} x, where w' is what the MMA saw (stored, or bias + stored) and the second term exists
+ * with zero points. A segment is the group, or with the bias and groups longer than 512 (per-
+ * channel is one group) the group's largest divisor up to 512: the biased sum grows with it, and 512
+ * keeps its cancellation near 2^-16 relative at fp16's bias. This is more exact than rounding
+ * scale·stored to 16 bits before the MMA.
+ *
+ * Tried and dropped (H100, A/B in one run): a loop with 32-bit shared addresses and global
+ * sources stepped per chunk was 2-5% faster with int4 weights but 6-7% slower with int8; the
+ * loop unrolled over the ring, deeper rings (6, 8) and a token ring sized to M at decode were
+ * slower or no faster.
  */
 #pragma once
 
@@ -180,18 +196,65 @@ struct DirectMixedMm {
   }
   static_assert(kWarpsN == 1 || kWarpsK <= 15, "one named barrier a K group: at most 15");
 
+  static constexpr bool kIsBf16 = cute::is_same_v<ElementA, cutlass::bfloat16_t>;
+  static constexpr bool kInt4 = kWeightBits == 4;
+  // Biased only where Σx is computed anyway, for the zero points (see the file's comment).
+  static constexpr bool kBiased = kInt4 && kWithZero;
+  static constexpr float kBias = !kBiased ? 0.f : kIsBf16 ? 136.f : 1032.f;
+  // 1.0 in both halves, bf16 or fp16: the A fragment whose MMA sums the tokens' x
+  static constexpr uint32_t kOnes = kIsBf16 ? 0x3F803F80u : 0x3C003C00u;
+
   // One weight row's 16 values of this lane (k = 16q .. 16q+15 of the chunk) as 8 words of two
-  // 16-bit floats, word i holding values 2i and 2i+1.
+  // 16-bit floats, word i holding values 2i and 2i+1 (biased by kBias).
   static __device__ void load_row(char const* weights, int row, int q, uint32_t (&out)[8]) {
-    using Packed = cutlass::Array<ElementW, 16>;
-    Packed const stored =
-        *reinterpret_cast<Packed const*>(weights + row * kWeightRowBytes + q * (kWeightRowBytes / 4));
-    auto const converted = Converter::convert(stored);
-    static_assert(sizeof(converted) == sizeof(out));
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < 8; ++i) {
-      out[i] = reinterpret_cast<uint32_t const*>(&converted)[i];
+    if constexpr (kInt4) {
+      uint2 const stored =
+          *reinterpret_cast<uint2 const*>(weights + row * kWeightRowBytes + q * (kWeightRowBytes / 4));
+      // the exponent of 128 (bf16) or 1024 (fp16), and 8: the nibble's XOR to unsigned
+      constexpr uint32_t kMagic = kIsBf16 ? 0x43084308u : 0x64086408u;
+      uint32_t const words[2] = {stored.x, stored.y};
+      CUTLASS_PRAGMA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        uint32_t const w = words[h], shifted = w >> 4;
+        CUTLASS_PRAGMA_UNROLL
+        for (int b = 0; b < 4; ++b) {
+          // byte b's low nibble (value 2b) to bits 0-3, its high nibble (2b + 1) to bits 16-19
+          uint32_t const pair = __byte_perm(w, shifted, 0x0400 + 0x0101 * b);
+          // (pair & 0x000F000F) ^ kMagic as one LOP3 (the compiler emits an AND and an XOR)
+          asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(out[4 * h + b]) : "r"(pair), "n"(0x000F000F),
+              "n"(kMagic));
+          if constexpr (!kBiased) {  // subtract the magic: the stored value itself
+            if constexpr (kIsBf16) {
+              // x · 1 − magic (sub.bf16x2 needs sm90; fma.rn.bf16x2 is sm80's)
+              asm("fma.rn.bf16x2 %0, %0, %1, %2;"
+                  : "+r"(out[4 * h + b])
+                  : "r"(kOnes), "r"(kMagic ^ 0x80008000u));
+            } else {
+              asm("sub.f16x2 %0, %0, %1;" : "+r"(out[4 * h + b]) : "r"(kMagic));
+            }
+          }
+        }
+      }
+    } else {
+      using Packed = cutlass::Array<ElementW, 16>;
+      Packed const stored = *reinterpret_cast<Packed const*>(weights + row * kWeightRowBytes +
+                                                             q * (kWeightRowBytes / 4));
+      auto const converted = Converter::convert(stored);
+      static_assert(sizeof(converted) == sizeof(out));
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < 8; ++i) {
+        out[i] = reinterpret_cast<uint32_t const*>(&converted)[i];
+      }
     }
+  }
+
+  // A biased group's segment (see the file's comment): its largest divisor up to 8 chunks.
+  static __device__ int segment_chunks(int chunks_per_group) {
+    int seg = chunks_per_group < 8 ? chunks_per_group : 8;
+    while (chunks_per_group % seg != 0) {
+      --seg;
+    }
+    return seg;
   }
 
   static __device__ float to_float(ElementA v) { return static_cast<float>(v); }
@@ -206,23 +269,25 @@ struct DirectMixedMm {
     int const c_begin = static_cast<int>(int64_t(chunks) * wk / kWarpsK);
     int const c_end = static_cast<int>(int64_t(chunks) * (wk + 1) / kWarpsK);
     int const chunks_per_group = p.group / kChunkK;
+    int const chunks_per_segment = kBiased ? segment_chunks(chunks_per_group) : chunks_per_group;
     char* weight_ring = smem + warp * kWeightRingBytes;
     char* act_ring = smem + kWarps * kWeightRingBytes + wk * kActRingBytes;
 
-    float acc[kTokenTiles][4] = {};     // scaled sum over finished groups
-    float part[kTokenTiles][4] = {};    // this group's unscaled sum
-    float xsum[kTokenTiles][4] = {};    // this group's per-token sum of x (zero-point scheme)
+    float acc[kTokenTiles][4] = {};     // scaled sum over finished segments
+    float part[kTokenTiles][4] = {};    // this segment's unscaled sum
+    float xsum[kTokenTiles][4] = {};    // this segment's per-token sum of x (zero-point scheme)
 
     int const n_lo = n0 + group_id, n_hi = n_lo + 8;
     ElementA const* scale = static_cast<ElementA const*>(p.scale);
     ElementA const* zero = static_cast<ElementA const*>(p.zero);
-    auto finish_group = [&](int g) {
+    auto finish_segment = [&](int g) {
       float const s_lo = n_lo < p.n ? to_float(scale[int64_t(g) * p.n + n_lo]) : 0.f;
       float const s_hi = n_hi < p.n ? to_float(scale[int64_t(g) * p.n + n_hi]) : 0.f;
+      // Σx's factor: the zero point, less the bias the scale would otherwise apply
       float z_lo = 0.f, z_hi = 0.f;
       if constexpr (kWithZero) {
-        z_lo = n_lo < p.n ? to_float(zero[int64_t(g) * p.n + n_lo]) : 0.f;
-        z_hi = n_hi < p.n ? to_float(zero[int64_t(g) * p.n + n_hi]) : 0.f;
+        z_lo = (n_lo < p.n ? to_float(zero[int64_t(g) * p.n + n_lo]) : 0.f) - kBias * s_lo;
+        z_hi = (n_hi < p.n ? to_float(zero[int64_t(g) * p.n + n_hi]) : 0.f) - kBias * s_hi;
       }
       CUTLASS_PRAGMA_UNROLL
       for (int t = 0; t < kTokenTiles; ++t) {
@@ -250,9 +315,11 @@ struct DirectMixedMm {
       cute::cp_async_fence();
     }
 
-    // No division in the loop: ring slots advance by one, the group by a countdown.
+    // No division in the loop: ring slots advance by one, the group and segment by countdowns.
     int group = c_begin / chunks_per_group;
-    int left_in_group = chunks_per_group - (c_begin - group * chunks_per_group);
+    int const in_group = c_begin - group * chunks_per_group;
+    int left_in_group = chunks_per_group - in_group;
+    int left_in_segment = chunks_per_segment - in_group % chunks_per_segment;
     int slot = 0, issue_slot = kStages - 1;
     for (int i = 0; i < count; ++i) {
       cute::cp_async_wait<kStages - 2>();
@@ -287,23 +354,25 @@ struct DirectMixedMm {
                    x[2 * j], x[2 * j + 1],
                    part[t][0], part[t][1], part[t][2], part[t][3]);
           if constexpr (kWithZero) {
-            // 1.0 in both halves, bf16 or fp16
-            constexpr uint32_t kOnes =
-                cute::is_same_v<ElementA, cutlass::bfloat16_t> ? 0x3F803F80u : 0x3C003C00u;
-            Mma::fma(xsum[t][0], xsum[t][1], xsum[t][2], xsum[t][3], kOnes, kOnes, kOnes, kOnes,
+            uint32_t const ones = kOnes;  // (the MMA takes references)
+            Mma::fma(xsum[t][0], xsum[t][1], xsum[t][2], xsum[t][3], ones, ones, ones, ones,
                      x[2 * j], x[2 * j + 1], xsum[t][0], xsum[t][1], xsum[t][2], xsum[t][3]);
           }
         }
       }
-      if (--left_in_group == 0) {
-        finish_group(group);
-        ++group;
-        left_in_group = chunks_per_group;
+      --left_in_group;
+      if (--left_in_segment == 0) {
+        finish_segment(group);
+        left_in_segment = chunks_per_segment;
+        if (left_in_group == 0) {
+          ++group;
+          left_in_group = chunks_per_group;
+        }
       }
     }
-    if (count > 0 && left_in_group != chunks_per_group) {
-      finish_group(group);  // the range ended inside a group (an empty range adds nothing: a
-                            // ±inf scale times its zero sum would be NaN)
+    if (count > 0 && left_in_segment != chunks_per_segment) {
+      finish_segment(group);  // the range ended inside a segment (an empty range adds nothing:
+                              // a ±inf scale times its zero sum would be NaN)
     }
     cute::cp_async_wait<0>();
     __syncthreads();  // every ring is drained: the shared memory becomes the reduction buffer
@@ -360,12 +429,16 @@ __global__ void __launch_bounds__(DirectMixedMm<Config>::kThreads)
     direct_mixed_mm_kernel(Params const params) {
   extern __shared__ __align__(128) char smem[];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  pdl_wait();  // the activations may come from the previous kernel; its reads of our output
+  pdl_release();
   DirectMixedMm<Config>::kernel_body(params, smem);
 #endif
 }
 
-// The C-ABI entry: checks what the kernel relies on, then launches.
-template <class Config>
+// The C-ABI entry: checks what the kernel relies on, then launches. `PdlCapable`: the library's
+// arch has griddepcontrol (sm90a; the sm80 library's PTX has no wait, so it never launches as a
+// programmatic dependent, whatever the arguments ask).
+template <class Config, bool PdlCapable>
 int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char const* kernel_name) {
   using K = DirectMixedMm<Config>;
   auto const& a = *args;
@@ -401,8 +474,9 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
     return allowed;
   }
   dim3 const grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(feature_blocks));
-  direct_mixed_mm_kernel<Config><<<grid, K::kThreads, K::kSmemBytes,
-                                   static_cast<cudaStream_t>(stream)>>>(K::make_params(a));
+  bool const pdl = PdlCapable && (a.launch_flags & GEMMGEN_LAUNCH_PDL) != 0;
+  launch_maybe_pdl(direct_mixed_mm_kernel<Config>, grid, dim3(K::kThreads), K::kSmemBytes,
+                   static_cast<cudaStream_t>(stream), pdl, K::make_params(a));
   cudaError_t const launched = cudaGetLastError();
   if (launched != cudaSuccess) {
     return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));

@@ -30,7 +30,7 @@ typedef struct gemmgen_mixed_mm_args {
   int32_t raster_order;   /* 0 heuristic, 1 along M, 2 along N (the kernel's M is the weight's N) */
   int32_t max_swizzle_size;
   int32_t split_k_slices; /* stream-K kernels: >1 runs a split-K decomposition */
-  int32_t reserved;
+  int32_t launch_flags;   /* GEMMGEN_LAUNCH_PDL: the direct kernel as a programmatic dependent launch */
 } gemmgen_mixed_mm_args;
 
 #ifdef __cplusplus
