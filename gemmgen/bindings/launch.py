@@ -114,7 +114,7 @@ def chosen_kernel(op: str, device: int, arches: tuple[str, ...], key: tuple,
 
 
 # Programmatic dependent launch for the kernels that support it (sm90 W8A8, the MoE direct
-# kernels): each launch may start
+# kernels, the sm90a mixed-input direct kernel): each launch may start
 # its prologue while the stream's previous kernel finishes; the kernel waits on the GPU before
 # its first global read (so results do not change). GEMMGEN_PDL=0 turns it off (read at import);
 # `set_programmatic_dependent_launch` at run time.
@@ -124,6 +124,11 @@ LAUNCH_PDL = 1  # GEMMGEN_LAUNCH_PDL of gemmgen/c_api.h, in a family struct's `l
 
 def programmatic_dependent_launch() -> bool:
     return _pdl
+
+
+def launch_flags() -> int:
+    """The `launch_flags` field of a family's argument struct for this call."""
+    return LAUNCH_PDL if _pdl else 0
 
 
 def set_programmatic_dependent_launch(enabled: bool) -> None:

@@ -133,7 +133,7 @@ def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, g
                           _ptr(zeros), _ptr(bias), out.data_ptr(), m, n, k,
                           a.stride(0) if m > 1 else k, out.stride(0) if m > 1 else n, group_size,
                           RASTER_CODES[knobs.raster], knobs.swizzle, knobs.split_k_slices,
-                          launch.LAUNCH_PDL if launch._pdl else 0)
+                          launch.launch_flags())
     launch.raise_on_status(launch.launch(chosen, buffer, device), chosen)
     launch.mark_written(out)
 

@@ -175,7 +175,7 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
                           x_scale.data_ptr(), group_list.data_ptr(), c.data_ptr(), q.data_ptr(),
                           q_scale.data_ptr(), m, n, k, e, GROUP_LIST_CODES[group_list_type],
                           RASTER_CODES[knobs.raster], knobs.swizzle, k // groups if per_group else 0,
-                          LAYOUT_VERSION, launch.LAUNCH_PDL if launch._pdl else 0)
+                          LAYOUT_VERSION, launch.launch_flags())
     launch.raise_on_status(launch.launch(chosen, buffer, device), chosen)
     launch.mark_written(q, q_scale)
 

@@ -198,7 +198,7 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
                            scale_a.data_ptr(), scale_b.data_ptr(), _ptr(bias), _ptr(azp_adj),
                            _ptr(azp), scale_a.numel() > 1, scale_b.numel() > 1,
                            RASTER_CODES[knobs.raster], knobs.swizzle, slices,
-                           launch.LAUNCH_PDL if launch._pdl else 0)
+                           launch.launch_flags())
     launch.raise_on_status(_launch(chosen, buffer, device), chosen)
     launch.mark_written(out)
 

@@ -112,8 +112,8 @@ struct DirectMixedMm {
   static constexpr int kSmemBytes = kRingBytes > kReduceBytes ? kRingBytes : kReduceBytes;
   static constexpr int kGroupThreads = 32 * kWarpsN;  // the threads of a K group
 
-  using Mma = cute::conditional_t<cute::is_same_v<ElementA, cutlass::bfloat16_t>,
-                                  cute::SM80_16x8x16_F32BF16BF16F32_TN,
+  static constexpr bool kIsBf16 = cute::is_same_v<ElementA, cutlass::bfloat16_t>;
+  using Mma = cute::conditional_t<kIsBf16, cute::SM80_16x8x16_F32BF16BF16F32_TN,
                                   cute::SM80_16x8x16_F32F16F16F32_TN>;
   using Copy16 = cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<cute::uint128_t>;
   using Converter = cutlass::NumericArrayConverter<ElementA, ElementW, 16>;
@@ -196,7 +196,6 @@ struct DirectMixedMm {
   }
   static_assert(kWarpsN == 1 || kWarpsK <= 15, "one named barrier a K group: at most 15");
 
-  static constexpr bool kIsBf16 = cute::is_same_v<ElementA, cutlass::bfloat16_t>;
   static constexpr bool kInt4 = kWeightBits == 4;
   // Biased only where Σx is computed anyway, for the zero points (see the file's comment).
   static constexpr bool kBiased = kInt4 && kWithZero;
