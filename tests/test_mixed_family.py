@@ -163,7 +163,7 @@ def test_direct_config_renders_for_sm80_and_sm90a(tmp_path):
     assert '#include "gemmgen/mixed/direct_mixed_mm.cuh"' in unit.source
     assert "sm90_mixed_mm.hpp" not in unit.source
     assert ("DirectConfig<cutlass::half_t, int8_t, /*with_zero=*/false, /*warps_n=*/2, "
-            "/*warps_k=*/4, /*token_tiles=*/2, /*stages=*/3>") in unit.source
+            "/*warps_k=*/4, /*tokens=*/16, /*chunk_k=*/64, /*stages=*/3, /*ctas_per_sm=*/0>") in unit.source
     assert "gemmgen::device_supports(8, 0," in unit.source
     sm90 = load_manifest(_write(tmp_path, DIRECT_MANIFEST.replace("arch: sm80", "arch: sm90a")))
     (unit,) = render_kernel_sources(sm90, expand(sm90))
@@ -180,9 +180,27 @@ def test_direct_config_renders_for_sm80_and_sm90a(tmp_path):
     ("stages: 3", "stages: 3, raster: along_m", "raster", "no tile scheduler, so no raster"),
     ("tile: [32, 16, 64], schedule: direct, warps_k: 4, stages: 3",
      "tile: [32, 64, 64], schedule: direct, warps_k: 8, stages: 8", "stages", "over the sm80 limit"),
+    ("tile: [32, 16, 64]", "tile: [32, 3, 64]", "tile", r"tokens \(1, 2, 4, 8, 16, 32, 64\), 64 or 128\]"),
+    ("tile: [32, 16, 64]", "tile: [32, 16, 256]", "tile", r"64 or 128\]; got \[32, 16, 256\]"),
+    ("stages: 3", "stages: 3, ctas_per_sm: 0.5", "ctas_per_sm", "expected a positive integer"),
+    ("stages: 3", "stages: 3, ctas_per_sm: 7", "ctas_per_sm",
+     r"7 CTAs of 256 threads an SM leave 36 registers a thread \(at least 40"),
 ])
 def test_direct_config_errors(tmp_path, old, new, key, message):
     _edit_and_expand(tmp_path, DIRECT_MANIFEST, old, new, key, message)
+
+
+def test_direct_decode_tile_chunk_and_occupancy_reach_the_template(tmp_path):
+    """Tile N 1, 2 or 4 (tokens a CTA at decode), tile K 128 (two 64-K steps a ring slot) and
+    ctas_per_sm reach the config type and the kernel name."""
+    text = DIRECT_MANIFEST.replace("tile: [32, 16, 64], schedule: direct, warps_k: 4, stages: 3",
+                                   "tile: [16, 1, 128], schedule: direct, warps_k: 8, ctas_per_sm: 4")
+    manifest = load_manifest(_write(tmp_path, text))
+    kernels = expand(manifest)
+    assert [k.name for k in kernels] == ["sm80_mixed_mm_f16_i8_s_t16x1x128_direct_wk8_sauto_o4"]
+    (unit,) = render_kernel_sources(manifest, kernels)
+    assert ("/*warps_n=*/1, /*warps_k=*/8, /*tokens=*/1, /*chunk_k=*/128, /*stages=*/4, "
+            "/*ctas_per_sm=*/4>") in unit.source
 
 
 @pytest.mark.compile

@@ -36,15 +36,18 @@ def warps(tile: tuple[int, int, int], warps_k: int) -> int:
 
 
 def shape_problems(tile: tuple[int, int, int], warps_k: int, cluster: tuple[int, int, int],
-                   stages: int, chunk_k: int, auto_stages: int) -> list[tuple[str, str]]:
-    """(key, message) for every rule of the direct kernels' shape a config breaks: the tile, the
-    warps that split K, the thread count, no cluster, the ring depth (0 = auto)."""
+                   stages: int, chunk_k: int | tuple[int, ...], auto_stages: int,
+                   tile_n: tuple[int, ...] = TILE_N) -> list[tuple[str, str]]:
+    """(key, message) for every rule of the direct kernels' shape a config breaks: the tile (tile
+    N one of `tile_n`, tile K `chunk_k` or one of them), the warps that split K, the thread count,
+    no cluster, the ring depth (0 = auto)."""
     tm, tn, tk = tile
+    chunks = (chunk_k,) if isinstance(chunk_k, int) else chunk_k
     problems = []
-    if tm not in TILE_M or tn not in TILE_N or tk != chunk_k:
+    if tm not in TILE_M or tn not in tile_n or tk not in chunks:
         problems.append(("tile", "the direct kernel's tile is [16·warps over features (16, 32, 64, "
-                                 "128 or 256), 8·MMA tiles over tokens (8, 16, 32 or 64), "
-                                 f"{chunk_k}]; got {list(tile)}"))
+                                 f"128 or 256), tokens ({', '.join(map(str, tile_n))}), "
+                                 f"{' or '.join(map(str, chunks))}]; got {list(tile)}"))
     if warps_k not in WARPS_K:
         problems.append(("warps_k", "schedule direct needs warps_k (the warps that split K in a "
                                     f"CTA), one of {', '.join(map(str, WARPS_K))}; got "

@@ -58,10 +58,11 @@ def test_every_built_kernel(built_mixed_kernel):
     spec = built_mixed_kernel.spec
     dtype = DTYPES[spec.a]
     for weight_type in WEIGHT_TYPES_FOR[(spec.w, spec.scheme)]:
-        # (9, 264, 192, 64): N not a multiple of 16, three groups of one 64-K chunk each (a
-        # direct kernel's K-splitting warps start mid-group or have no chunk at all)
+        # (9, 264, 192, 64): N not a multiple of 16, three groups of one 64-K step each (a
+        # direct kernel's K-splitting warps start mid-group or have no chunk at all; a 128-K
+        # chunk ends past K). (5, 128, 576, 576): per channel over nine steps, an odd count.
         for m, n, k, group in ((1, 256, 512, 128), (37, 384, 1024, 64), (200, 512, 768, 768),
-                               (9, 264, 192, 64)):
+                               (9, 264, 192, 64), (5, 128, 576, 576)):
             run(m, n, k, weight_type, group, dtype, bias=m % 2 == 0, kernel=built_mixed_kernel.name)
             run(m, n, k, weight_type, group, dtype, bias=m % 2 == 1, kernel=built_mixed_kernel.name)
 

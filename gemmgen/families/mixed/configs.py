@@ -44,9 +44,11 @@ class MixedTileConfig(DirectTile):
     """Compile-time shape of one mixed-input kernel. `tile` is in the kernel's terms: M runs over
     the weight's N, N over the tokens (M of the user's problem).
 
-    Schedule "direct": tile [16·warps_n, 8·token_tiles, 64] is one CTA's features × tokens × the
-    K chunk, `warps_k` the warps that split K inside the CTA, `stages` each warp's ring depth
-    (0 = auto, 4); cluster is (1, 1, 1)."""
+    Schedule "direct": tile [16·warps_n, tokens, 64] is one CTA's features × tokens × the K
+    chunk (tokens 1, 2 or 4 — decode, the MMA's other rows zero — or 8 to 64), `warps_k` the warps
+    that split K inside the CTA, `stages` each warp's ring depth (0 = auto, 4), `ctas_per_sm`
+    the CTAs an SM must hold at once (the compiler caps each thread's registers to fit them;
+    0 = no cap); cluster is (1, 1, 1)."""
 
     tile: tuple[int, int, int]
     cluster: tuple[int, int, int]
@@ -54,6 +56,7 @@ class MixedTileConfig(DirectTile):
     stages: int  # 0 means "auto"
     tile_scheduler: str
     warps_k: int = 0  # direct only (is_direct, ring_stages: direct_schema.DirectTile)
+    ctas_per_sm: int = 0  # direct only: CTAs an SM must hold (caps the registers); 0 = no cap
 
     @property
     def terse(self) -> str:
@@ -61,8 +64,9 @@ class MixedTileConfig(DirectTile):
         kernel `t16x8x64_direct_wk8_s4`."""
         stages = f"s{self.stages}" if self.stages else "sauto"
         if self.is_direct:
+            occupancy = [f"o{self.ctas_per_sm}"] if self.ctas_per_sm else []
             return "_".join(["t" + "x".join(map(str, self.tile)), "direct", f"wk{self.warps_k}",
-                             stages])
+                             stages] + occupancy)
         parts = ["t" + "x".join(map(str, self.tile)), "c" + "x".join(map(str, self.cluster)),
                  _SHORT_SCHEDULE[self.schedule], stages]
         if self.tile_scheduler != "persistent":

@@ -30,12 +30,13 @@ class Cpp:
         return f"cutlass::epilogue::{self._EPILOGUE[k.config.schedule]}"
 
     def direct_config(self, k: MixedMmSpec) -> str:
-        """The direct kernel's config type: tile [16·warps_n, 8·token_tiles, 64], warps_k, ring."""
+        """The direct kernel's config type: tile [16·warps_n, tokens, chunk K], warps_k, ring."""
         c = k.config
         return (f"gemmgen::mixed::direct::DirectConfig<{self.element(k.a)}, {self.element(k.w)}, "
                 f"/*with_zero=*/{'true' if k.scheme == 'scale_zero' else 'false'}, "
                 f"/*warps_n=*/{c.tile[0] // 16}, /*warps_k=*/{c.warps_k}, "
-                f"/*token_tiles=*/{c.tile[1] // 8}, /*stages=*/{c.ring_stages}>")
+                f"/*tokens=*/{c.tile[1]}, /*chunk_k=*/{c.tile[2]}, /*stages=*/{c.ring_stages}, "
+                f"/*ctas_per_sm=*/{c.ctas_per_sm}>")
 
     def tile_scheduler(self, k: MixedMmSpec) -> str:
         return f"cutlass::gemm::{self._SCHEDULER[k.config.tile_scheduler]}"

@@ -26,11 +26,19 @@ from .configs import (ACTIVATION_DTYPES, SCHEDULES, SCHEMES, TILE_SCHEDULERS, WE
 FAMILY_KEYS = frozenset({"dtypes", "schemes"})
 REQUIRED_FAMILY_KEYS = frozenset({"dtypes", "schemes"})
 CONFIG_KEYS = frozenset({"name", "tile", "cluster", "schedule", "stages", "tile_scheduler",
-                         "raster", "swizzle", "warps_k"})
+                         "raster", "swizzle", "warps_k", "ctas_per_sm"})
+# The direct kernel's tokens a CTA: 1, 2 or 4 at decode (the ring holds only those rows; the
+# MMA's other rows are zero), else 1 to 8 MMA tiles of 8
+DIRECT_TILE_N = (1, 2, 4) + direct_schema.TILE_N
+# The fewest registers a thread `ctas_per_sm` may leave the direct kernel (it spills below)
+MIN_REGISTERS = 40
 # Dynamic shared memory per block an sm80 library may use: the least of the GPUs it runs on
 # (8.6 and 8.9 allow 101,376 bytes; the A100 166,912; Hopper 232,448).
 SM80_SMEM_LIMIT_BYTES = 101_376
 TILE_K = 64  # 128 bytes of 16-bit activations: one swizzle atom; group sizes are multiples of it
+# The direct kernel's K a ring slot holds (tile K): one or two steps of 64 (the MMAs' pass); 128
+# halves the loop's overhead a weight byte. Any group size and K of the family work with either.
+DIRECT_TILE_K = (TILE_K, 2 * TILE_K)
 _BITS = {"int4": 4, "int8": 8}
 
 Variant = tuple[str, str, str]  # (a, w, scheme)
@@ -90,17 +98,42 @@ def estimate_smem(config: MixedTileConfig, w: str, with_zero: bool) -> tuple[int
 
 def direct_smem_bytes(config: MixedTileConfig, w: str) -> int:
     """The direct kernel's dynamic shared memory: a ring per warp of 16 weight rows and one per K
-    group (warps_k of them) of the CTA's tokens, each of `stages` chunks of 64 K (mirrors
+    group (warps_k of them) of the CTA's tokens, each of `stages` chunks of tile K (mirrors
     DirectMixedMm::kSmemBytes; the reduction buffer is smaller)."""
     _, tn, tk = config.tile
     weights = direct_schema.warps(config.tile, config.warps_k) * 16 * tk * _BITS[w] // 8
     return config.ring_stages * (weights + config.warps_k * tn * tk * 2)
 
 
+def read_ctas_per_sm(reader, c) -> int:
+    """`ctas_per_sm` of a config mapping (0 when absent: no register cap)."""
+    value = c.get("ctas_per_sm", 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise reader.error(c, "ctas_per_sm", "expected a positive integer (the CTAs an SM must "
+                                             f"hold at once); got {value!r}")
+    return value
+
+
+def occupancy_problems(config: MixedTileConfig) -> list[tuple[str, str]]:
+    """`ctas_per_sm` must leave each thread at least MIN_REGISTERS registers and the SM its
+    2048 threads (the compiler would spill everything or ignore it)."""
+    if not config.ctas_per_sm:
+        return []
+    threads = 32 * direct_schema.warps(config.tile, config.warps_k)
+    registers = 65536 // (config.ctas_per_sm * threads)
+    if config.ctas_per_sm * threads > 2048 or registers < MIN_REGISTERS:
+        return [("ctas_per_sm", f"{config.ctas_per_sm} CTAs of {threads} threads an SM "
+                                f"leave {registers} registers a thread (at least {MIN_REGISTERS}, "
+                                "and at most 2048 threads an SM)")]
+    return []
+
+
 def check_direct(config: MixedTileConfig, variants: tuple[Variant, ...], arch: str
                  ) -> list[tuple[str, str]]:
     problems = direct_schema.shape_problems(config.tile, config.warps_k, config.cluster,
-                                            config.stages, TILE_K, MixedTileConfig.DIRECT_AUTO_STAGES)
+                                            config.stages, DIRECT_TILE_K,
+                                            MixedTileConfig.DIRECT_AUTO_STAGES, DIRECT_TILE_N)
+    problems += occupancy_problems(config) if not problems else []
     if config.tile_scheduler != "persistent":
         problems.append(("tile_scheduler", "the direct kernel has no tile scheduler: leave "
                                            f"tile_scheduler out; got {config.tile_scheduler!r}"))
@@ -124,8 +157,9 @@ def check_config(config: MixedTileConfig, variants: tuple[Variant, ...], arch: s
     if arch == "sm80":
         return [("schedule", "an sm80 mixed library has the direct kernel only (schedule: "
                              f"direct); got {config.schedule!r}")]
-    if config.warps_k:
-        return [("warps_k", f"warps_k belongs to schedule direct; got schedule {config.schedule!r}")]
+    for key in ("warps_k", "ctas_per_sm"):
+        if getattr(config, key):
+            return [(key, f"{key} belongs to schedule direct; got schedule {config.schedule!r}")]
     tk = config.tile[2]
     problems = sm90_schema.tile_mn_problems(config.tile, " (over the weight's N)", " (over tokens)")
     if tk != TILE_K:
@@ -158,7 +192,7 @@ def read_config(reader, node: Any, index: int, variants: tuple[Variant, ...] | N
         tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster", [1, 1, 1]),
         schedule=reader.choice(c, "schedule", SCHEDULES), stages=common["stages"],
         tile_scheduler=reader.choice(c, "tile_scheduler", TILE_SCHEDULERS, "persistent"),
-        warps_k=direct_schema.read_warps_k(reader, c))
+        warps_k=direct_schema.read_warps_k(reader, c), ctas_per_sm=read_ctas_per_sm(reader, c))
     for key, message in check_config(config, variants if variants is not None else (), arch):
         raise reader.error(c, key, message)
     if config.is_direct:
@@ -173,4 +207,6 @@ def config_fields(entry: ConfigEntry) -> dict[str, Any]:
               "raster": knobs.raster, "swizzle": knobs.swizzle}
     if cfg.is_direct:
         fields["warps_k"] = cfg.warps_k
+        if cfg.ctas_per_sm:
+            fields["ctas_per_sm"] = cfg.ctas_per_sm
     return fields

@@ -62,15 +62,18 @@
 namespace gemmgen::mixed::direct {
 
 template <class ElementA_, class ElementW_, bool WithZero_, int WarpsN_, int WarpsK_,
-          int TokenTiles_, int Stages_>
+          int Tokens_, int ChunkK_, int Stages_, int CtasPerSm_ = 0>
 struct DirectConfig {
   using ElementA = ElementA_;  // activations = MMA, scale, zero and output type
   using ElementW = ElementW_;  // cutlass::int4b_t or int8_t
   static constexpr bool WithZero = WithZero_;
   static constexpr int WarpsN = WarpsN_;
   static constexpr int WarpsK = WarpsK_;
-  static constexpr int TokenTiles = TokenTiles_;
+  static constexpr int Tokens = Tokens_;  // tokens a CTA: 1, 2, 4 or a multiple of 8
+  static constexpr int ChunkK = ChunkK_;  // K a ring slot holds: 64 or 128
   static constexpr int Stages = Stages_;
+  // CTAs an SM must hold at once (__launch_bounds__' minimum, capping the registers); 0: no cap
+  static constexpr int CtasPerSm = CtasPerSm_;
 };
 
 struct Params {
@@ -91,20 +94,30 @@ struct DirectMixedMm {
   static constexpr bool kWithZero = Config::WithZero;
   static constexpr int kWarpsN = Config::WarpsN;
   static constexpr int kWarpsK = Config::WarpsK;
-  static constexpr int kTokenTiles = Config::TokenTiles;
+  static constexpr int kTokens = Config::Tokens;             // tokens per CTA
+  static constexpr int kTokenTiles = (kTokens + 7) / 8;       // the MMA's N, 8 per tile
   static constexpr int kStages = Config::Stages;
   static_assert(kStages >= 2, "the ring needs at least two stages");
+  static_assert(kTokens == 1 || kTokens == 2 || kTokens == 4 || kTokens % 8 == 0,
+                "tokens a CTA: 1, 2, 4 or a multiple of 8");
 
   static constexpr int kWarps = kWarpsN * kWarpsK;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kChunkK = 64;
+  static constexpr int kCtasPerSm = Config::CtasPerSm > 0 ? Config::CtasPerSm : 1;
+  // K is walked in steps of 64 (four MMAs a token tile); a ring slot (a chunk) holds kSteps of
+  // them, each laid out in shared memory as a slot of the 64-K kernel would be.
+  static constexpr int kStepK = 64;
+  static constexpr int kChunkK = Config::ChunkK;
+  static constexpr int kSteps = kChunkK / kStepK;
+  static_assert(kChunkK == 64 || kChunkK == 128, "a chunk is 64 or 128 K");
   static constexpr int kRows = 16;                // output features per warp (the MMA's M)
-  static constexpr int kTokens = 8 * kTokenTiles;  // tokens per CTA (the MMA's N, 8 per tile)
   static constexpr int kWeightBits = cutlass::sizeof_bits<ElementW>::value;
-  static constexpr int kWeightRowBytes = kChunkK * kWeightBits / 8;       // 32 (int4), 64 (int8)
-  static constexpr int kWeightStageBytes = kRows * kWeightRowBytes;
-  static constexpr int kActRowBytes = kChunkK * 2;                        // 128: 8 × 16 bytes
-  static constexpr int kActStageBytes = kTokens * kActRowBytes;
+  static constexpr int kWeightRowBytes = kStepK * kWeightBits / 8;  // a row's step: 32 (int4), 64
+  static constexpr int kWeightStepBytes = kRows * kWeightRowBytes;
+  static constexpr int kWeightStageBytes = kSteps * kWeightStepBytes;
+  static constexpr int kActRowBytes = kStepK * 2;                   // 128: 8 × 16 bytes
+  static constexpr int kActStepBytes = kTokens * kActRowBytes;
+  static constexpr int kActStageBytes = kSteps * kActStepBytes;
   static constexpr int kWeightRingBytes = kStages * kWeightStageBytes;  // per warp
   static constexpr int kActRingBytes = kStages * kActStageBytes;        // per K group
   static constexpr int kRingBytes = kWarps * kWeightRingBytes + kWarpsK * kActRingBytes;
@@ -118,68 +131,108 @@ struct DirectMixedMm {
   using Copy16 = cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<cute::uint128_t>;
   using Converter = cutlass::NumericArrayConverter<ElementA, ElementW, 16>;
 
-  static constexpr int kSegsPerRow = kWeightRowBytes / 16;
-  static constexpr int kWeightCopies = kRows * kSegsPerRow / 32;  // per lane and chunk: 1 or 2
-  static constexpr int kActSegs = kTokens * 8;                     // 16-byte segments a chunk
+  static constexpr int kSegsPerStep = kWeightRowBytes / 16;         // a weight row's, 2 or 4
+  static constexpr int kSegsPerRow = kSteps * kSegsPerStep;           // in a chunk
+  static constexpr int kWeightCopies = kRows * kSegsPerRow / 32;      // per lane and chunk: 1 to 4
+  static constexpr int kActSegsPerRow = kSteps * 8;                   // a token's, in a chunk
+  static constexpr int kActSegs = kTokens * kActSegsPerRow;
   // per thread of the K group and chunk (the last round may leave threads idle)
   static constexpr int kActCopies = (kActSegs + kGroupThreads - 1) / kGroupThreads;
-  static_assert(kRows * kSegsPerRow % 32 == 0);
+  static_assert(kRows * kSegsPerRow % 32 == 0 && 32 % kSegsPerRow == 0);
+  static_assert(kGroupThreads % kActSegsPerRow == 0);  // a thread's copies are all of one step
 
-  // This thread's share of every chunk's copies, computed once: a global source that advances
-  // by one chunk of K per chunk, a destination offset in the ring slot, and whether the row
-  // exists (weight rows past N and token rows past M are zero-filled and never read from
-  // global). Weights: the warp's 16 rows, 16-byte segments in row order, by its 32 lanes.
+  // Shared memory by 32-bit address (no generic-to-shared conversion in the loop).
+  static __device__ void cp_async16(uint32_t dst, void const* src, uint32_t src_bytes) {
+    // src_bytes 16, or 0: zero-fill (nothing is read)
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+  }
+  static __device__ uint2 lds64(uint32_t addr) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+    return v;
+  }
+  static __device__ uint4 lds128(uint32_t addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+  }
+
+  // This thread's share of every chunk's copies, computed once: a global source at chunk
+  // c_begin that advances by one chunk of K per chunk, a destination offset in the ring slot,
+  // and the bytes to read (0 where the row does not exist: weight rows past N and token rows
+  // past M are zero-filled, their source a row that exists). Weights: the warp's 16 rows,
+  // 16-byte segments in row order, by its 32 lanes (copy j is rows 32/kSegsPerRow·j further).
   // Tokens: the CTA's rows, by the K group's threads (`member` 0 .. 32·WarpsN - 1; a copy past
-  // the segments is skipped), each row's eight 16-byte segments XOR-swizzled by (token % 8) so
-  // that the lanes' fragment loads are free of bank conflicts.
+  // the segments is skipped), each row's eight 16-byte segments of a step XOR-swizzled by
+  // (token % 8) so that the lanes' fragment loads are free of bank conflicts. With 128-K chunks
+  // and K an odd number of 64-K steps, the last chunk's second step is zero-filled
+  // (`tail_ahead`: that chunk, -1 when there is none; `w_tail`, `a_tail`: this thread's copies
+  // are of that step).
   struct CopyPlan {
+    static constexpr int kWeightRowsPerCopy = 32 / kSegsPerRow;  // rows between a lane's copies
     unsigned char const* w_src[kWeightCopies];
     unsigned char const* a_src[kActCopies];
-    int a_dst[kActCopies];
-    bool w_ok[kWeightCopies];
-    bool a_ok[kActCopies];
+    uint32_t a_dst[kActCopies];
+    uint32_t w_dst;  // copy j: + j · kWeightRowsPerCopy rows
+    uint32_t w_bytes[kWeightCopies], a_bytes[kActCopies];
+    int tail_ahead;
     bool a_mine[kActCopies];
+    bool w_tail, a_tail;
 
     __device__ CopyPlan(Params const& p, int c_begin, int n0, int t0, int lane, int member) {
+      int const steps = p.k / kStepK;
+      tail_ahead = steps % kSteps != 0 ? (steps - 1) / kSteps - c_begin : -1;
+      w_tail = (lane % kSegsPerRow) / kSegsPerStep >= steps % kSteps;
+      a_tail = (member % kActSegsPerRow) / 8 >= steps % kSteps;
+      int const seg = lane % kSegsPerRow;
+      w_dst = (seg / kSegsPerStep) * kWeightStepBytes + (lane / kSegsPerRow) * kWeightRowBytes +
+              (seg % kSegsPerStep) * 16;
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kWeightCopies; ++j) {
-        int const i = lane + 32 * j;
-        int const n = n0 + i / kSegsPerRow;
-        w_ok[j] = n < p.n;
-        w_src[j] = p.w + (w_ok[j] ? (int64_t(n) * p.k + int64_t(c_begin) * kChunkK) *
-                                            kWeightBits / 8 + (i % kSegsPerRow) * 16
-                                      : 0);
+        int const n = n0 + lane / kSegsPerRow + kWeightRowsPerCopy * j;
+        bool const ok = n < p.n;
+        w_bytes[j] = ok ? 16 : 0;
+        w_src[j] = p.w + (int64_t(ok ? n : 0) * p.k + int64_t(c_begin) * kChunkK) * kWeightBits / 8 +
+                   seg * 16;
       }
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kActCopies; ++j) {
         int const i = member + kGroupThreads * j;
         a_mine[j] = i < kActSegs;
-        int const row = (a_mine[j] ? i : 0) / 8, seg = i % 8;
-        a_ok[j] = a_mine[j] && t0 + row < p.m;
+        int const row = (a_mine[j] ? i : 0) / kActSegsPerRow, a_seg = i % kActSegsPerRow;
+        bool const ok = a_mine[j] && t0 + row < p.m;
+        a_bytes[j] = ok ? 16 : 0;
         a_src[j] = static_cast<unsigned char const*>(p.a) +
-                   (a_ok[j] ? (int64_t(t0 + row) * p.lda + int64_t(c_begin) * kChunkK + seg * 8) *
-                                  int64_t(sizeof(ElementA))
-                            : 0);
-        a_dst[j] = row * kActRowBytes + ((seg ^ (row & 7)) * 16);
+                   (int64_t(ok ? t0 + row : 0) * p.lda + int64_t(c_begin) * kChunkK + a_seg * 8) *
+                       int64_t(sizeof(ElementA));
+        a_dst[j] = (a_seg / 8) * kActStepBytes + row * kActRowBytes + (((a_seg % 8) ^ (row & 7)) * 16);
       }
     }
 
-    // Queue chunk `c_begin + ahead`'s copies into ring slots `weight_slot` and `act_slot`.
-    __device__ void issue(char* weight_slot, char* act_slot, int ahead, int lane) const {
+    // Queue chunk `c_begin + ahead`'s copies into the ring slots at shared addresses
+    // `weight_slot` and `act_slot`.
+    __device__ void issue(uint32_t weight_slot, uint32_t act_slot, int ahead) const {
+      bool const in_tail = kSteps > 1 && ahead == tail_ahead;  // a step past K: zero-filled
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kWeightCopies; ++j) {
-        unsigned char const* src = w_ok[j] ? w_src[j] + int64_t(ahead) * kWeightRowBytes : w_src[j];
-        Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
-                     *reinterpret_cast<cute::uint128_t*>(weight_slot + (lane + 32 * j) * 16), w_ok[j]);
+        bool const cut = in_tail && w_tail;
+        cp_async16(weight_slot + w_dst + j * kWeightRowsPerCopy * kWeightRowBytes,
+                   cut ? w_src[j] : w_src[j] + int64_t(ahead) * (kSegsPerRow * 16),
+                   cut ? 0u : w_bytes[j]);
       }
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kActCopies; ++j) {
-        if (!a_mine[j]) {
-          continue;
+        if (a_mine[j]) {
+          bool const cut = in_tail && a_tail;
+          cp_async16(act_slot + a_dst[j],
+                     cut ? a_src[j] : a_src[j] + int64_t(ahead) * (kActSegsPerRow * 16),
+                     cut ? 0u : a_bytes[j]);
         }
-        unsigned char const* src = a_ok[j] ? a_src[j] + int64_t(ahead) * kActRowBytes : a_src[j];
-        Copy16::copy(*reinterpret_cast<cute::uint128_t const*>(src),
-                     *reinterpret_cast<cute::uint128_t*>(act_slot + a_dst[j]), a_ok[j]);
       }
     }
   };
@@ -203,12 +256,11 @@ struct DirectMixedMm {
   // 1.0 in both halves, bf16 or fp16: the A fragment whose MMA sums the tokens' x
   static constexpr uint32_t kOnes = kIsBf16 ? 0x3F803F80u : 0x3C003C00u;
 
-  // One weight row's 16 values of this lane (k = 16q .. 16q+15 of the chunk) as 8 words of two
-  // 16-bit floats, word i holding values 2i and 2i+1 (biased by kBias).
-  static __device__ void load_row(char const* weights, int row, int q, uint32_t (&out)[8]) {
+  // One weight row's 16 values of this lane (k = 16q .. 16q+15 of the step; `addr` their shared
+  // address) as 8 words of two 16-bit floats, word i holding values 2i and 2i+1 (biased by kBias).
+  static __device__ void load_row(uint32_t addr, uint32_t (&out)[8]) {
     if constexpr (kInt4) {
-      uint2 const stored =
-          *reinterpret_cast<uint2 const*>(weights + row * kWeightRowBytes + q * (kWeightRowBytes / 4));
+      uint2 const stored = lds64(addr);
       // the exponent of 128 (bf16) or 1024 (fp16), and 8: the nibble's XOR to unsigned
       constexpr uint32_t kMagic = kIsBf16 ? 0x43084308u : 0x64086408u;
       uint32_t const words[2] = {stored.x, stored.y};
@@ -236,8 +288,10 @@ struct DirectMixedMm {
       }
     } else {
       using Packed = cutlass::Array<ElementW, 16>;
-      Packed const stored = *reinterpret_cast<Packed const*>(weights + row * kWeightRowBytes +
-                                                             q * (kWeightRowBytes / 4));
+      uint4 const raw = lds128(addr);
+      Packed stored;
+      static_assert(sizeof(stored) == sizeof(raw));
+      memcpy(&stored, &raw, sizeof(raw));
       auto const converted = Converter::convert(stored);
       static_assert(sizeof(converted) == sizeof(out));
       CUTLASS_PRAGMA_UNROLL
@@ -247,10 +301,10 @@ struct DirectMixedMm {
     }
   }
 
-  // A biased group's segment (see the file's comment): its largest divisor up to 8 chunks.
-  static __device__ int segment_chunks(int chunks_per_group) {
-    int seg = chunks_per_group < 8 ? chunks_per_group : 8;
-    while (chunks_per_group % seg != 0) {
+  // A biased group's segment (see the file's comment): its largest divisor up to 8 steps.
+  static __device__ int segment_steps(int steps_per_group) {
+    int seg = steps_per_group < 8 ? steps_per_group : 8;
+    while (steps_per_group % seg != 0) {
       --seg;
     }
     return seg;
@@ -264,13 +318,20 @@ struct DirectMixedMm {
     int const group_id = lane / 4, q = lane % 4;
     int const n0 = (blockIdx.y * kWarpsN + wn) * kRows;
     int const t0 = blockIdx.x * kTokens;
-    int const chunks = p.k / kChunkK;
+    int const steps = p.k / kStepK;
+    int const chunks = (steps + kSteps - 1) / kSteps;  // the last may hold fewer steps
     int const c_begin = static_cast<int>(int64_t(chunks) * wk / kWarpsK);
     int const c_end = static_cast<int>(int64_t(chunks) * (wk + 1) / kWarpsK);
-    int const chunks_per_group = p.group / kChunkK;
-    int const chunks_per_segment = kBiased ? segment_chunks(chunks_per_group) : chunks_per_group;
-    char* weight_ring = smem + warp * kWeightRingBytes;
-    char* act_ring = smem + kWarps * kWeightRingBytes + wk * kActRingBytes;
+    int const steps_per_group = p.group / kStepK;
+    int const steps_per_segment = kBiased ? segment_steps(steps_per_group) : steps_per_group;
+    uint32_t const smem_base = cute::cast_smem_ptr_to_uint(smem);
+    uint32_t const weight_ring = smem_base + warp * kWeightRingBytes;
+    uint32_t const act_ring = smem_base + kWarps * kWeightRingBytes + wk * kActRingBytes;
+    // this lane's fragments in a step: its 16 k of weight rows group_id and group_id + 8, and of
+    // token rows group_id + 8t (two 16-byte segments, swizzled as the copies are)
+    uint32_t const weight_lane = group_id * kWeightRowBytes + q * (kWeightRowBytes / 4);
+    uint32_t const act_lane0 = group_id * kActRowBytes + (((2 * q) ^ group_id) * 16);
+    uint32_t const act_lane1 = group_id * kActRowBytes + (((2 * q + 1) ^ group_id) * 16);
 
     float acc[kTokenTiles][4] = {};     // scaled sum over finished segments
     float part[kTokenTiles][4] = {};    // this segment's unscaled sum
@@ -279,14 +340,26 @@ struct DirectMixedMm {
     int const n_lo = n0 + group_id, n_hi = n_lo + 8;
     ElementA const* scale = static_cast<ElementA const*>(p.scale);
     ElementA const* zero = static_cast<ElementA const*>(p.zero);
-    auto finish_segment = [&](int g) {
-      float const s_lo = n_lo < p.n ? to_float(scale[int64_t(g) * p.n + n_lo]) : 0.f;
-      float const s_hi = n_hi < p.n ? to_float(scale[int64_t(g) * p.n + n_hi]) : 0.f;
+    // The current group's scales and zero points of this lane's two rows, loaded when the group
+    // starts and converted when its first segment ends: the loads' latency hides behind the
+    // group's chunks (loaded at the end, they were the kernel's largest stall).
+    ElementA factors[kWithZero ? 4 : 2];
+    auto load_factors = [&](int g) {
+      int64_t const row = int64_t(g) * p.n;
+      factors[0] = n_lo < p.n ? scale[row + n_lo] : ElementA(0);
+      factors[1] = n_hi < p.n ? scale[row + n_hi] : ElementA(0);
+      if constexpr (kWithZero) {
+        factors[2] = n_lo < p.n ? zero[row + n_lo] : ElementA(0);
+        factors[3] = n_hi < p.n ? zero[row + n_hi] : ElementA(0);
+      }
+    };
+    auto finish_segment = [&]() {
+      float const s_lo = to_float(factors[0]), s_hi = to_float(factors[1]);
       // Σx's factor: the zero point, less the bias the scale would otherwise apply
       float z_lo = 0.f, z_hi = 0.f;
       if constexpr (kWithZero) {
-        z_lo = (n_lo < p.n ? to_float(zero[int64_t(g) * p.n + n_lo]) : 0.f) - kBias * s_lo;
-        z_hi = (n_hi < p.n ? to_float(zero[int64_t(g) * p.n + n_hi]) : 0.f) - kBias * s_hi;
+        z_lo = to_float(factors[2]) - kBias * s_lo;
+        z_hi = to_float(factors[3]) - kBias * s_hi;
       }
       CUTLASS_PRAGMA_UNROLL
       for (int t = 0; t < kTokenTiles; ++t) {
@@ -309,16 +382,22 @@ struct DirectMixedMm {
     CUTLASS_PRAGMA_UNROLL
     for (int s = 0; s < kStages - 1; ++s) {
       if (s < count) {
-        plan.issue(weight_ring + s * kWeightStageBytes, act_ring + s * kActStageBytes, s, lane);
+        plan.issue(weight_ring + s * kWeightStageBytes, act_ring + s * kActStageBytes, s);
       }
       cute::cp_async_fence();
     }
 
-    // No division in the loop: ring slots advance by one, the group and segment by countdowns.
-    int group = c_begin / chunks_per_group;
-    int const in_group = c_begin - group * chunks_per_group;
-    int left_in_group = chunks_per_group - in_group;
-    int left_in_segment = chunks_per_segment - in_group % chunks_per_segment;
+    // No division in the loop: ring slots advance by one, the group and segment by countdowns
+    // of steps; `left` counts the range's steps still to do.
+    int const s_begin = c_begin * kSteps;
+    int left = min(c_end * kSteps, steps) - s_begin;
+    int group = s_begin / steps_per_group;
+    int const in_group = s_begin - group * steps_per_group;
+    int left_in_group = steps_per_group - in_group;
+    int left_in_segment = steps_per_segment - in_group % steps_per_segment;
+    if (count > 0) {
+      load_factors(group);
+    }
     int slot = 0, issue_slot = kStages - 1;
     for (int i = 0; i < count; ++i) {
       cute::cp_async_wait<kStages - 2>();
@@ -327,51 +406,63 @@ struct DirectMixedMm {
       // K group (before the barrier above).
       if (i + kStages - 1 < count) {
         plan.issue(weight_ring + issue_slot * kWeightStageBytes,
-                   act_ring + issue_slot * kActStageBytes, i + kStages - 1, lane);
+                   act_ring + issue_slot * kActStageBytes, i + kStages - 1);
       }
       cute::cp_async_fence();
       issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
 
-      char const* weights = weight_ring + slot * kWeightStageBytes;
-      char const* act = act_ring + slot * kActStageBytes;
+      uint32_t const weight_slot = weight_ring + slot * kWeightStageBytes + weight_lane;
+      uint32_t const act_slot = act_ring + slot * kActStageBytes;
       slot = slot + 1 == kStages ? 0 : slot + 1;
-      uint32_t w_lo[8], w_hi[8];
-      load_row(weights, group_id, q, w_lo);
-      load_row(weights, group_id + 8, q, w_hi);
       CUTLASS_PRAGMA_UNROLL
-      for (int t = 0; t < kTokenTiles; ++t) {
-        int const row = t * 8 + group_id;
-        uint4 const x0 = *reinterpret_cast<uint4 const*>(act + row * kActRowBytes +
-                                                         (((2 * q) ^ (row & 7)) * 16));
-        uint4 const x1 = *reinterpret_cast<uint4 const*>(act + row * kActRowBytes +
-                                                         (((2 * q + 1) ^ (row & 7)) * 16));
-        uint32_t const x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      for (int h = 0; h < kSteps; ++h) {
+        if (kSteps > 1 && h > 0 && left == 0) {
+          break;  // K ended inside the chunk (its zero-filled step adds nothing)
+        }
+        uint32_t const weights = weight_slot + h * kWeightStepBytes;
+        uint32_t const act = act_slot + h * kActStepBytes;
+        uint32_t w_lo[8], w_hi[8];
+        load_row(weights, w_lo);
+        load_row(weights + 8 * kWeightRowBytes, w_hi);
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < 4; ++j) {
-          Mma::fma(part[t][0], part[t][1], part[t][2], part[t][3],
-                   w_lo[2 * j], w_hi[2 * j], w_lo[2 * j + 1], w_hi[2 * j + 1],
-                   x[2 * j], x[2 * j + 1],
-                   part[t][0], part[t][1], part[t][2], part[t][3]);
-          if constexpr (kWithZero) {
-            uint32_t const ones = kOnes;  // (the MMA takes references)
-            Mma::fma(xsum[t][0], xsum[t][1], xsum[t][2], xsum[t][3], ones, ones, ones, ones,
-                     x[2 * j], x[2 * j + 1], xsum[t][0], xsum[t][1], xsum[t][2], xsum[t][3]);
+        for (int t = 0; t < kTokenTiles; ++t) {
+          uint4 x0 = {0, 0, 0, 0}, x1 = {0, 0, 0, 0};  // fewer than 8 tokens: the rest are zero
+          if (kTokens >= 8 || group_id < kTokens) {
+            x0 = lds128(act + act_lane0 + t * 8 * kActRowBytes);
+            x1 = lds128(act + act_lane1 + t * 8 * kActRowBytes);
+          }
+          uint32_t const x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < 4; ++j) {
+            Mma::fma(part[t][0], part[t][1], part[t][2], part[t][3],
+                     w_lo[2 * j], w_hi[2 * j], w_lo[2 * j + 1], w_hi[2 * j + 1],
+                     x[2 * j], x[2 * j + 1],
+                     part[t][0], part[t][1], part[t][2], part[t][3]);
+            if constexpr (kWithZero) {
+              uint32_t const ones = kOnes;  // (the MMA takes references)
+              Mma::fma(xsum[t][0], xsum[t][1], xsum[t][2], xsum[t][3], ones, ones, ones, ones,
+                       x[2 * j], x[2 * j + 1], xsum[t][0], xsum[t][1], xsum[t][2], xsum[t][3]);
+            }
+          }
+        }
+        --left;
+        --left_in_group;
+        if (--left_in_segment == 0) {
+          finish_segment();
+          left_in_segment = steps_per_segment;
+          if (left_in_group == 0) {
+            ++group;
+            left_in_group = steps_per_group;
+            if (left > 0) {
+              load_factors(group);
+            }
           }
         }
       }
-      --left_in_group;
-      if (--left_in_segment == 0) {
-        finish_segment(group);
-        left_in_segment = chunks_per_segment;
-        if (left_in_group == 0) {
-          ++group;
-          left_in_group = chunks_per_group;
-        }
-      }
     }
-    if (count > 0 && left_in_segment != chunks_per_segment) {
-      finish_segment(group);  // the range ended inside a segment (an empty range adds nothing:
-                              // a ±inf scale times its zero sum would be NaN)
+    if (count > 0 && left_in_segment != steps_per_segment) {
+      finish_segment();  // the range ended inside a segment (an empty range adds nothing:
+                         // a ±inf scale times its zero sum would be NaN)
     }
     cute::cp_async_wait<0>();
     __syncthreads();  // every ring is drained: the shared memory becomes the reduction buffer
@@ -403,8 +494,8 @@ struct DirectMixedMm {
           v += reduce[at(w, t, i)];
         }
         int const n = i < 2 ? n_lo : n_hi;
-        int const token = t0 + t * 8 + 2 * q + (i & 1);
-        if (n < p.n && token < p.m) {
+        int const local = t * 8 + 2 * q + (i & 1), token = t0 + local;
+        if (n < p.n && token < p.m && (kTokens >= 8 || local < kTokens)) {
           if (bias != nullptr) {
             v += to_float(bias[n]);
           }
@@ -424,7 +515,7 @@ struct DirectMixedMm {
 };
 
 template <class Config>
-__global__ void __launch_bounds__(DirectMixedMm<Config>::kThreads)
+__global__ void __launch_bounds__(DirectMixedMm<Config>::kThreads, DirectMixedMm<Config>::kCtasPerSm)
     direct_mixed_mm_kernel(Params const params) {
   extern __shared__ __align__(128) char smem[];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -442,12 +533,12 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
   using K = DirectMixedMm<Config>;
   auto const& a = *args;
   auto aligned = [](void const* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  if (a.m < 1 || a.n < 1 || a.k < K::kChunkK || a.k % K::kChunkK != 0 || a.k >= (int64_t(1) << 31) ||
+  if (a.m < 1 || a.n < 1 || a.k < K::kStepK || a.k % K::kStepK != 0 || a.k >= (int64_t(1) << 31) ||
       a.m >= (int64_t(1) << 31) || a.n >= (int64_t(1) << 31)) {
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
                 "needs M, N >= 1 and K a positive multiple of 64, all below 2^31");
   }
-  if (a.group_size < K::kChunkK || a.group_size % K::kChunkK != 0 || a.k % a.group_size != 0) {
+  if (a.group_size < K::kStepK || a.group_size % K::kStepK != 0 || a.k % a.group_size != 0) {
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
                 "needs a group size that is a multiple of 64 and divides K");
   }
