@@ -61,8 +61,8 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {("mixed_mm", a, w, s) for a in ("bf16", "fp16")
                        for w, s in (("int4", "scale"), ("int4", "scale_zero"), ("int8", "scale"))}
-    configs = len(manifest.families[0].configs)
-    assert len(kernels) == len(classes) * configs
+    # one entry per scheme (GPTQ, AWQ, int8), each over both activation dtypes
+    assert len(kernels) == 2 * sum(len(f.configs) for f in manifest.families)
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names) and all(n.startswith("sm90a_mixed_mm_") for n in names)
 
@@ -163,7 +163,8 @@ def test_direct_config_renders_for_sm80_and_sm90a(tmp_path):
     assert '#include "gemmgen/mixed/direct_mixed_mm.cuh"' in unit.source
     assert "sm90_mixed_mm.hpp" not in unit.source
     assert ("DirectConfig<cutlass::half_t, int8_t, /*with_zero=*/false, /*warps_n=*/2, "
-            "/*warps_k=*/4, /*tokens=*/16, /*chunk_k=*/64, /*stages=*/3, /*ctas_per_sm=*/0>") in unit.source
+            "/*warps_k=*/4, /*tokens=*/16, /*chunk_k=*/64, /*stages=*/3, /*ctas_per_sm=*/0, "
+            "/*row_tiles=*/1>") in unit.source
     assert "gemmgen::device_supports(8, 0," in unit.source
     sm90 = load_manifest(_write(tmp_path, DIRECT_MANIFEST.replace("arch: sm80", "arch: sm90a")))
     (unit,) = render_kernel_sources(sm90, expand(sm90))
@@ -183,6 +184,10 @@ def test_direct_config_renders_for_sm80_and_sm90a(tmp_path):
     ("tile: [32, 16, 64]", "tile: [32, 3, 64]", "tile", r"tokens \(1, 2, 4, 8, 16, 32, 64\), 64 or 128\]"),
     ("tile: [32, 16, 64]", "tile: [32, 16, 256]", "tile", r"64 or 128\]; got \[32, 16, 256\]"),
     ("stages: 3", "stages: 3, ctas_per_sm: 0.5", "ctas_per_sm", "expected a positive integer"),
+    ("stages: 3", "stages: 3, rows_per_warp: 24", "rows_per_warp", "expected 16 or 32"),
+    ("tile: [32, 16, 64], schedule: direct, warps_k: 4, stages: 3",
+     "tile: [16, 16, 64], schedule: direct, warps_k: 4, rows_per_warp: 32", "rows_per_warp",
+     "tile M 16 is not a whole number of warps of 32 features"),
     ("stages: 3", "stages: 3, ctas_per_sm: 7", "ctas_per_sm",
      r"7 CTAs of 256 threads an SM leave 36 registers a thread \(at least 40"),
 ])
@@ -191,16 +196,17 @@ def test_direct_config_errors(tmp_path, old, new, key, message):
 
 
 def test_direct_decode_tile_chunk_and_occupancy_reach_the_template(tmp_path):
-    """Tile N 1, 2 or 4 (tokens a CTA at decode), tile K 128 (two 64-K steps a ring slot) and
-    ctas_per_sm reach the config type and the kernel name."""
+    """Tile N 1, 2 or 4 (tokens a CTA at decode), tile K 128 (two 64-K steps a ring slot),
+    ctas_per_sm and rows_per_warp reach the config type and the kernel name."""
     text = DIRECT_MANIFEST.replace("tile: [32, 16, 64], schedule: direct, warps_k: 4, stages: 3",
-                                   "tile: [16, 1, 128], schedule: direct, warps_k: 8, ctas_per_sm: 4")
+                                   "tile: [64, 1, 128], schedule: direct, warps_k: 2, "
+                                   "ctas_per_sm: 2, rows_per_warp: 32")
     manifest = load_manifest(_write(tmp_path, text))
     kernels = expand(manifest)
-    assert [k.name for k in kernels] == ["sm80_mixed_mm_f16_i8_s_t16x1x128_direct_wk8_sauto_o4"]
+    assert [k.name for k in kernels] == ["sm80_mixed_mm_f16_i8_s_t64x1x128_direct_wk2_sauto_r32_o2"]
     (unit,) = render_kernel_sources(manifest, kernels)
-    assert ("/*warps_n=*/1, /*warps_k=*/8, /*tokens=*/1, /*chunk_k=*/128, /*stages=*/4, "
-            "/*ctas_per_sm=*/4>") in unit.source
+    assert ("/*warps_n=*/2, /*warps_k=*/2, /*tokens=*/1, /*chunk_k=*/128, /*stages=*/4, "
+            "/*ctas_per_sm=*/2, /*row_tiles=*/2>") in unit.source
 
 
 @pytest.mark.compile

@@ -30,14 +30,15 @@ class DirectTile:
         return self.stages or self.DIRECT_AUTO_STAGES
 
 
-def warps(tile: tuple[int, int, int], warps_k: int) -> int:
-    """Warps of a direct CTA: one per 16 features, times the warps that split K."""
-    return tile[0] // 16 * warps_k
+def warps(tile: tuple[int, int, int], warps_k: int, rows_per_warp: int = 16) -> int:
+    """Warps of a direct CTA: one per `rows_per_warp` features, times the warps that split K."""
+    return tile[0] // rows_per_warp * warps_k
 
 
 def shape_problems(tile: tuple[int, int, int], warps_k: int, cluster: tuple[int, int, int],
                    stages: int, chunk_k: int | tuple[int, ...], auto_stages: int,
-                   tile_n: tuple[int, ...] = TILE_N) -> list[tuple[str, str]]:
+                   tile_n: tuple[int, ...] = TILE_N, rows_per_warp: int = 16
+                   ) -> list[tuple[str, str]]:
     """(key, message) for every rule of the direct kernels' shape a config breaks: the tile (tile
     N one of `tile_n`, tile K `chunk_k` or one of them), the warps that split K, the thread count,
     no cluster, the ring depth (0 = auto)."""
@@ -52,10 +53,10 @@ def shape_problems(tile: tuple[int, int, int], warps_k: int, cluster: tuple[int,
         problems.append(("warps_k", "schedule direct needs warps_k (the warps that split K in a "
                                     f"CTA), one of {', '.join(map(str, WARPS_K))}; got "
                                     f"{warps_k or 'none'}"))
-    elif tm in TILE_M and 32 * warps(tile, warps_k) > MAX_THREADS:
+    elif tm in TILE_M and 32 * warps(tile, warps_k, rows_per_warp) > MAX_THREADS:
         problems.append(("warps_k", f"tile M {tm} x warps_k {warps_k} makes "
-                                    f"{32 * warps(tile, warps_k)} threads a CTA; at most "
-                                    f"{MAX_THREADS}"))
+                                    f"{32 * warps(tile, warps_k, rows_per_warp)} threads a CTA; "
+                                    f"at most {MAX_THREADS}"))
     if cluster != (1, 1, 1):
         problems.append(("cluster", "the direct kernel has no clusters: leave cluster out or "
                                     f"write [1, 1, 1]; got {list(cluster)}"))

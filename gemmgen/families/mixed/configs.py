@@ -48,7 +48,8 @@ class MixedTileConfig(DirectTile):
     chunk (tokens 1, 2 or 4 — decode, the MMA's other rows zero — or 8 to 64), `warps_k` the warps
     that split K inside the CTA, `stages` each warp's ring depth (0 = auto, 4), `ctas_per_sm`
     the CTAs an SM must hold at once (the compiler caps each thread's registers to fit them;
-    0 = no cap); cluster is (1, 1, 1)."""
+    0 = no cap), `rows_per_warp` the features a warp owns (16, or 32: two MMA tiles sharing
+    the tokens' fragments and the loop's overhead); cluster is (1, 1, 1)."""
 
     tile: tuple[int, int, int]
     cluster: tuple[int, int, int]
@@ -57,6 +58,7 @@ class MixedTileConfig(DirectTile):
     tile_scheduler: str
     warps_k: int = 0  # direct only (is_direct, ring_stages: direct_schema.DirectTile)
     ctas_per_sm: int = 0  # direct only: CTAs an SM must hold (caps the registers); 0 = no cap
+    rows_per_warp: int = 16  # direct only: features a warp owns, 16 or 32 (two MMA tiles)
 
     @property
     def terse(self) -> str:
@@ -64,9 +66,10 @@ class MixedTileConfig(DirectTile):
         kernel `t16x8x64_direct_wk8_s4`."""
         stages = f"s{self.stages}" if self.stages else "sauto"
         if self.is_direct:
-            occupancy = [f"o{self.ctas_per_sm}"] if self.ctas_per_sm else []
+            extra = [f"r{self.rows_per_warp}"] if self.rows_per_warp != 16 else []
+            extra += [f"o{self.ctas_per_sm}"] if self.ctas_per_sm else []
             return "_".join(["t" + "x".join(map(str, self.tile)), "direct", f"wk{self.warps_k}",
-                             stages] + occupancy)
+                             stages] + extra)
         parts = ["t" + "x".join(map(str, self.tile)), "c" + "x".join(map(str, self.cluster)),
                  _SHORT_SCHEDULE[self.schedule], stages]
         if self.tile_scheduler != "persistent":

@@ -34,9 +34,9 @@ class Cpp:
         c = k.config
         return (f"gemmgen::mixed::direct::DirectConfig<{self.element(k.a)}, {self.element(k.w)}, "
                 f"/*with_zero=*/{'true' if k.scheme == 'scale_zero' else 'false'}, "
-                f"/*warps_n=*/{c.tile[0] // 16}, /*warps_k=*/{c.warps_k}, "
+                f"/*warps_n=*/{c.tile[0] // c.rows_per_warp}, /*warps_k=*/{c.warps_k}, "
                 f"/*tokens=*/{c.tile[1]}, /*chunk_k=*/{c.tile[2]}, /*stages=*/{c.ring_stages}, "
-                f"/*ctas_per_sm=*/{c.ctas_per_sm}>")
+                f"/*ctas_per_sm=*/{c.ctas_per_sm}, /*row_tiles=*/{c.rows_per_warp // 16}>")
 
     def tile_scheduler(self, k: MixedMmSpec) -> str:
         return f"cutlass::gemm::{self._SCHEDULER[k.config.tile_scheduler]}"

@@ -26,7 +26,7 @@ from .configs import (ACTIVATION_DTYPES, SCHEDULES, SCHEMES, TILE_SCHEDULERS, WE
 FAMILY_KEYS = frozenset({"dtypes", "schemes"})
 REQUIRED_FAMILY_KEYS = frozenset({"dtypes", "schemes"})
 CONFIG_KEYS = frozenset({"name", "tile", "cluster", "schedule", "stages", "tile_scheduler",
-                         "raster", "swizzle", "warps_k", "ctas_per_sm"})
+                         "raster", "swizzle", "warps_k", "ctas_per_sm", "rows_per_warp"})
 # The direct kernel's tokens a CTA: 1, 2 or 4 at decode (the ring holds only those rows; the
 # MMA's other rows are zero), else 1 to 8 MMA tiles of 8
 DIRECT_TILE_N = (1, 2, 4) + direct_schema.TILE_N
@@ -101,7 +101,7 @@ def direct_smem_bytes(config: MixedTileConfig, w: str) -> int:
     group (warps_k of them) of the CTA's tokens, each of `stages` chunks of tile K (mirrors
     DirectMixedMm::kSmemBytes; the reduction buffer is smaller)."""
     _, tn, tk = config.tile
-    weights = direct_schema.warps(config.tile, config.warps_k) * 16 * tk * _BITS[w] // 8
+    weights = config.tile[0] * config.warps_k * tk * _BITS[w] // 8  # the CTA's weight rows
     return config.ring_stages * (weights + config.warps_k * tn * tk * 2)
 
 
@@ -114,12 +114,21 @@ def read_ctas_per_sm(reader, c) -> int:
     return value
 
 
+def read_rows_per_warp(reader, c) -> int:
+    """`rows_per_warp` of a config mapping (16 when absent)."""
+    value = c.get("rows_per_warp", 16)
+    if value not in (16, 32) or isinstance(value, bool):
+        raise reader.error(c, "rows_per_warp", "expected 16 or 32 (the features a direct warp "
+                                               f"owns: one or two MMA tiles); got {value!r}")
+    return value
+
+
 def occupancy_problems(config: MixedTileConfig) -> list[tuple[str, str]]:
     """`ctas_per_sm` must leave each thread at least MIN_REGISTERS registers and the SM its
     2048 threads (the compiler would spill everything or ignore it)."""
     if not config.ctas_per_sm:
         return []
-    threads = 32 * direct_schema.warps(config.tile, config.warps_k)
+    threads = 32 * direct_schema.warps(config.tile, config.warps_k, config.rows_per_warp)
     registers = 65536 // (config.ctas_per_sm * threads)
     if config.ctas_per_sm * threads > 2048 or registers < MIN_REGISTERS:
         return [("ctas_per_sm", f"{config.ctas_per_sm} CTAs of {threads} threads an SM "
@@ -132,7 +141,11 @@ def check_direct(config: MixedTileConfig, variants: tuple[Variant, ...], arch: s
                  ) -> list[tuple[str, str]]:
     problems = direct_schema.shape_problems(config.tile, config.warps_k, config.cluster,
                                             config.stages, DIRECT_TILE_K,
-                                            MixedTileConfig.DIRECT_AUTO_STAGES, DIRECT_TILE_N)
+                                            MixedTileConfig.DIRECT_AUTO_STAGES, DIRECT_TILE_N,
+                                            config.rows_per_warp)
+    if not problems and config.tile[0] % config.rows_per_warp != 0:
+        problems.append(("rows_per_warp", f"tile M {config.tile[0]} is not a whole number of "
+                                          f"warps of {config.rows_per_warp} features"))
     problems += occupancy_problems(config) if not problems else []
     if config.tile_scheduler != "persistent":
         problems.append(("tile_scheduler", "the direct kernel has no tile scheduler: leave "
@@ -157,6 +170,9 @@ def check_config(config: MixedTileConfig, variants: tuple[Variant, ...], arch: s
     if arch == "sm80":
         return [("schedule", "an sm80 mixed library has the direct kernel only (schedule: "
                              f"direct); got {config.schedule!r}")]
+    if config.rows_per_warp != 16:
+        return [("rows_per_warp", "rows_per_warp belongs to schedule direct; got schedule "
+                                  f"{config.schedule!r}")]
     for key in ("warps_k", "ctas_per_sm"):
         if getattr(config, key):
             return [(key, f"{key} belongs to schedule direct; got schedule {config.schedule!r}")]
@@ -192,7 +208,8 @@ def read_config(reader, node: Any, index: int, variants: tuple[Variant, ...] | N
         tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster", [1, 1, 1]),
         schedule=reader.choice(c, "schedule", SCHEDULES), stages=common["stages"],
         tile_scheduler=reader.choice(c, "tile_scheduler", TILE_SCHEDULERS, "persistent"),
-        warps_k=direct_schema.read_warps_k(reader, c), ctas_per_sm=read_ctas_per_sm(reader, c))
+        warps_k=direct_schema.read_warps_k(reader, c), ctas_per_sm=read_ctas_per_sm(reader, c),
+        rows_per_warp=read_rows_per_warp(reader, c))
     for key, message in check_config(config, variants if variants is not None else (), arch):
         raise reader.error(c, key, message)
     if config.is_direct:
@@ -209,4 +226,6 @@ def config_fields(entry: ConfigEntry) -> dict[str, Any]:
         fields["warps_k"] = cfg.warps_k
         if cfg.ctas_per_sm:
             fields["ctas_per_sm"] = cfg.ctas_per_sm
+        if cfg.rows_per_warp != 16:
+            fields["rows_per_warp"] = cfg.rows_per_warp
     return fields

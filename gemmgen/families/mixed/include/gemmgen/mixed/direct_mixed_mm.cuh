@@ -4,18 +4,23 @@
  * whole cost. It reads the same packed weight as the CUTLASS 3.x kernels (layout version 1:
  * [N, K] K-major, int4 two per byte or int8).
  *
- * Work split. A warp owns 16 output features (the MMA's M) and one contiguous range of K; a CTA
- * has WarpsN × WarpsK warps (WarpsN feature blocks, each K split WarpsK ways) and 8·TokenTiles
- * tokens (the MMA's N, 8 per tile). The WarpsN warps that share a K range (a "K group") stream it
- * in chunks of 64 K through cp.async rings of Stages chunks: each warp its own 16 weight rows, the
- * K group one shared ring of the tokens' activations (read from L2 once per CTA, not once per
- * warp), with one barrier of the K group's warps a chunk (a named barrier). Each warp
+ * Work split. A warp owns 16 or 32 output features (RowTiles MMA tiles of 16, the MMA's M; two
+ * tiles share the tokens' fragments, the Σx MMAs and the loop's overhead) and one contiguous
+ * range of K; a CTA has WarpsN × WarpsK warps (WarpsN feature blocks, each K split WarpsK ways) and Tokens tokens
+ * (the MMA's N, 8 per tile; with 1, 2 or 4 tokens at decode the ring holds only those rows and
+ * the MMA's other rows are zero). The WarpsN warps that share a K range (a "K group") stream it
+ * in chunks of ChunkK (64 or 128: one or two 64-K "steps") through cp.async rings of Stages
+ * chunks: each warp its own 16 weight rows, the K group one shared ring of the tokens'
+ * activations (read from L2 once per CTA, not once per warp), with one barrier of the K group's
+ * warps a chunk (a named barrier). Shared memory is addressed by 32-bit offsets (no generic-to-
+ * shared conversion in the loop) and rows past N or M are zero-filled by byte count. Each warp
  * converts its weights in registers (exact: every stored value is a small integer; int8 with
- * CUTLASS's converter) and feeds mma.sync m16n8k16 with fp32 accumulation. The CTA's WarpsK partial sums are added in a fixed
- * order through shared memory: results are bit-identical run to run.
+ * CUTLASS's converter) and feeds mma.sync m16n8k16 with fp32 accumulation. The CTA's WarpsK
+ * partial sums are added in a fixed order through shared memory: results are bit-identical run
+ * to run.
  *
- * K order inside a chunk. The MMA sums over its 16 k slots, so any bijection between slots and
- * the chunk's 64 k values gives the same sum if both operands use it. This kernel maps, for the
+ * K order inside a step. The MMA sums over its 16 k slots, so any bijection between slots and
+ * the step's 64 k values gives the same sum if both operands use it. This kernel maps, for the
  * lane with q = lane % 4, MMA j ∈ 0..3 and fragment slots {2q, 2q+1, 2q+8, 2q+9} to
  * k = 16q + 4j + {0, 1, 2, 3}: each lane's 16 k values of a weight row, and of a token, are
  * contiguous (one 8- or 16-byte shared-memory load each). No offline reordering is needed.
@@ -26,20 +31,27 @@
  * B + 8. With zero points the MMA takes B + 8 + stored as it is: the kernel already sums x per
  * token for the zero point (one more MMA a k16 step, against a ones fragment), so (B + 8)·Σx
  * joins the zero point's term and the subtraction goes (with scales alone, computing Σx for it
- * cost more than the subtraction saves: 2-5% slower on the H100).
+ * cost more than the subtraction saves: 3-7% slower on the H100 and the H200, even with 32
+ * features a warp).
  *
- * Scales. Every (64-K chunk) MMA result is accumulated per segment in fp32 and scaled in fp32
- * when the segment ends: out = Σ_seg scale[g] · Σ_{k∈seg} x·w' + (zp[g] − bias·scale[g]) ·
- * Σ_{k∈seg} x, where w' is what the MMA saw (stored, or bias + stored) and the second term exists
- * with zero points. A segment is the group, or with the bias and groups longer than 512 (per-
- * channel is one group) the group's largest divisor up to 512: the biased sum grows with it, and 512
- * keeps its cancellation near 2^-16 relative at fp16's bias. This is more exact than rounding
- * scale·stored to 16 bits before the MMA.
+ * Scales. Every step's MMA result is accumulated per segment in fp32 and scaled in fp32 when the
+ * segment ends: out = Σ_seg scale[g] · Σ_{k∈seg} x·w' + (zp[g] − bias·scale[g]) · Σ_{k∈seg} x,
+ * where w' is what the MMA saw (stored, or bias + stored) and the second term exists with zero
+ * points. A segment is the group, or with the bias and groups longer than 512 (per-channel is one
+ * group) the group's largest divisor up to 512: the biased sum grows with it, and 512 keeps its
+ * cancellation near 2^-16 relative at fp16's bias. This is more exact than rounding
+ * scale·stored to 16 bits before the MMA. A group's scales (and zero points) are loaded when the
+ * group starts and used when it ends, so their latency hides behind its steps (loaded at the
+ * end, they were the kernel's largest stall: 10-20% of its time).
  *
- * Tried and dropped (H100, A/B in one run): a loop with 32-bit shared addresses and global
- * sources stepped per chunk was 2-5% faster with int4 weights but 6-7% slower with int8; the
- * loop unrolled over the ring, deeper rings (6, 8) and a token ring sized to M at decode were
- * slower or no faster.
+ * Measured (H100 and H200, benchmarks/RESULTS.md): at one token the loop issues an instruction
+ * on ~80% of cycles, so instructions per weight byte bound int4; int8 reaches ~95% of the copy
+ * bandwidth on large weights. 32 features a warp cut the instructions a weight byte by ~25%: 13%
+ * faster at 16 tokens, and 20% with zero points at 1-8 tokens (not faster with scales alone at
+ * 1-8 tokens, where fewer, heavier warps hide less latency). Tried and dropped: Σx for scales
+ * alone (above), deeper rings, fewer registers for more CTAs an SM (`ctas_per_sm`), a token ring
+ * sized to one token, and 128-K chunks: none faster on the Llama shapes (the last three stay as
+ * manifest knobs).
  */
 #pragma once
 
@@ -62,7 +74,7 @@
 namespace gemmgen::mixed::direct {
 
 template <class ElementA_, class ElementW_, bool WithZero_, int WarpsN_, int WarpsK_,
-          int Tokens_, int ChunkK_, int Stages_, int CtasPerSm_ = 0>
+          int Tokens_, int ChunkK_, int Stages_, int CtasPerSm_ = 0, int RowTiles_ = 1>
 struct DirectConfig {
   using ElementA = ElementA_;  // activations = MMA, scale, zero and output type
   using ElementW = ElementW_;  // cutlass::int4b_t or int8_t
@@ -74,6 +86,7 @@ struct DirectConfig {
   static constexpr int Stages = Stages_;
   // CTAs an SM must hold at once (__launch_bounds__' minimum, capping the registers); 0: no cap
   static constexpr int CtasPerSm = CtasPerSm_;
+  static constexpr int RowTiles = RowTiles_;  // 16-feature MMA tiles a warp: 1 or 2
 };
 
 struct Params {
@@ -110,7 +123,9 @@ struct DirectMixedMm {
   static constexpr int kChunkK = Config::ChunkK;
   static constexpr int kSteps = kChunkK / kStepK;
   static_assert(kChunkK == 64 || kChunkK == 128, "a chunk is 64 or 128 K");
-  static constexpr int kRows = 16;                // output features per warp (the MMA's M)
+  static constexpr int kRowTiles = Config::RowTiles;  // the MMA's M tiles of 16 features a warp
+  static_assert(kRowTiles == 1 || kRowTiles == 2, "a warp owns 16 or 32 features");
+  static constexpr int kRows = 16 * kRowTiles;        // output features per warp
   static constexpr int kWeightBits = cutlass::sizeof_bits<ElementW>::value;
   static constexpr int kWeightRowBytes = kStepK * kWeightBits / 8;  // a row's step: 32 (int4), 64
   static constexpr int kWeightStepBytes = kRows * kWeightRowBytes;
@@ -121,7 +136,7 @@ struct DirectMixedMm {
   static constexpr int kWeightRingBytes = kStages * kWeightStageBytes;  // per warp
   static constexpr int kActRingBytes = kStages * kActStageBytes;        // per K group
   static constexpr int kRingBytes = kWarps * kWeightRingBytes + kWarpsK * kActRingBytes;
-  static constexpr int kReduceBytes = kWarps * kTokenTiles * 4 * 32 * 4;
+  static constexpr int kReduceBytes = kWarps * kRowTiles * kTokenTiles * 4 * 32 * 4;
   static constexpr int kSmemBytes = kRingBytes > kReduceBytes ? kRingBytes : kReduceBytes;
   static constexpr int kGroupThreads = 32 * kWarpsN;  // the threads of a K group
 
@@ -252,6 +267,7 @@ struct DirectMixedMm {
   static constexpr bool kInt4 = kWeightBits == 4;
   // Biased only where Σx is computed anyway, for the zero points (see the file's comment).
   static constexpr bool kBiased = kInt4 && kWithZero;
+  static constexpr bool kSumX = kWithZero;  // Σx per token, for the zero points' term
   static constexpr float kBias = !kBiased ? 0.f : kIsBf16 ? 136.f : 1032.f;
   // 1.0 in both halves, bf16 or fp16: the A fragment whose MMA sums the tokens' x
   static constexpr uint32_t kOnes = kIsBf16 ? 0x3F803F80u : 0x3C003C00u;
@@ -333,43 +349,58 @@ struct DirectMixedMm {
     uint32_t const act_lane0 = group_id * kActRowBytes + (((2 * q) ^ group_id) * 16);
     uint32_t const act_lane1 = group_id * kActRowBytes + (((2 * q + 1) ^ group_id) * 16);
 
-    float acc[kTokenTiles][4] = {};     // scaled sum over finished segments
-    float part[kTokenTiles][4] = {};    // this segment's unscaled sum
-    float xsum[kTokenTiles][4] = {};    // this segment's per-token sum of x (zero-point scheme)
+    float acc[kRowTiles][kTokenTiles][4] = {};   // scaled sum over finished segments
+    float part[kRowTiles][kTokenTiles][4] = {};  // this segment's unscaled sum
+    float xsum[kTokenTiles][4] = {};  // this segment's per-token sum of x (zero-point scheme)
 
-    int const n_lo = n0 + group_id, n_hi = n_lo + 8;
+    // this lane's rows: n_lo(r) and n_lo(r) + 8 of row tile r
+    auto n_lo = [&](int r) { return n0 + 16 * r + group_id; };
     ElementA const* scale = static_cast<ElementA const*>(p.scale);
     ElementA const* zero = static_cast<ElementA const*>(p.zero);
-    // The current group's scales and zero points of this lane's two rows, loaded when the group
+    // The current group's scales and zero points of this lane's rows, loaded when the group
     // starts and converted when its first segment ends: the loads' latency hides behind the
-    // group's chunks (loaded at the end, they were the kernel's largest stall).
-    ElementA factors[kWithZero ? 4 : 2];
+    // group's steps (loaded at the end, they were the kernel's largest stall).
+    ElementA factors[kRowTiles][kWithZero ? 4 : 2];
     auto load_factors = [&](int g) {
       int64_t const row = int64_t(g) * p.n;
-      factors[0] = n_lo < p.n ? scale[row + n_lo] : ElementA(0);
-      factors[1] = n_hi < p.n ? scale[row + n_hi] : ElementA(0);
-      if constexpr (kWithZero) {
-        factors[2] = n_lo < p.n ? zero[row + n_lo] : ElementA(0);
-        factors[3] = n_hi < p.n ? zero[row + n_hi] : ElementA(0);
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRowTiles; ++r) {
+        int const lo = n_lo(r), hi = lo + 8;
+        factors[r][0] = lo < p.n ? scale[row + lo] : ElementA(0);
+        factors[r][1] = hi < p.n ? scale[row + hi] : ElementA(0);
+        if constexpr (kWithZero) {
+          factors[r][2] = lo < p.n ? zero[row + lo] : ElementA(0);
+          factors[r][3] = hi < p.n ? zero[row + hi] : ElementA(0);
+        }
       }
     };
     auto finish_segment = [&]() {
-      float const s_lo = to_float(factors[0]), s_hi = to_float(factors[1]);
-      // Σx's factor: the zero point, less the bias the scale would otherwise apply
-      float z_lo = 0.f, z_hi = 0.f;
-      if constexpr (kWithZero) {
-        z_lo = to_float(factors[2]) - kBias * s_lo;
-        z_hi = to_float(factors[3]) - kBias * s_hi;
-      }
       CUTLASS_PRAGMA_UNROLL
-      for (int t = 0; t < kTokenTiles; ++t) {
+      for (int r = 0; r < kRowTiles; ++r) {
+        float const s_lo = to_float(factors[r][0]), s_hi = to_float(factors[r][1]);
+        // Σx's factor: the zero point, less the bias the scale would otherwise apply
+        float z_lo = 0.f, z_hi = 0.f;
+        if constexpr (kWithZero) {
+          z_lo = to_float(factors[r][2]) - kBias * s_lo;
+          z_hi = to_float(factors[r][3]) - kBias * s_hi;
+        }
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < 4; ++i) {
-          float const s = i < 2 ? s_lo : s_hi;
-          acc[t][i] += s * part[t][i];
-          part[t][i] = 0.f;
-          if constexpr (kWithZero) {
-            acc[t][i] += (i < 2 ? z_lo : z_hi) * xsum[t][i];
+        for (int t = 0; t < kTokenTiles; ++t) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int i = 0; i < 4; ++i) {
+            acc[r][t][i] += (i < 2 ? s_lo : s_hi) * part[r][t][i];
+            part[r][t][i] = 0.f;
+            if constexpr (kSumX) {
+              acc[r][t][i] += (i < 2 ? z_lo : z_hi) * xsum[t][i];
+            }
+          }
+        }
+      }
+      if constexpr (kSumX) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int t = 0; t < kTokenTiles; ++t) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int i = 0; i < 4; ++i) {
             xsum[t][i] = 0.f;
           }
         }
@@ -421,9 +452,8 @@ struct DirectMixedMm {
         }
         uint32_t const weights = weight_slot + h * kWeightStepBytes;
         uint32_t const act = act_slot + h * kActStepBytes;
-        uint32_t w_lo[8], w_hi[8];
-        load_row(weights, w_lo);
-        load_row(weights + 8 * kWeightRowBytes, w_hi);
+        // the tokens' fragments, shared by the row tiles
+        uint32_t x[kTokenTiles][8];
         CUTLASS_PRAGMA_UNROLL
         for (int t = 0; t < kTokenTiles; ++t) {
           uint4 x0 = {0, 0, 0, 0}, x1 = {0, 0, 0, 0};  // fewer than 8 tokens: the rest are zero
@@ -431,17 +461,34 @@ struct DirectMixedMm {
             x0 = lds128(act + act_lane0 + t * 8 * kActRowBytes);
             x1 = lds128(act + act_lane1 + t * 8 * kActRowBytes);
           }
-          uint32_t const x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+          uint32_t const words[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
           CUTLASS_PRAGMA_UNROLL
-          for (int j = 0; j < 4; ++j) {
-            Mma::fma(part[t][0], part[t][1], part[t][2], part[t][3],
-                     w_lo[2 * j], w_hi[2 * j], w_lo[2 * j + 1], w_hi[2 * j + 1],
-                     x[2 * j], x[2 * j + 1],
-                     part[t][0], part[t][1], part[t][2], part[t][3]);
-            if constexpr (kWithZero) {
+          for (int i = 0; i < 8; ++i) {
+            x[t][i] = words[i];
+          }
+          if constexpr (kSumX) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int j = 0; j < 4; ++j) {
               uint32_t const ones = kOnes;  // (the MMA takes references)
               Mma::fma(xsum[t][0], xsum[t][1], xsum[t][2], xsum[t][3], ones, ones, ones, ones,
-                       x[2 * j], x[2 * j + 1], xsum[t][0], xsum[t][1], xsum[t][2], xsum[t][3]);
+                       x[t][2 * j], x[t][2 * j + 1], xsum[t][0], xsum[t][1], xsum[t][2],
+                       xsum[t][3]);
+            }
+          }
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRowTiles; ++r) {
+          uint32_t w_lo[8], w_hi[8];
+          load_row(weights + 16 * r * kWeightRowBytes, w_lo);
+          load_row(weights + (16 * r + 8) * kWeightRowBytes, w_hi);
+          CUTLASS_PRAGMA_UNROLL
+          for (int t = 0; t < kTokenTiles; ++t) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int j = 0; j < 4; ++j) {
+              Mma::fma(part[r][t][0], part[r][t][1], part[r][t][2], part[r][t][3],
+                       w_lo[2 * j], w_hi[2 * j], w_lo[2 * j + 1], w_hi[2 * j + 1],
+                       x[t][2 * j], x[t][2 * j + 1],
+                       part[r][t][0], part[r][t][1], part[r][t][2], part[r][t][3]);
             }
           }
         }
@@ -467,16 +514,19 @@ struct DirectMixedMm {
     cute::cp_async_wait<0>();
     __syncthreads();  // every ring is drained: the shared memory becomes the reduction buffer
 
-    // Partial sums, [warp k][warp n][token tile][value][lane], added in warp-k order.
+    // Partial sums, [warp k][warp n][row tile][token tile][value][lane], added in warp-k order.
     float* reduce = reinterpret_cast<float*>(smem);
-    auto at = [&](int k_index, int t, int i) {
-      return ((((k_index * kWarpsN) + wn) * kTokenTiles + t) * 4 + i) * 32 + lane;
+    auto at = [&](int k_index, int r, int t, int i) {
+      return (((((k_index * kWarpsN) + wn) * kRowTiles + r) * kTokenTiles + t) * 4 + i) * 32 + lane;
     };
     CUTLASS_PRAGMA_UNROLL
-    for (int t = 0; t < kTokenTiles; ++t) {
+    for (int r = 0; r < kRowTiles; ++r) {
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        reduce[at(wk, t, i)] = acc[t][i];
+      for (int t = 0; t < kTokenTiles; ++t) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          reduce[at(wk, r, t, i)] = acc[r][t][i];
+        }
       }
     }
     __syncthreads();
@@ -486,20 +536,23 @@ struct DirectMixedMm {
     ElementA const* bias = static_cast<ElementA const*>(p.bias);
     ElementA* d = static_cast<ElementA*>(p.d);
     CUTLASS_PRAGMA_UNROLL
-    for (int t = 0; t < kTokenTiles; ++t) {
+    for (int r = 0; r < kRowTiles; ++r) {
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        float v = 0.f;
-        for (int w = 0; w < kWarpsK; ++w) {
-          v += reduce[at(w, t, i)];
-        }
-        int const n = i < 2 ? n_lo : n_hi;
-        int const local = t * 8 + 2 * q + (i & 1), token = t0 + local;
-        if (n < p.n && token < p.m && (kTokens >= 8 || local < kTokens)) {
-          if (bias != nullptr) {
-            v += to_float(bias[n]);
+      for (int t = 0; t < kTokenTiles; ++t) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          float v = 0.f;
+          for (int w = 0; w < kWarpsK; ++w) {
+            v += reduce[at(w, r, t, i)];
           }
-          d[int64_t(token) * p.ldd + n] = ElementA(v);
+          int const n = n_lo(r) + (i < 2 ? 0 : 8);
+          int const local = t * 8 + 2 * q + (i & 1), token = t0 + local;
+          if (n < p.n && token < p.m && (kTokens >= 8 || local < kTokens)) {
+            if (bias != nullptr) {
+              v += to_float(bias[n]);
+            }
+            d[int64_t(token) * p.ldd + n] = ElementA(v);
+          }
         }
       }
     }
@@ -552,7 +605,7 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
   if (K::kWithZero && a.zero == nullptr) {
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "needs the zero-point tensor");
   }
-  int64_t const feature_blocks = (a.n + 16 * K::kWarpsN - 1) / (16 * K::kWarpsN);
+  int64_t const feature_blocks = (a.n + K::kRows * K::kWarpsN - 1) / (K::kRows * K::kWarpsN);
   int64_t const token_blocks = (a.m + K::kTokens - 1) / K::kTokens;
   if (feature_blocks > 65535) {
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "N too large for the launch grid");
