@@ -97,7 +97,7 @@ def estimate_smem(config: MixedTileConfig, w: str, with_zero: bool) -> tuple[int
 
 
 def direct_smem_bytes(config: MixedTileConfig, w: str) -> int:
-    """The direct kernel's dynamic shared memory: a ring per warp of 16 weight rows and one per K
+    """The direct kernel's dynamic shared memory: a ring per warp of its weight rows and one per K
     group (warps_k of them) of the CTA's tokens, each of `stages` chunks of tile K (mirrors
     DirectMixedMm::kSmemBytes; the reduction buffer is smaller)."""
     _, tn, tk = config.tile
@@ -170,11 +170,8 @@ def check_config(config: MixedTileConfig, variants: tuple[Variant, ...], arch: s
     if arch == "sm80":
         return [("schedule", "an sm80 mixed library has the direct kernel only (schedule: "
                              f"direct); got {config.schedule!r}")]
-    if config.rows_per_warp != 16:
-        return [("rows_per_warp", "rows_per_warp belongs to schedule direct; got schedule "
-                                  f"{config.schedule!r}")]
-    for key in ("warps_k", "ctas_per_sm"):
-        if getattr(config, key):
+    for key, unset in (("warps_k", 0), ("ctas_per_sm", 0), ("rows_per_warp", 16)):
+        if getattr(config, key) != unset:
             return [(key, f"{key} belongs to schedule direct; got schedule {config.schedule!r}")]
     tk = config.tile[2]
     problems = sm90_schema.tile_mn_problems(config.tile, " (over the weight's N)", " (over tokens)")

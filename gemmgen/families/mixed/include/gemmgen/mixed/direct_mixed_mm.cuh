@@ -143,7 +143,6 @@ struct DirectMixedMm {
   static constexpr bool kIsBf16 = cute::is_same_v<ElementA, cutlass::bfloat16_t>;
   using Mma = cute::conditional_t<kIsBf16, cute::SM80_16x8x16_F32BF16BF16F32_TN,
                                   cute::SM80_16x8x16_F32F16F16F32_TN>;
-  using Copy16 = cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<cute::uint128_t>;
   using Converter = cutlass::NumericArrayConverter<ElementA, ElementW, 16>;
 
   static constexpr int kSegsPerStep = kWeightRowBytes / 16;         // a weight row's, 2 or 4
@@ -180,7 +179,7 @@ struct DirectMixedMm {
   // This thread's share of every chunk's copies, computed once: a global source at chunk
   // c_begin that advances by one chunk of K per chunk, a destination offset in the ring slot,
   // and the bytes to read (0 where the row does not exist: weight rows past N and token rows
-  // past M are zero-filled, their source a row that exists). Weights: the warp's 16 rows,
+  // past M are zero-filled, their source a row that exists). Weights: the warp's kRows rows,
   // 16-byte segments in row order, by its 32 lanes (copy j is rows 32/kSegsPerRow·j further).
   // Tokens: the CTA's rows, by the K group's threads (`member` 0 .. 32·WarpsN - 1; a copy past
   // the segments is skipped), each row's eight 16-byte segments of a step XOR-swizzled by
@@ -267,7 +266,6 @@ struct DirectMixedMm {
   static constexpr bool kInt4 = kWeightBits == 4;
   // Biased only where Σx is computed anyway, for the zero points (see the file's comment).
   static constexpr bool kBiased = kInt4 && kWithZero;
-  static constexpr bool kSumX = kWithZero;  // Σx per token, for the zero points' term
   static constexpr float kBias = !kBiased ? 0.f : kIsBf16 ? 136.f : 1032.f;
   // 1.0 in both halves, bf16 or fp16: the A fragment whose MMA sums the tokens' x
   static constexpr uint32_t kOnes = kIsBf16 ? 0x3F803F80u : 0x3C003C00u;
@@ -390,13 +388,13 @@ struct DirectMixedMm {
           for (int i = 0; i < 4; ++i) {
             acc[r][t][i] += (i < 2 ? s_lo : s_hi) * part[r][t][i];
             part[r][t][i] = 0.f;
-            if constexpr (kSumX) {
+            if constexpr (kWithZero) {
               acc[r][t][i] += (i < 2 ? z_lo : z_hi) * xsum[t][i];
             }
           }
         }
       }
-      if constexpr (kSumX) {
+      if constexpr (kWithZero) {
         CUTLASS_PRAGMA_UNROLL
         for (int t = 0; t < kTokenTiles; ++t) {
           CUTLASS_PRAGMA_UNROLL
@@ -466,7 +464,7 @@ struct DirectMixedMm {
           for (int i = 0; i < 8; ++i) {
             x[t][i] = words[i];
           }
-          if constexpr (kSumX) {
+          if constexpr (kWithZero) {
             CUTLASS_PRAGMA_UNROLL
             for (int j = 0; j < 4; ++j) {
               uint32_t const ones = kOnes;  // (the MMA takes references)
