@@ -47,6 +47,7 @@ line if they disagree.
 
     python benchmarks/bench_moe.py [--quick] [--dtypes int8,e4m3,a8w4] [--models qwen3-30b-a3b]
                                    [--tokens 1,256] [--routing uniform] [--markdown benchmarks/RESULTS.md]
+                                   [--kernels direct --show-kernels]   # every direct kernel's µs
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ import argparse
 import dataclasses
 import datetime
 import math
+import re
 import shlex
 import sys
 import time
@@ -150,6 +152,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="a subset: Mixtral and Qwen3, T in 16,256,4096, uniform, int8 and a8w4, 10 reps")
     p.add_argument("--reps", type=int, help="timed batches per measurement, median taken (default 20; --quick 10)")
     p.add_argument("--no-best", action="store_true", help="skip timing every forced kernel (gemmgen best)")
+    p.add_argument("--kernels", metavar="REGEX",
+                   help="gemmgen best: only the built kernels whose name matches (re.search)")
+    p.add_argument("--show-kernels", action="store_true",
+                   help="print every forced kernel's µs under its row (A/B of configs in one run)")
     p.add_argument("--mem-gib", type=float, default=20.0, help="cap on the weight copies' memory (GiB)")
     p.add_argument("--markdown", type=Path, metavar="PATH",
                    help="append the results section (device, torch, date, command) to PATH, "
@@ -407,7 +413,7 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
     rotations = max(1, min(MAX_ROTATIONS, (2 * ctx["l2"]) // (active_bytes + m * k) + 1))
     inp = make_inputs(model, dtype, counts, rotations)
     row = {"dtype": dtype, "model": name, "tokens": tokens, "routing": routing, "m": m, "active": active,
-           "rotations": rotations, "notes": [],
+           "rotations": rotations, "notes": [], "kernel_us": {},
            "floor": (active_bytes + active * n * 4 * (k // GROUP if SCALES[dtype] == "group" else 1))
            / ctx["bandwidth"] * 1e6}
     timer = ctx["timer"]
@@ -483,6 +489,7 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
         except Exception as exc:  # noqa: BLE001
             row["notes"].append(f"{short_kernel(kernel)}: {first_line(exc)}")
             continue
+        row["kernel_us"][short_kernel(kernel)] = us
         if us < row.get("best", math.inf):
             row["best"], row["best_kernel"] = us, short_kernel(kernel)
         kind = "fused" if kernel.spec.config.fused else "unfused"
@@ -663,7 +670,8 @@ def main(argv=None) -> int:
         # best: only the kernels of the row's (x, w) types (forcing another one is refused)
         kernels = [] if args.no_best else [kern for kern in all_kernels
                                            if (kern.spec.x, kern.spec.w, kern.spec.scales)
-                                           == (X_TYPE[dtype], W_TYPE[dtype], SCALES[dtype])]
+                                           == (X_TYPE[dtype], W_TYPE[dtype], SCALES[dtype])
+                                           and (not args.kernels or re.search(args.kernels, kern.name))]
         if not args.no_best and not kernels:
             print(f"  no built moe kernels for {dtype} (x {X_TYPE[dtype]}, w {W_TYPE[dtype]}): gemmgen best skipped")
         for name in args.models:
@@ -693,6 +701,9 @@ def main(argv=None) -> int:
                           f"[{r.get('best_kernel', '-')}]  unfused/fused {fmt(fused_gain(r), 2, 'x')}  "
                           f"floor {fmt(r['floor']):>7s} µs{a8w8}"
                           + (f"  ({'; '.join(r['notes'])})" if r["notes"] else ""), flush=True)
+                    if args.show_kernels:
+                        for kernel, us in sorted(r["kernel_us"].items(), key=lambda item: item[1]):
+                            print(f"      {fmt(us):>8s} µs  {kernel}", flush=True)
             del weights
             torch.cuda.empty_cache()
     meta = {"device": device, "bandwidth": bandwidth, "l2": l2, "seconds": time.perf_counter() - started,
