@@ -430,7 +430,9 @@ KERNEL_ROUTINGS = ["uniform", "skewed", "empty", "short"]
 def test_kernel_matches_reference(built_moe_kernel):
     """Each built kernel, forced by name, E = 8, K = 256, N = 512, M in {1, 7, 64, 300}, four
     routings, weights of the kernel's `spec.w` (A8W4: int4 packed with weight_bits=4); the public
-    op and the custom op into poisoned outputs agree bit for bit."""
+    op and the custom op into poisoned outputs agree bit for bit. The direct kernels run both
+    ways of finding their experts: each CTA scanning the group list (inline grouping: M up to 64
+    here, grids of at most 512 CTAs) and group_work's shared lists (M = 300: 640 or more CTAs)."""
     spec = built_moe_kernel.spec
     variant = variant_of(spec)
     dtype = variant.dtype

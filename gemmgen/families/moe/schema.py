@@ -94,12 +94,16 @@ def estimate_smem(config: MoeTileConfig) -> tuple[int, int]:
 
 
 def direct_smem_bytes(config: MoeTileConfig, w: str) -> int:
-    """The direct kernel's dynamic shared memory: a ring per warp of 16 weight rows and one per K
-    group (warps_k of them) of the tile's rows of x, each of `stages` chunks of 128 K (mirrors
-    DirectGroupedGemm::kSmemBytes; the reduction buffer is smaller)."""
+    """The direct kernel's shared memory: a ring per warp of 16 weight rows and one per K group
+    (warps_k of them) of the tile's rows of x, each of `stages` chunks of 128 K (mirrors
+    DirectGroupedGemm::kSmemBytes; the reduction buffer is smaller), plus an upper-side allowance
+    for the static shared memory of its inline group-list scan (8 bytes a thread, CUB's few words
+    a warp)."""
     _, tn, tk = config.tile
-    weights = direct_schema.warps(config.tile, config.warps_k) * 16 * tk * (4 if w == "int4" else 8) // 8
-    return config.ring_stages * (weights + config.warps_k * tn * tk)
+    warps = direct_schema.warps(config.tile, config.warps_k)
+    weights = warps * 16 * tk * (4 if w == "int4" else 8) // 8
+    scan = warps * 32 * 8 + 1024
+    return config.ring_stages * (weights + config.warps_k * tn * tk) + scan
 
 
 def check_direct(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[tuple[str, str]]:

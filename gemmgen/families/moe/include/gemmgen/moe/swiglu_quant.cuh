@@ -72,13 +72,13 @@ struct GroupArrays {
 
 constexpr int kSetupThreads = 256;
 
-// The group-list scan, run by one block of kSetupThreads threads: calls
-// visit(i, start, end, active) for every expert i (each by one thread), `active` being the
-// number of non-empty experts before i, and writes the end of the last group to *rows_total and
-// (unless null) the number of non-empty experts to *active_total. Ends are clamped exactly as
-// grouping.group_offsets(check=False) does:
+// The group-list scan, run by one block of Threads threads (kSetupThreads unless the caller
+// says): calls visit(i, start, end, active) for every expert i (each by one thread), `active`
+// being the number of non-empty experts before i, and writes (each unless null) the end of the
+// last group to *rows_total and the number of non-empty experts to *active_total. Ends are
+// clamped exactly as grouping.group_offsets(check=False) does:
 //   count:  ends = min(cumsum(clamp(g, 0, m)), m);  cumsum: ends = running max of clamp(g, 0, m)
-// so 0 <= start_i <= end_i <= m whatever the list holds. Both are block-wide scans (CUB), 256
+// so 0 <= start_i <= end_i <= m whatever the list holds. Both are block-wide scans (CUB), Threads
 // experts a step.
 struct MaxOp {
   __device__ int64_t operator()(int64_t a, int64_t b) const { return a > b ? a : b; }
@@ -87,16 +87,16 @@ struct SumOp {
   __device__ int64_t operator()(int64_t a, int64_t b) const { return a + b; }
 };
 
-template <class Visit>
+template <int Threads = kSetupThreads, class Visit>
 __device__ void scan_groups(int64_t const* group_list, int32_t cumsum, int64_t experts, int64_t m,
                             int64_t* rows_total, int64_t* active_total, Visit&& visit) {
-  using Scan = cub::BlockScan<int64_t, kSetupThreads>;
+  using Scan = cub::BlockScan<int64_t, Threads, cub::BLOCK_SCAN_WARP_SCANS>;
   __shared__ typename Scan::TempStorage temp;
-  __shared__ int64_t ends[kSetupThreads];
+  __shared__ int64_t ends[Threads];
   int64_t carry = 0;         // count: the unclamped sum so far; cumsum: the running max
   int64_t last_end = 0;      // the end of the last group seen so far
   int64_t active_carry = 0;  // non-empty experts seen so far
-  for (int64_t base = 0; base < experts; base += kSetupThreads) {
+  for (int64_t base = 0; base < experts; base += Threads) {
     int64_t const i = base + threadIdx.x;
     int64_t v = 0;  // past the last expert: adds nothing to either scan
     if (i < experts) {
@@ -120,7 +120,7 @@ __device__ void scan_groups(int64_t const* group_list, int32_t cumsum, int64_t e
     ends[threadIdx.x] = end;
     __syncthreads();
     int64_t const start = threadIdx.x > 0 ? ends[threadIdx.x - 1] : last_end;
-    int64_t const chunk_end = ends[kSetupThreads - 1];
+    int64_t const chunk_end = ends[Threads - 1];
     int64_t before, active;
     __syncthreads();  // temp and ends are reused
     Scan(temp).ExclusiveSum(int64_t(i < experts && end > start), before, active);
@@ -132,7 +132,9 @@ __device__ void scan_groups(int64_t const* group_list, int32_t cumsum, int64_t e
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    rows_total[0] = last_end;
+    if (rows_total != nullptr) {
+      rows_total[0] = last_end;
+    }
     if (active_total != nullptr) {
       active_total[0] = active_carry;
     }
