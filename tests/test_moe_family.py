@@ -453,7 +453,7 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
                                       "wide_fused"]),
     "moe_e4m3": (E4M3, FP8, 8, False, ["decode", "small", "small_fused", "mid_fused"]),
     "moe_a8w4": (A8W4, INT8, 4, False, ["stream_wide", "stream", "small", "mid"]),
-    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["stream_wide", "stream", "stream32", "stream64"]),
+    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["stream", "stream32", "stream64"]),
 }
 
 
@@ -476,8 +476,8 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     ("moe_a8w4", 4096, 9, "small"), ("moe_a8w4", 4096, 32, "small"), ("moe_a8w4", 4096, 33, "mid"),
     ("moe_a8w4", 4096, 129, "mid"), ("moe_a8w4", 4096, 100_000, "mid"), ("moe_a8w4", 8192, 65, "mid"),
     ("moe_a8w4", 28672, 100_000, "mid"),
-    # A8W4 per group: direct kernels only, wider row tiles as tokens grow
-    ("moe_a8w4_group", 4096, 1, "stream"), ("moe_a8w4_group", 28672, 8, "stream_wide"),
+    # A8W4 per group: direct kernels only, wider row tiles as tokens grow (64x8 at any N)
+    ("moe_a8w4_group", 4096, 1, "stream"), ("moe_a8w4_group", 28672, 8, "stream"),
     ("moe_a8w4_group", 4096, 9, "stream32"), ("moe_a8w4_group", 28672, 32, "stream32"),
     ("moe_a8w4_group", 4096, 33, "stream64"), ("moe_a8w4_group", 1536, 100_000, "stream64")])
 def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, tokens, config):
