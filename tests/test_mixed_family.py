@@ -209,11 +209,71 @@ def test_direct_decode_tile_chunk_and_occupancy_reach_the_template(tmp_path):
             "/*ctas_per_sm=*/2, /*row_tiles=*/2>") in unit.source
 
 
+WGMMA_MANIFEST = """\
+library: onewgmma
+arch: sm90a
+families:
+  - name: mixed
+    op: mixed_mm
+    dtypes:
+      - {a: bf16, w: int4}
+    schemes: [scale, scale_zero]
+    configs:
+      - {name: mid, tile: [128, 64, 64], schedule: wgmma, stages: 5}
+    dispatch:
+      - {when: "true", use: mid}
+"""
+WGMMA_KERNELS = ["sm90a_mixed_mm_bf16_i4_s_t128x64x64_wgmma_s5",
+                 "sm90a_mixed_mm_bf16_i4_sz_t128x64x64_wgmma_s5"]
+
+
+def test_wgmma_config_renders(tmp_path):
+    """The wgmma kernel's config reaches the template (warpgroups, tokens, ring depth, zero
+    points) and the unit includes only its header."""
+    manifest = load_manifest(_write(tmp_path, WGMMA_MANIFEST))
+    kernels = expand(manifest)
+    assert sorted(k.name for k in kernels) == WGMMA_KERNELS
+    sources = "\n".join(unit.source for unit in render_kernel_sources(manifest, kernels))
+    assert '#include "gemmgen/mixed/wgmma_mixed_mm.cuh"' in sources
+    assert "sm90_mixed_mm.hpp" not in sources and "direct_mixed_mm.cuh\"" not in sources
+    for zero in ("false", "true"):
+        assert ("WgmmaConfig<cutlass::bfloat16_t, cutlass::int4b_t, /*with_zero=*/" + zero +
+                ", /*warpgroups=*/2, /*tokens=*/64, /*stages=*/5>") in sources
+    assert "gemmgen::mixed::wgmma::run<" in sources
+
+
+@pytest.mark.parametrize("old,new,key,message", [
+    ("tile: [128, 64, 64]", "tile: [256, 64, 64]", "tile", r"64 or 128 features .*got \[256, 64, 64\]"),
+    ("tile: [128, 64, 64]", "tile: [128, 48, 64]", "tile", r"tokens \(16, 32, 64, 96, 128, 192, 256"),
+    ("tile: [128, 64, 64]", "tile: [128, 64, 128]", "tile", r"64\]; got \[128, 64, 128\]"),
+    ("stages: 5", "stages: 2", "stages", "3 to 8 chunks"),
+    ("stages: 5", "stages: 5, cluster: [1, 1, 2]", "cluster", "chooses its K split's cluster at launch"),
+    ("stages: 5", "stages: 5, warps_k: 4", "warps_k", "belongs to schedule direct"),
+    ("stages: 5", "stages: 5, tile_scheduler: streamk", "tile_scheduler", "no tile scheduler"),
+    ("stages: 5", "stages: 5, raster: along_m", "raster", "no tile scheduler, so no raster"),
+    ("tile: [128, 64, 64], schedule: wgmma, stages: 5", "tile: [128, 256, 64], schedule: wgmma, stages: 8",
+     "stages", "over the limit of"),
+    ("arch: sm90a", "arch: sm80", "schedule", "needs sm90a; this library is sm80"),
+])
+def test_wgmma_config_errors(tmp_path, old, new, key, message):
+    _edit_and_expand(tmp_path, WGMMA_MANIFEST, old, new, key, message)
+
+
+def test_wgmma_refuses_int8_weights(tmp_path):
+    text = WGMMA_MANIFEST.replace("schemes: [scale, scale_zero]", "schemes: [scale]").replace(
+        "{a: bf16, w: int4}", "{a: bf16, w: int8}")
+    path = _write(tmp_path, text)
+    with pytest.raises(ManifestError, match="reads int4 weights only") as info:
+        expand(load_manifest(path))
+    assert info.value.key == "schedule"
+
+
 @pytest.mark.compile
 @pytest.mark.parametrize("text,library_name,kernel,arch", [
     (MANIFEST, "onemixed", KERNEL, "sm90a"),            # a CUTLASS 3.x mixed-input kernel
     (DIRECT_MANIFEST, "onedirect", DIRECT_KERNEL, "sm80"),  # the direct kernel: seconds to build
-], ids=["cutlass_sm90a", "direct_sm80"])
+    (WGMMA_MANIFEST.replace("scale, scale_zero", "scale"), "onewgmma", WGMMA_KERNELS[0], "sm90a"),
+], ids=["cutlass_sm90a", "direct_sm80", "wgmma_sm90a"])
 def test_mixed_kernel_compiles_and_loads(tmp_path, text, library_name, kernel, arch):
     """One real kernel of each template: builds, loads (ABI size check), refuses to run without a
     GPU of its arch."""
@@ -252,6 +312,12 @@ def test_tuner_hooks_pick_classes_and_knobs():
     # the direct kernel has no raster, swizzle or split knobs: its default only, never retried
     assert hooks.knob_variants(direct) == [Candidate(direct.name)]
     assert not hooks.knobs_worth_trying(direct, 4096, 57344, 132)
+    # the wgmma kernel: its launch-time K split, then each cluster size forced
+    wgmma = next(SimpleNamespace(name=n, spec=s, config=s.config) for n, s in kernels.items()
+                 if s.config.is_wgmma)
+    assert hooks.knob_variants(wgmma) == [Candidate(wgmma.name)] + [
+        Candidate(wgmma.name, split_k=s) for s in (2, 3, 4, 6, 8)]
+    assert hooks.knobs_worth_trying(wgmma, 64, 4096, 132)
     variants = hooks.knob_variants(streamk)
     assert variants[0] == Candidate(streamk.name) and len(variants) == len(set(variants))
     assert {c.split_k for c in variants} == {1, 2, 4, 8}

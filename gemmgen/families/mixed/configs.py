@@ -18,10 +18,14 @@ from ...generator.kernel_config import RASTER_ORDERS, SWIZZLES, KernelSpec, Orig
 ACTIVATION_DTYPES = ("bf16", "fp16")
 WEIGHT_ELEMENTS = ("int4", "int8")
 SCHEMES = ("scale", "scale_zero")
-SCHEDULES = ("warpspecialized", "pingpong", "cooperative", "direct")
+SCHEDULES = ("warpspecialized", "pingpong", "cooperative", "direct", "wgmma")
 # "direct" is the family's own mma.sync kernel (include/gemmgen/mixed/direct_mixed_mm.cuh): the
 # weights stream from global memory through a per-warp cp.async ring into registers, no CUTLASS
 # collective; it is the one schedule an sm80 library has, and the small-M kernel of sm90a.
+# "wgmma" is the family's own sm90a kernel for tens to hundreds of tokens
+# (include/gemmgen/mixed/wgmma_mixed_mm.cuh): int4 weights dequantized in registers into
+# wgmma's A operand, the tokens read by wgmma from a swizzled cp.async ring, K split over a
+# thread-block cluster chosen at launch.
 TILE_SCHEDULERS = ("persistent", "streamk")
 # The user-facing weight types and the (stored element, scheme) kernel that serves each.
 KERNEL_FOR_WEIGHT_TYPE = {"int4": ("int4", "scale"), "uint4b8": ("int4", "scale"),
@@ -36,7 +40,7 @@ WEIGHT_TYPES_FOR_KERNEL: dict[tuple[str, str], tuple[str, ...]] = {
 _SHORT = {"bf16": "bf16", "fp16": "f16", "int4": "i4", "int8": "i8", "scale": "s",
           "scale_zero": "sz"}
 _SHORT_SCHEDULE = {"warpspecialized": "ws", "pingpong": "pp", "cooperative": "coop",
-                   "direct": "direct"}
+                   "direct": "direct", "wgmma": "wgmma"}
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,13 @@ class MixedTileConfig(DirectTile):
     that split K inside the CTA, `stages` each warp's ring depth (0 = auto, 4), `ctas_per_sm`
     the CTAs an SM must hold at once (the compiler caps each thread's registers to fit them;
     0 = no cap), `rows_per_warp` the features a warp owns (16, or 32: two MMA tiles sharing
-    the tokens' fragments and the loop's overhead); cluster is (1, 1, 1)."""
+    the tokens' fragments and the loop's overhead); cluster is (1, 1, 1).
+
+    Schedule "wgmma": tile [64·warpgroups (64 or 128) features, tokens (the wgmma's N: 16, 32,
+    64, 96, 128, 192 or 256), 64] a CTA, `stages` the ring depth (0 = auto, 4); the K split's
+    cluster is chosen at launch, so cluster is (1, 1, 1)."""
+
+    WGMMA_AUTO_STAGES = 4
 
     tile: tuple[int, int, int]
     cluster: tuple[int, int, int]
@@ -61,10 +71,26 @@ class MixedTileConfig(DirectTile):
     rows_per_warp: int = 16  # direct only: features a warp owns, 16 or 32 (two MMA tiles)
 
     @property
+    def is_wgmma(self) -> bool:
+        return self.schedule == "wgmma"
+
+    @property
+    def is_own(self) -> bool:
+        """The family's own kernels (direct, wgmma): no CUTLASS tile scheduler or its knobs."""
+        return self.is_direct or self.is_wgmma
+
+    @property
+    def wgmma_stages(self) -> int:
+        """The wgmma kernel's ring depth, "auto" resolved."""
+        return self.stages or self.WGMMA_AUTO_STAGES
+
+    @property
     def terse(self) -> str:
-        """Name fragment, e.g. `t128x16x64_c1x1x1_ws_sauto` (+ `_streamk`), or for the direct
-        kernel `t16x8x64_direct_wk8_s4`."""
+        """Name fragment, e.g. `t128x16x64_c1x1x1_ws_sauto` (+ `_streamk`), or for the family's
+        own kernels `t16x8x64_direct_wk8_s4` and `t128x64x64_wgmma_s4`."""
         stages = f"s{self.stages}" if self.stages else "sauto"
+        if self.is_wgmma:
+            return "_".join(["t" + "x".join(map(str, self.tile)), "wgmma", stages])
         if self.is_direct:
             extra = [f"r{self.rows_per_warp}"] if self.rows_per_warp != 16 else []
             extra += [f"o{self.ctas_per_sm}"] if self.ctas_per_sm else []

@@ -38,5 +38,13 @@ class Cpp:
                 f"/*tokens=*/{c.tile[1]}, /*chunk_k=*/{c.tile[2]}, /*stages=*/{c.ring_stages}, "
                 f"/*ctas_per_sm=*/{c.ctas_per_sm}, /*row_tiles=*/{c.rows_per_warp // 16}>")
 
+    def wgmma_config(self, k: MixedMmSpec) -> str:
+        """The wgmma kernel's config type: warpgroups (64 features each), tokens, ring depth."""
+        c = k.config
+        return (f"gemmgen::mixed::wgmma::WgmmaConfig<{self.element(k.a)}, {self.element(k.w)}, "
+                f"/*with_zero=*/{'true' if k.scheme == 'scale_zero' else 'false'}, "
+                f"/*warpgroups=*/{c.tile[0] // 64}, /*tokens=*/{c.tile[1]}, "
+                f"/*stages=*/{c.wgmma_stages}>")
+
     def tile_scheduler(self, k: MixedMmSpec) -> str:
         return f"cutlass::gemm::{self._SCHEDULER[k.config.tile_scheduler]}"

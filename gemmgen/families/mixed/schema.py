@@ -9,6 +9,7 @@ errors).
         - {name: decode, tile: [128, 16, 64], cluster: [1, 1, 1], schedule: warpspecialized,
            stages: auto, tile_scheduler: persistent, raster: heuristic, swizzle: 1}
         - {name: stream, tile: [16, 8, 64], schedule: direct, warps_k: 8, stages: 4}
+        - {name: mid, tile: [128, 64, 64], schedule: wgmma, stages: 4}
 
 `tile` is in the kernel's terms: M runs over the weight's N (output features), N over tokens.
 """
@@ -40,6 +41,11 @@ TILE_K = 64  # 128 bytes of 16-bit activations: one swizzle atom; group sizes ar
 # halves the loop's overhead a weight byte. Any group size and K of the family work with either.
 DIRECT_TILE_K = (TILE_K, 2 * TILE_K)
 _BITS = {"int4": 4, "int8": 8}
+# The wgmma kernel's tile: features a CTA (one or two warpgroups of 64) and tokens (the N of a
+# bf16/fp16 wgmma that CUTLASS's base set has)
+WGMMA_TILE_M = (64, 128)
+WGMMA_TILE_N = (16, 32, 64, 96, 128, 192, 256)
+WGMMA_STAGES = (3, 8)
 
 Variant = tuple[str, str, str]  # (a, w, scheme)
 
@@ -163,10 +169,57 @@ def check_direct(config: MixedTileConfig, variants: tuple[Variant, ...], arch: s
     return problems
 
 
+def wgmma_smem_bytes(config: MixedTileConfig) -> int:
+    """The wgmma kernel's dynamic shared memory (mirrors WgmmaMixedMm::kSmemBytes): a ring of
+    `stages` chunks of the CTA's int4 weight rows and tokens (the partial sums of the K split
+    reuse it), and 1024 bytes to align it to the swizzle's period."""
+    tm, tn, tk = config.tile
+    ring = config.wgmma_stages * (tn * tk * 2 + tm * tk // 2)
+    partial = tn // 2 * (2 * tm) * 4
+    return max(ring, partial) + 1024
+
+
+def check_wgmma(config: MixedTileConfig, variants: tuple[Variant, ...], arch: str
+                ) -> list[tuple[str, str]]:
+    tm, tn, tk = config.tile
+    problems = []
+    if arch != "sm90a":
+        problems.append(("schedule", f"the wgmma kernel needs sm90a; this library is {arch}"))
+    if tm not in WGMMA_TILE_M or tn not in WGMMA_TILE_N or tk != TILE_K:
+        problems.append(("tile", "the wgmma kernel's tile is [64 or 128 features (one or two "
+                                 "warpgroups), tokens (" + ", ".join(map(str, WGMMA_TILE_N)) +
+                                 f": a wgmma's N), {TILE_K}]; got {list(config.tile)}"))
+    lo, hi = WGMMA_STAGES
+    if config.stages and not lo <= config.stages <= hi:
+        problems.append(("stages", f"the wgmma kernel's ring holds {lo} to {hi} chunks (auto: "
+                                   f"{MixedTileConfig.WGMMA_AUTO_STAGES}); got {config.stages}"))
+    if config.cluster != (1, 1, 1):
+        problems.append(("cluster", "the wgmma kernel chooses its K split's cluster at launch: "
+                                    f"leave cluster out or write [1, 1, 1]; got "
+                                    f"{list(config.cluster)}"))
+    if config.tile_scheduler != "persistent":
+        problems.append(("tile_scheduler", "the wgmma kernel has no tile scheduler: leave "
+                                           f"tile_scheduler out; got {config.tile_scheduler!r}"))
+    for key, unset in (("warps_k", 0), ("ctas_per_sm", 0), ("rows_per_warp", 16)):
+        if getattr(config, key) != unset:
+            problems.append((key, f"{key} belongs to schedule direct; got schedule wgmma"))
+    if any(w != "int4" for _, w, _ in variants):
+        problems.append(("schedule", "the wgmma kernel reads int4 weights only; this family "
+                                     "has int8 weights"))
+    if not problems and wgmma_smem_bytes(config) > sm90_schema.SMEM_LIMIT_BYTES:
+        problems.append(("stages", f"{config.wgmma_stages} stages of the wgmma tile "
+                                   f"{'x'.join(map(str, config.tile))} need "
+                                   f"{wgmma_smem_bytes(config)} bytes of shared memory, over the "
+                                   f"limit of {sm90_schema.SMEM_LIMIT_BYTES}"))
+    return problems
+
+
 def check_config(config: MixedTileConfig, variants: tuple[Variant, ...], arch: str = "sm90a"
                  ) -> list[tuple[str, str]]:
     if config.is_direct:
         return check_direct(config, variants, arch)
+    if config.is_wgmma:
+        return check_wgmma(config, variants, arch)
     if arch == "sm80":
         return [("schedule", "an sm80 mixed library has the direct kernel only (schedule: "
                              f"direct); got {config.schedule!r}")]
@@ -209,7 +262,7 @@ def read_config(reader, node: Any, index: int, variants: tuple[Variant, ...] | N
         rows_per_warp=read_rows_per_warp(reader, c))
     for key, message in check_config(config, variants if variants is not None else (), arch):
         raise reader.error(c, key, message)
-    if config.is_direct:
+    if config.is_own:
         direct_schema.refuse_scheduler_knobs(reader, c)
     return ConfigEntry(common["name"], config, common["knobs"], line)
 

@@ -18,6 +18,8 @@ TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 WEIGHT_TYPE_FOR = {("int4", "scale"): "int4", ("int4", "scale_zero"): "uint4",
                    ("int8", "scale"): "int8"}
 SPLIT_K_SLICES = (1, 2, 4, 8)
+# the wgmma kernel's K split (its cluster size) forced, beside its launch-time choice (1)
+WGMMA_SPLITS = (2, 3, 4, 6, 8)
 GROUP_SIZE = 128
 
 
@@ -78,10 +80,13 @@ def time_candidate(candidate: Candidate, problem: Problem) -> float:
 
 def knob_variants(kernel) -> list[Candidate]:
     """The manifest default first; raster × swizzle; split counts for stream-K kernels. The
-    direct kernel has no tile scheduler: its default only."""
+    family's own kernels have no tile scheduler: the direct kernel its default only, the wgmma
+    kernel its K split's cluster sizes too."""
     variants = [Candidate.of(kernel)]
     if kernel.spec.config.is_direct:
         return variants
+    if kernel.spec.config.is_wgmma:
+        return variants + [Candidate(kernel.name, split_k=s) for s in WGMMA_SPLITS]
     variants += [Candidate(kernel.name, r, s) for r in RASTER_ORDERS for s in SWIZZLES]
     if kernel.spec.split_k:
         variants += [Candidate(kernel.name, split_k=s) for s in SPLIT_K_SLICES]
@@ -97,4 +102,6 @@ def output_tiles(kernel, m: int, n: int) -> int:
 def knobs_worth_trying(kernel, m: int, n: int, sm_count: int) -> bool:
     if kernel.spec.config.is_direct:
         return False  # no raster, swizzle or split knobs
+    if kernel.spec.config.is_wgmma:
+        return True  # the K split's cluster size
     return kernel.spec.split_k or output_tiles(kernel, m, n) > sm_count

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <string>
+#include <utility>
 
 #include "cutlass/cutlass.h"
 #include "cutlass/kernel_hardware_info.h"
@@ -126,21 +127,42 @@ __device__ __forceinline__ void pdl_release() {
 #endif
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent when `pdl`.
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent when `pdl`, in
+// thread-block clusters of `cluster` CTAs when that is not (1, 1, 1) (sm90).
 template <class... Params, class... Args>
-cudaError_t launch_maybe_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                             cudaStream_t stream, bool pdl, Args&&... args) {
+cudaError_t launch_clustered_maybe_pdl(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                       size_t smem, cudaStream_t stream, bool pdl, dim3 cluster,
+                                       Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = pdl ? 1 : 0;
+  cudaLaunchAttribute attributes[2];
+  unsigned count = 0;
+  if (pdl) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  if (cluster.x * cluster.y * cluster.z > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = cluster.x;
+    attributes[count].val.clusterDim.y = cluster.y;
+    attributes[count].val.clusterDim.z = cluster.z;
+    ++count;
+  }
+  config.attrs = attributes;
+  config.numAttrs = count;
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent when `pdl`.
+template <class... Params, class... Args>
+cudaError_t launch_maybe_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, bool pdl, Args&&... args) {
+  return launch_clustered_maybe_pdl(kernel, grid, block, smem, stream, pdl, dim3(1, 1, 1),
+                                    std::forward<Args>(args)...);
 }
 
 // Whether the current device's compute capability lies in [min, max]: the arch policy

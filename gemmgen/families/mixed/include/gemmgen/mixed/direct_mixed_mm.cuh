@@ -100,6 +100,40 @@ struct Params {
   int64_t lda, ldd;
 };
 
+inline Params make_params(gemmgen_mixed_mm_args const& a) {
+  return Params{a.a, static_cast<unsigned char const*>(a.w), a.scale, a.zero, a.bias, a.d,
+                static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k),
+                static_cast<int>(a.group_size), a.lda, a.ldd};
+}
+
+// What the family's own kernels (this one and wgmma_mixed_mm.cuh) need of the arguments: K and
+// the group a multiple of the 64-K step, the group dividing K, sizes below 2^31, the tensors
+// there and 16-byte aligned. GEMMGEN_OK or the failure recorded by fail().
+inline int check_args(gemmgen_mixed_mm_args const& a, bool with_zero, char const* kernel_name) {
+  constexpr int kStepK = 64;
+  auto aligned = [](void const* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  if (a.m < 1 || a.n < 1 || a.k < kStepK || a.k % kStepK != 0 || a.k >= (int64_t(1) << 31) ||
+      a.m >= (int64_t(1) << 31) || a.n >= (int64_t(1) << 31)) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "needs M, N >= 1 and K a positive multiple of 64, all below 2^31");
+  }
+  if (a.group_size < kStepK || a.group_size % kStepK != 0 || a.k % a.group_size != 0) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "needs a group size that is a multiple of 64 and divides K");
+  }
+  if (a.a == nullptr || a.w == nullptr || a.scale == nullptr || a.d == nullptr) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "needs activations, weight, scales, output");
+  }
+  if (!aligned(a.a) || !aligned(a.w) || a.lda % 8 != 0 || a.lda < a.k || a.ldd < a.n) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "needs 16-byte aligned activations and weight, lda a multiple of 8 (>= K), ldd >= N");
+  }
+  if (with_zero && a.zero == nullptr) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "needs the zero-point tensor");
+  }
+  return GEMMGEN_OK;
+}
+
 template <class Config>
 struct DirectMixedMm {
   using ElementA = typename Config::ElementA;
@@ -556,12 +590,6 @@ struct DirectMixedMm {
     }
   }
 
-  static Params make_params(gemmgen_mixed_mm_args const& a) {
-    return Params{a.a, static_cast<unsigned char const*>(a.w), a.scale, a.zero, a.bias, a.d,
-                  static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k),
-                  static_cast<int>(a.group_size), a.lda, a.ldd};
-  }
-
   static size_t workspace_size(gemmgen_mixed_mm_args const*) { return 0; }
 };
 
@@ -583,25 +611,9 @@ template <class Config, bool PdlCapable>
 int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char const* kernel_name) {
   using K = DirectMixedMm<Config>;
   auto const& a = *args;
-  auto aligned = [](void const* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  if (a.m < 1 || a.n < 1 || a.k < K::kStepK || a.k % K::kStepK != 0 || a.k >= (int64_t(1) << 31) ||
-      a.m >= (int64_t(1) << 31) || a.n >= (int64_t(1) << 31)) {
-    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
-                "needs M, N >= 1 and K a positive multiple of 64, all below 2^31");
-  }
-  if (a.group_size < K::kStepK || a.group_size % K::kStepK != 0 || a.k % a.group_size != 0) {
-    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
-                "needs a group size that is a multiple of 64 and divides K");
-  }
-  if (a.a == nullptr || a.w == nullptr || a.scale == nullptr || a.d == nullptr) {
-    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "needs activations, weight, scales, output");
-  }
-  if (!aligned(a.a) || !aligned(a.w) || a.lda % 8 != 0 || a.lda < a.k || a.ldd < a.n) {
-    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
-                "needs 16-byte aligned activations and weight, lda a multiple of 8 (>= K), ldd >= N");
-  }
-  if (K::kWithZero && a.zero == nullptr) {
-    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "needs the zero-point tensor");
+  int const valid = check_args(a, K::kWithZero, kernel_name);
+  if (valid != GEMMGEN_OK) {
+    return valid;
   }
   int64_t const feature_blocks = (a.n + K::kRows * K::kWarpsN - 1) / (K::kRows * K::kWarpsN);
   int64_t const token_blocks = (a.m + K::kTokens - 1) / K::kTokens;
@@ -617,7 +629,7 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
   dim3 const grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(feature_blocks));
   bool const pdl = PdlCapable && (a.launch_flags & GEMMGEN_LAUNCH_PDL) != 0;
   launch_maybe_pdl(direct_mixed_mm_kernel<Config>, grid, dim3(K::kThreads), K::kSmemBytes,
-                   static_cast<cudaStream_t>(stream), pdl, K::make_params(a));
+                   static_cast<cudaStream_t>(stream), pdl, make_params(a));
   cudaError_t const launched = cudaGetLastError();
   if (launched != cudaSuccess) {
     return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));

@@ -1,0 +1,501 @@
+/*
+ * gemmgen/mixed/wgmma_mixed_mm.cuh — the mixed-input family's sm90a kernel for a few dozen to a
+ * few hundred tokens: the int4 weights dequantized in registers and fed to wgmma as its register
+ * operand A, the tokens' activations read by wgmma from shared memory as B. It reads the same
+ * packed weight as the other kernels (layout version 1: [N, K] K-major, two int4 a byte, even k
+ * in the low nibble), so dispatch can pick it per M.
+ *
+ * Why. The direct kernel (direct_mixed_mm.cuh) runs mma.sync, whose rate on Hopper is about half
+ * of wgmma's: past ~32 tokens its MMAs cost more than the weight read. CUTLASS's mixed-input
+ * collective runs wgmma but was measured at 3.6x the weight-read floor at 64 tokens (it stages
+ * scales per K block and converts with more instructions a value). Here:
+ *   Dᵀ[features, tokens] = dequant(W)[features, K] · Xᵀ[K, tokens]
+ * A CTA owns 64·WarpGroups features (each warpgroup 64, the wgmma's M) and Tokens tokens (its N)
+ * and one range of K; a 64-K chunk of the weights (32 bytes a feature) and of the tokens (128
+ * bytes a token, XOR-swizzled in 16-byte pieces by token % 8: wgmma's 128-byte swizzle, K-major)
+ * streams through a cp.async ring of Stages chunks filled by all the CTA's threads.
+ *
+ * Registers. wgmma's A fragment gives lane (g, q) of warp w rows 16w+g and 16w+g+8 and, per 16-K
+ * step j, k = 16j+2q, 16j+2q+1 (a byte of the packed row) and k+8, k+9 (the byte 4 further). The
+ * lane reads its two rows' 32 bytes of the chunk (four 16-byte loads) and one byte permute per
+ * register picks byte q of a word and puts its nibbles in bits 0-3 and 16-19 (the permute the
+ * direct kernel needs anyway, so the gather is free); one LOP3 puts them under the exponent of
+ * 128 (bf16) or 1024 (fp16), XOR-ing each with 8: B + 8 + stored, exact; one packed FMA
+ * subtracts B + 8 (stored, exact) and one packed multiply or FMA applies the group's scale (and
+ * the packed zero term −scale·(zero − 8)), rounded once to 16 bits as CUTLASS's mixed-input
+ * kernels do. The group's factors travel with the chunk (a cp.async of the CTA's rows into the
+ * ring slot), so the loop has no global load.
+ *
+ * Pipeline. wgmma reads its A registers while it runs: a register it reads may be rewritten only
+ * after a wait_group retires it (ptxas does not check this across loop iterations: one register
+ * set rewritten while the last chunk's wgmmas ran gave wrong sums, more often with wider tiles).
+ * So chunks alternate between two fragment sets, the loop body written twice: chunk i's four
+ * wgmmas are issued as one group, wait_group 1 retires chunk i − 1's, and the next chunk is
+ * converted into that set while the tensor cores run chunk i. The next chunk's slot is waited
+ * for (cp.async, proxy fence, barrier) before, and chunk i + Stages − 2 queued into the slot of
+ * chunk i − 2, retired by then in every warpgroup.
+ *
+ * Measured (H100, benchmarks/RESULTS.md, session 12): correct and deterministic, but not yet
+ * faster than what dispatch has: 1.15-1.3x bf16 mm at 16-64 tokens with 32-64 tokens a tile
+ * (CUTLASS stream-K 1.28x at 64; the direct kernel 2.3x at 16), 0.8x at 128. ncu at 64 tokens
+ * (28672 x 4096, no split): an instruction issued on 55% of cycles, the tensor pipe 38% busy,
+ * ~185 instructions a warp and chunk (84 of them converting); 136+ registers at 128 tokens a
+ * tile leave one CTA an SM.
+ *
+ * K split. Few feature tiles (N = 4096 makes 32 of 128 features) would leave most SMs idle, so
+ * the K range is split over the CTAs of a thread-block cluster (1, 1, S), S chosen at launch for
+ * the fewest tiles' worth of work an SM (or `split_k_slices`). Each CTA leaves its fp32 partial
+ * sums in its shared memory; after a cluster barrier CTA r adds slice r of every CTA's sums in
+ * rank order (distributed shared memory) and writes it: bit-identical run to run, no workspace,
+ * no second kernel.
+ */
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <utility>
+
+#include "cute/arch/copy_sm80.hpp"
+#include "cute/arch/mma_sm90.hpp"
+#include "cute/arch/mma_sm90_desc.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+
+#include "gemmgen/c_api.h"
+#include "gemmgen/mixed/direct_mixed_mm.cuh"
+#include "gemmgen/mixed/mixed_mm_args.h"
+#include "gemmgen/runtime_support.hpp"
+
+namespace gemmgen::mixed::wgmma {
+
+using direct::Params;
+
+template <class ElementA_, class ElementW_, bool WithZero_, int WarpGroups_, int Tokens_,
+          int Stages_>
+struct WgmmaConfig {
+  using ElementA = ElementA_;  // activations = MMA, scale, zero and output type
+  using ElementW = ElementW_;  // cutlass::int4b_t
+  static constexpr bool WithZero = WithZero_;
+  static constexpr int WarpGroups = WarpGroups_;  // 64 features each
+  static constexpr int Tokens = Tokens_;          // the wgmma's N
+  static constexpr int Stages = Stages_;
+};
+
+inline constexpr int kMaxSplits = 8;  // the portable cluster size
+
+template <class Config>
+struct WgmmaMixedMm {
+  using ElementA = typename Config::ElementA;
+  using ElementW = typename Config::ElementW;
+  static_assert(cutlass::sizeof_bits<ElementW>::value == 4, "the wgmma kernel reads int4 weights");
+  static constexpr bool kWithZero = Config::WithZero;
+  static constexpr int kWarpGroups = Config::WarpGroups;
+  static constexpr int kTokens = Config::Tokens;
+  static constexpr int kStages = Config::Stages;
+  static_assert(kWarpGroups == 1 || kWarpGroups == 2, "one or two warpgroups a CTA");
+  static_assert(kTokens % 8 == 0 && kTokens >= 8 && kTokens <= 256, "tokens: 8 to 256, by 8");
+  static_assert(kStages >= 3 && kStages <= 8, "a ring of 3 to 8 chunks");
+
+  static constexpr int kThreads = 128 * kWarpGroups;
+  static constexpr int kRows = 64 * kWarpGroups;  // features a CTA
+  static constexpr int kStepK = 64;               // K a chunk
+  static constexpr int kWeightRowBytes = kStepK / 2;
+  static constexpr int kWeightStageBytes = kRows * kWeightRowBytes;
+  static constexpr int kActRowBytes = kStepK * 2;  // one 128-byte swizzle row a token
+  static constexpr int kActStageBytes = kTokens * kActRowBytes;  // a multiple of 1024
+  static constexpr int kAhead = kStages - 2;  // chunks in flight while one is computed
+  static constexpr int kActRingBytes = kStages * kActStageBytes;
+  static constexpr int kWeightRingBytes = kStages * kWeightStageBytes;
+  // a chunk's group factors: the CTA's rows' scales, then their zero terms
+  static constexpr int kFactorStageBytes = kRows * 2 * (kWithZero ? 2 : 1);
+  static constexpr int kFactorSegs = kFactorStageBytes / 16;  // copied by threads 0 .. segs-1
+  static_assert(kFactorSegs <= kThreads);
+  static constexpr int kRingBytes = kActRingBytes + kWeightRingBytes + kStages * kFactorStageBytes;
+  static constexpr int kAccRegs = kTokens / 2;  // 64 × Tokens fp32 over a warpgroup's 128 threads
+  static constexpr int kPartialBytes = kAccRegs * kThreads * 4;
+  // + 1024: the ring is placed at the first 1024-byte boundary (the swizzle's period)
+  static constexpr int kSmemBytes = (kRingBytes > kPartialBytes ? kRingBytes : kPartialBytes) + 1024;
+  static constexpr int kActSegs = kTokens * kActRowBytes / 16;
+  static constexpr int kActCopies = (kActSegs + kThreads - 1) / kThreads;
+  static_assert(kRows * kWeightRowBytes / 16 == kThreads, "one weight copy a thread and chunk");
+
+  static constexpr bool kIsBf16 = cute::is_same_v<ElementA, cutlass::bfloat16_t>;
+  using Mma = decltype(cute::SM90::GMMA::rs_op_selector<
+                       ElementA, ElementA, float, cute::Shape<cute::_64, cute::Int<kTokens>, cute::_16>,
+                       cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>());
+  static_assert(sizeof(typename Mma::CRegisters) == kAccRegs * sizeof(float),
+                "no wgmma of N = Tokens: use a multiple of 16 up to 256");
+
+  // B + 8 in both halves: the exponent of 128 (bf16) or 1024 (fp16), and the nibble's XOR
+  static constexpr uint32_t kMagic = kIsBf16 ? 0x43084308u : 0x64086408u;
+  static constexpr uint32_t kOnes = kIsBf16 ? 0x3F803F80u : 0x3C003C00u;
+
+  static __device__ void cp_async16(uint32_t dst, void const* src, uint32_t src_bytes) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+  }
+  static __device__ uint32_t lds16(uint32_t addr) {
+    uint16_t v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr) : "memory");
+    return v;
+  }
+  static __device__ uint4 lds128(uint32_t addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+  }
+
+  // One register of the A fragment: byte `q` of `word` (two int4 of one row), dequantized to
+  // two 16-bit floats: scale · stored (+ zero term), `scale2`/`zero2` the row's in both halves.
+  static __device__ uint32_t dequant(uint32_t word, uint32_t selector, uint32_t scale2,
+                                     uint32_t zero2) {
+    uint32_t x = __byte_perm(word, word >> 4, selector);
+    asm("lop3.b32 %0, %0, %1, %2, 0x6a;" : "+r"(x) : "n"(0x000F000F), "n"(kMagic));
+    if constexpr (kIsBf16) {
+      asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(x) : "r"(kOnes), "r"(kMagic ^ 0x80008000u));
+      if constexpr (kWithZero) {
+        asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(x) : "r"(scale2), "r"(zero2));
+      } else {
+        asm("mul.rn.bf16x2 %0, %0, %1;" : "+r"(x) : "r"(scale2));
+      }
+    } else {
+      asm("sub.f16x2 %0, %0, %1;" : "+r"(x) : "r"(kMagic));
+      if constexpr (kWithZero) {
+        asm("fma.rn.f16x2 %0, %0, %1, %2;" : "+r"(x) : "r"(scale2), "r"(zero2));
+      } else {
+        asm("mul.rn.f16x2 %0, %0, %1;" : "+r"(x) : "r"(scale2));
+      }
+    }
+    return x;
+  }
+
+  template <size_t... I>
+  static __device__ void mma(uint32_t const (&a)[4], uint64_t desc, float (&acc)[kAccRegs],
+                             std::index_sequence<I...>) {
+    Mma::fma(a[0], a[1], a[2], a[3], desc, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
+  }
+
+  // Shared-memory descriptor of a K-major B tile with 128-byte swizzle at `addr` (1024-aligned,
+  // plus 32 bytes a 16-K step): 8-row groups 1024 bytes apart.
+  static __device__ uint64_t b_descriptor(uint32_t addr) {
+    cute::GmmaDescriptor desc;
+    desc.bitfield.start_address_ = static_cast<uint16_t>(addr >> 4);
+    desc.bitfield.leading_byte_offset_ = 1;
+    desc.bitfield.stride_byte_offset_ = 1024 >> 4;
+    desc.bitfield.base_offset_ = 0;
+    desc.bitfield.layout_type_ = 1;  // SWIZZLE_128B
+    return desc.desc_;
+  }
+
+  static __device__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+  }
+  static __device__ float load_from_cta(uint32_t addr, uint32_t rank) {
+    uint32_t remote;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+  }
+
+  static __device__ void kernel_body(Params const& p, char* smem_raw) {
+    int const tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    int const g = lane / 4, q = lane % 4;
+    int const t0 = blockIdx.x * kTokens, n0 = blockIdx.y * kRows;
+    int const splits = gridDim.z, rank = blockIdx.z;  // clusters (1, 1, splits): rank = z
+    uint32_t const raw = cute::cast_smem_ptr_to_uint(smem_raw);
+    uint32_t const smem = (raw + 1023u) & ~1023u;
+    uint32_t const act_ring = smem, weight_ring = smem + kActRingBytes;
+    uint32_t const factor_ring = weight_ring + kWeightRingBytes;
+
+    int const chunks = p.k / kStepK;
+    int const c_begin = static_cast<int>(int64_t(chunks) * rank / splits);
+    int const c_end = static_cast<int>(int64_t(chunks) * (rank + 1) / splits);
+    int const count = c_end - c_begin;
+
+    // This thread's copies a chunk: one 16-byte piece of a weight row, kActCopies of the tokens
+    // (rows past N or M zero-filled, their source a row that exists).
+    int const w_row = tid / 2;
+    bool const w_ok = n0 + w_row < p.n;
+    unsigned char const* w_src = p.w + int64_t(w_ok ? n0 + w_row : 0) * (p.k / 2) +
+                                 int64_t(c_begin) * kWeightRowBytes + (tid % 2) * 16;
+    uint32_t const w_dst = w_row * kWeightRowBytes + (tid % 2) * 16;
+    unsigned char const* a_src[kActCopies];
+    uint32_t a_dst[kActCopies], a_bytes[kActCopies];
+    bool a_mine[kActCopies];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kActCopies; ++j) {
+      int const i = tid + kThreads * j;
+      a_mine[j] = i < kActSegs;
+      int const row = (a_mine[j] ? i : 0) / 8, seg = i % 8;
+      bool const ok = a_mine[j] && t0 + row < p.m;
+      a_bytes[j] = ok ? 16 : 0;
+      a_src[j] = static_cast<unsigned char const*>(p.a) +
+                 (int64_t(ok ? t0 + row : 0) * p.lda + int64_t(c_begin) * kStepK + seg * 8) *
+                     int64_t(sizeof(ElementA));
+      a_dst[j] = row * kActRowBytes + ((seg ^ (row & 7)) * 16);
+    }
+    // The factors' copy of this thread (threads below kFactorSegs): 8 rows of the scales or the
+    // zero terms of the chunk's group. 16-byte copies need N a multiple of 8 and 16-byte aligned
+    // factors (rows past N zero-filled by byte count); otherwise each of the first kRows (or
+    // 2·kRows) threads loads one value and stores it (a correctness path, its latency exposed).
+    int const chunks_per_group = p.group / kStepK;
+    bool const f_zero = kWithZero && tid >= kFactorSegs / (kWithZero ? 2 : 1);
+    int const f_row = (tid % (kRows / 8)) * 8;  // first of the segment's rows
+    int issue_group = c_begin / chunks_per_group;  // the group of the next chunk to queue
+    int issue_group_left = chunks_per_group - (c_begin - issue_group * chunks_per_group);
+    uint16_t const* f_src = static_cast<uint16_t const*>(f_zero ? p.zero : p.scale) + n0 + f_row;
+    uint32_t const f_bytes = n0 + f_row >= p.n ? 0u : (p.n - n0 - f_row >= 8 ? 16u : uint32_t(p.n - n0 - f_row) * 2u);
+    uint32_t const f_dst = (f_zero ? kRows * 2 : 0) + f_row * 2;
+    if (f_bytes) {
+      f_src += int64_t(issue_group) * p.n;  // (a row past N is never read)
+    }
+    bool const aligned_factors = p.n % 8 == 0 && reinterpret_cast<uintptr_t>(p.scale) % 16 == 0 &&
+                                 reinterpret_cast<uintptr_t>(p.zero) % 16 == 0;
+    // Queue the next chunk's copies into ring slot `slot` (the sources advance a chunk a call).
+    auto issue = [&](int slot) {
+      cp_async16(weight_ring + slot * kWeightStageBytes + w_dst, w_src, w_ok ? 16u : 0u);
+      w_src += kWeightRowBytes;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kActCopies; ++j) {
+        if (a_mine[j]) {
+          cp_async16(act_ring + slot * kActStageBytes + a_dst[j], a_src[j], a_bytes[j]);
+        }
+        a_src[j] += kActRowBytes;
+      }
+      uint32_t const factor_slot = factor_ring + slot * kFactorStageBytes;
+      if (aligned_factors) {
+        if (tid < kFactorSegs) {
+          cp_async16(factor_slot + f_dst, f_src, f_bytes);
+        }
+      } else if (tid < kRows * (kWithZero ? 2 : 1)) {
+        int const row = tid % kRows;
+        bool const is_zero = kWithZero && tid >= kRows;
+        uint16_t const* src = static_cast<uint16_t const*>(is_zero ? p.zero : p.scale);
+        uint16_t const v = n0 + row < p.n ? src[int64_t(issue_group) * p.n + n0 + row] : uint16_t(0);
+        asm volatile("st.shared.u16 [%0], %1;" ::"r"(factor_slot + (is_zero ? kRows * 2 : 0) + row * 2),
+                     "h"(v)
+                     : "memory");
+      }
+      if (--issue_group_left == 0) {
+        ++issue_group;
+        issue_group_left = chunks_per_group;
+        if (f_bytes) {
+          f_src += p.n;
+        }
+      }
+    };
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < kAhead; ++s) {
+      if (s < count) {
+        issue(s);
+      }
+      cute::cp_async_fence();
+    }
+
+    // This lane's rows (tile-local): 16w + g and 16w + g + 8 of its warpgroup's 64.
+    int const row_lo = 16 * warp + g;  // warp counts over both warpgroups: 64·wg + 16·(warp % 4)
+    int const n_lo = n0 + row_lo, n_hi = n_lo + 8;
+    uint32_t const selector_lo = q | ((4 + q) << 8);  // byte q and byte q of word >> 4
+
+    float acc[kAccRegs];
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kAccRegs; ++r) {
+      acc[r] = 0.f;
+      cute::warpgroup_fence_operand(acc[r]);
+    }
+    uint32_t const weight_lane = weight_ring + row_lo * kWeightRowBytes;
+    // The pipeline. wgmma reads its A registers while it runs, and a register it reads may be
+    // rewritten only after a wait_group that retires it; the compiler keeps two chunks' A
+    // fragments in distinct registers only if the code says so. So chunks alternate between two
+    // fragment sets (the loop body twice): chunk i's four wgmmas are issued and committed, then
+    // wait_group 1 retires chunk i − 1's, whose set the next chunk is converted into while the
+    // tensor cores run chunk i; the next chunk's ring slot is waited for, and chunk
+    // i + Stages − 2 queued into the slot of chunk i − 2 (retired before the barrier), before
+    // that conversion.
+    int read_slot = 0, write_slot = kAhead;
+    constexpr int kSteps = kStepK / 16;
+    // Wait for chunk i's slot, queue chunk i + kAhead, convert chunk i's fragments into `a`.
+    auto load_chunk = [&](int i, uint32_t (&a)[kSteps][4]) {
+      cute::cp_async_wait<kAhead - 1>();
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async → wgmma's reads
+      __syncthreads();
+      if (i + kAhead < count) {
+        issue(write_slot);
+      }
+      cute::cp_async_fence();
+      write_slot = write_slot + 1 == kStages ? 0 : write_slot + 1;
+      uint32_t const weights = weight_lane + read_slot * kWeightStageBytes;
+      uint4 const lo0 = lds128(weights), lo1 = lds128(weights + 16);
+      uint4 const hi0 = lds128(weights + 8 * kWeightRowBytes);
+      uint4 const hi1 = lds128(weights + 8 * kWeightRowBytes + 16);
+      uint32_t const lo[8] = {lo0.x, lo0.y, lo0.z, lo0.w, lo1.x, lo1.y, lo1.z, lo1.w};
+      uint32_t const hi[8] = {hi0.x, hi0.y, hi0.z, hi0.w, hi1.x, hi1.y, hi1.z, hi1.w};
+      // this lane's rows' factors of the chunk's group, in both halves of a word
+      uint32_t const factor_slot = factor_ring + read_slot * kFactorStageBytes + row_lo * 2;
+      uint32_t const scale_lo = lds16(factor_slot) * 0x10001u;
+      uint32_t const scale_hi = lds16(factor_slot + 16) * 0x10001u;
+      uint32_t zero_lo = 0u, zero_hi = 0u;
+      if constexpr (kWithZero) {
+        zero_lo = lds16(factor_slot + kRows * 2) * 0x10001u;
+        zero_hi = lds16(factor_slot + kRows * 2 + 16) * 0x10001u;
+      }
+      read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kSteps; ++j) {
+        a[j][0] = dequant(lo[2 * j], selector_lo, scale_lo, zero_lo);
+        a[j][1] = dequant(hi[2 * j], selector_lo, scale_hi, zero_hi);
+        a[j][2] = dequant(lo[2 * j + 1], selector_lo, scale_lo, zero_lo);
+        a[j][3] = dequant(hi[2 * j + 1], selector_lo, scale_hi, zero_hi);
+      }
+    };
+    // Issue chunk i's wgmmas (its slot: the one before read_slot) and retire chunk i − 1's.
+    auto run_chunk = [&](uint32_t (&a)[kSteps][4]) {
+      int const slot = read_slot == 0 ? kStages - 1 : read_slot - 1;
+      uint64_t const desc = b_descriptor(act_ring + slot * kActStageBytes);
+      cute::warpgroup_arrive();  // the fragments were just written
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kSteps; ++j) {
+        mma(a[j], desc + 2 * j, acc, std::make_index_sequence<kAccRegs>{});  // + 32 bytes a step
+      }
+      cute::warpgroup_commit_batch();
+      cute::warpgroup_wait<1>();
+    };
+    uint32_t a_even[kSteps][4], a_odd[kSteps][4];
+    if (count > 0) {
+      load_chunk(0, a_even);
+    }
+    for (int i = 0; i < count; i += 2) {
+      run_chunk(a_even);
+      if (i + 1 < count) {
+        load_chunk(i + 1, a_odd);
+        run_chunk(a_odd);
+        if (i + 2 < count) {
+          load_chunk(i + 2, a_even);
+        }
+      }
+    }
+    cute::warpgroup_wait<0>();
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kAccRegs; ++r) {
+      cute::warpgroup_fence_operand(acc[r]);
+    }
+
+    // Register r of the accumulator: token tile r / 4, row lo (r % 4 < 2) or hi, token 2q or
+    // 2q + 1 of the tile.
+    ElementA const* bias = static_cast<ElementA const*>(p.bias);
+    ElementA* d = static_cast<ElementA*>(p.d);
+    auto store = [&](int r, float v) {
+      int const n = (r % 4 < 2) ? n_lo : n_hi;
+      int const token = t0 + 8 * (r / 4) + 2 * q + (r % 2);
+      if (n < p.n && token < p.m) {
+        if (bias != nullptr) {
+          v += static_cast<float>(bias[n]);
+        }
+        d[int64_t(token) * p.ldd + n] = ElementA(v);
+      }
+    };
+    if (splits == 1) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kAccRegs; ++r) {
+        store(r, acc[r]);
+      }
+      return;
+    }
+    cute::cp_async_wait<0>();
+    __syncthreads();  // every warpgroup's wgmmas are done: the ring becomes the partial sums
+    float* partial = reinterpret_cast<float*>(smem_raw + (smem - raw));
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kAccRegs; ++r) {
+      partial[r * kThreads + tid] = acc[r];
+    }
+    cluster_sync();  // every CTA's partial sums are written
+    int const r_begin = kAccRegs * rank / splits, r_end = kAccRegs * (rank + 1) / splits;
+    for (int r = r_begin; r < r_end; ++r) {
+      uint32_t const addr = smem + uint32_t(r * kThreads + tid) * 4u;
+      float v = 0.f;
+      for (int s = 0; s < splits; ++s) {  // rank order: bit-identical run to run
+        v += load_from_cta(addr, s);
+      }
+      store(r, v);
+    }
+    cluster_sync();  // no CTA leaves while another reads its shared memory
+  }
+};
+
+template <class Config>
+__global__ void __launch_bounds__(WgmmaMixedMm<Config>::kThreads, 1)
+    wgmma_mixed_mm_kernel(Params const params) {
+  extern __shared__ __align__(1024) char smem[];
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  pdl_wait();  // the activations may come from the previous kernel; its reads of our output
+  pdl_release();
+  WgmmaMixedMm<Config>::kernel_body(params, smem);
+#endif
+}
+
+// The K split: the cluster size (1 to 8) that leaves the fewest tiles' worth of work on the
+// busiest SM, ties to the smaller, with at least 4 chunks a CTA; `forced` > 1 (the
+// split_k_slices knob) wins, capped at 8 and at the chunks.
+inline int choose_splits(int64_t tiles, int chunks, int sms, int forced) {
+  int const most = chunks / 4 < 1 ? 1 : (chunks / 4 < kMaxSplits ? chunks / 4 : kMaxSplits);
+  if (forced > 1) {
+    return forced < chunks ? (forced < kMaxSplits ? forced : kMaxSplits) : chunks;
+  }
+  int best = 1;
+  double best_load = 1e30;
+  for (int s = 1; s <= most; ++s) {
+    int64_t const ctas = tiles * s;
+    double const load = double((ctas + sms - 1) / sms) / s;
+    if (load < best_load - 1e-9) {
+      best = s;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+template <class Config>
+int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char const* kernel_name) {
+  using K = WgmmaMixedMm<Config>;
+  auto const& a = *args;
+  int const valid = direct::check_args(a, K::kWithZero, kernel_name);
+  if (valid != GEMMGEN_OK) {
+    return valid;
+  }
+  int64_t const feature_tiles = (a.n + K::kRows - 1) / K::kRows;
+  int64_t const token_tiles = (a.m + K::kTokens - 1) / K::kTokens;
+  if (feature_tiles > 65535) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "N too large for the launch grid");
+  }
+  static std::atomic<bool> raised[detail::kMaxDevices] = {};
+  int const allowed =
+      allow_shared_memory_once(wgmma_mixed_mm_kernel<Config>, K::kSmemBytes, raised, kernel_name);
+  if (allowed != GEMMGEN_OK) {
+    return allowed;
+  }
+  int const sms = hardware_info().sm_count;
+  int const splits = choose_splits(feature_tiles * token_tiles,
+                                   static_cast<int>(a.k / K::kStepK), sms, a.split_k_slices);
+  dim3 const grid(static_cast<unsigned>(token_tiles), static_cast<unsigned>(feature_tiles),
+                  static_cast<unsigned>(splits));
+  bool const pdl = (a.launch_flags & GEMMGEN_LAUNCH_PDL) != 0;
+  cudaError_t launched = launch_clustered_maybe_pdl(
+      wgmma_mixed_mm_kernel<Config>, grid, dim3(K::kThreads), K::kSmemBytes,
+      static_cast<cudaStream_t>(stream), pdl, dim3(1, 1, splits), direct::make_params(a));
+  cudaError_t const last = cudaGetLastError();
+  launched = launched != cudaSuccess ? launched : last;
+  if (launched != cudaSuccess) {
+    return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
+  }
+  return GEMMGEN_OK;
+}
+
+}  // namespace gemmgen::mixed::wgmma
