@@ -11,6 +11,9 @@ For every M in --m and every weight shape (N, K) of the --models, on the same da
                  that also serves Ampere; here PTX JIT-compiled for Hopper), up to --sm80-max-m
   floor_i4       int4 weights + group-128 scales read once at the measured copy bandwidth
 It prints µs and the speed-ups over bf16 mm; writes results.md (+ --append-results to RESULTS.md).
+--kernels REGEX also times every built bf16 kernel whose name matches, forced (on the weight of
+its scheme: uint4b8, uint4 + zeros or int8 per channel), checked against the reference first: a
+side-by-side of configs in one run.
 
 NOTES (timing method): gemmgen.tuning.measure.gpu_time_us — a spin kernel hides the host, then a
 warm-up batch and 7 timed batches run back to back; the median per call. Every impl rotates
@@ -18,6 +21,7 @@ through its own pool of weight copies larger than twice the L2 (weights dominate
 small M), full-range random data. Outputs are checked against gemmgen.reference first.
 
     python benchmarks/bench_mixed_mm.py [--m 1 16 128] [--models llama3-8b] [--append-results]
+                                        [--kernels 'wgmma|_sk']
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
+import re
 import shlex
 import statistics
 import sys
@@ -54,7 +59,7 @@ def sm80_kernel(m: int, n: int, k: int):
     try:
         return gemmgen.dispatch.lookup("mixed_mm", arch="sm80", a_dtype=torch.bfloat16,
                                        weight_type="uint4b8", m=m, n=n, k=k).name
-    except GemmgenError:  # no sm80 mixed library in the build directory (or none serves it)
+    except (GemmgenError, ValueError):  # no sm80 mixed library built (or none serves it)
         return None
 
 
@@ -106,7 +111,22 @@ def pool_size(weight_bytes: int, l2: int) -> int:
     return max(2, min(32, math.ceil(2 * l2 / max(weight_bytes, 1)) + 1))
 
 
-def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float, sm80_max_m: int) -> list[dict]:
+# the pool a forced kernel runs on, by its scheme (spec.w, spec.scheme)
+FORCED_POOL = {("int4", "scale"): "gemmgen_i4", ("int4", "scale_zero"): "gemmgen_i4z",
+               ("int8", "scale"): "gemmgen_i8"}
+
+
+def forced_kernels(pattern: str | None) -> list:
+    """The built bf16 sm90a mixed_mm kernels whose names match `pattern` (none without one)."""
+    if not pattern:
+        return []
+    regex = re.compile(pattern)
+    return [k for k in gemmgen.list_kernels("mixed_mm")
+            if k.spec.a == "bf16" and k.spec.arch == "sm90a" and regex.search(k.name)]
+
+
+def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float, sm80_max_m: int,
+                forced: list = ()) -> list[dict]:
     rows = []
     base = {kind: make_weight(n, k, kind) for kind in ("i4", "i4z", "i8")}
     dense = dequantize(base["i4"]).to(torch.bfloat16).contiguous()  # [K, N]
@@ -144,6 +164,14 @@ def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float, sm80_m
             err = ((got - ref).norm() / ref.norm()).item()
             assert err < 2e-2, f"{sm80} n={n} k={k} m={m}: relative error {err:.2e}"
         row = {"n": n, "k": k, "m": m, "floor_i4": floor_us}
+        for kernel in forced:
+            pool = pools[FORCED_POOL[(kernel.spec.w, kernel.spec.scheme)]]
+            got = gemmgen.mixed_mm(a_pool[0], pool[0], kernel=kernel.name).float()
+            ref = reference.mixed_mm(a_pool[0], pool[0])
+            err = ((got - ref).norm() / ref.norm()).item()
+            assert err < 2e-2, f"{kernel.name} n={n} k={k} m={m}: relative error {err:.2e}"
+            row["kernel:" + kernel.name] = gpu_time_us(
+                impl_call("forced", pool, a_pool, out, kernel.name), len(pool) * len(a_pool))
         for impl in IMPLS:
             if impl == "sm80_i4" and sm80 is not None:
                 row[impl] = gpu_time_us(impl_call(impl, pools["gemmgen_i4"], a_pool, out, sm80),
@@ -155,6 +183,8 @@ def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float, sm80_m
         print(f"  n={n:6d} k={k:6d} m={m:5d}  " + "  ".join(
             f"{impl} {row[impl]:8.1f}" for impl in IMPLS if impl in row) + f"  floor {floor_us:7.1f} µs",
             flush=True)
+        for kernel in forced:
+            print(f"    {kernel.name} {row['kernel:' + kernel.name]:8.1f} µs", flush=True)
     return rows
 
 
@@ -183,6 +213,18 @@ def summary(rows: list[dict], ms: list[int], device: str) -> str:
                      f"{g['bf16_mm'] / g['tinygemm']:.2f} | {g['tinygemm'] / g['gemmgen_i4']:.2f} | "
                      f"{g['bf16_mm'] / g['gemmgen_i4z']:.2f} | {g['bf16_mm'] / g['gemmgen_i8']:.2f} | "
                      f"{_ratio(g['bf16_mm'], g['sm80_i4'])} |")
+    forced = sorted({key for r in rows for key in r if key.startswith("kernel:")})
+    if forced:
+        lines += ["", "Forced kernels, speed-up over bf16 `torch.mm` (geomean over the shapes):", "",
+                  "| kernel | " + " | ".join(f"M = {m}" for m in ms) + " |",
+                  "|---|" + "---:|" * len(ms)]
+        for key in forced:
+            cells = []
+            for m in ms:
+                sel = [r for r in rows if r["m"] == m]
+                cells.append(_ratio(geomean([r["bf16_mm"] for r in sel]),
+                                    geomean([r.get(key) for r in sel])))
+            lines.append(f"| `{key.removeprefix('kernel:')}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -194,6 +236,8 @@ def main(argv=None) -> int:
     p.add_argument("--append-results", action="store_true")
     p.add_argument("--sm80-max-m", type=int, default=256,
                    help="time the sm80 library up to this M (it re-reads weights per token block)")
+    p.add_argument("--kernels", default=None,
+                   help="also time every built bf16 sm90a kernel whose name matches this regex, forced")
     args = p.parse_args(argv)
     torch.manual_seed(0)
     device = torch.cuda.get_device_name()
@@ -203,7 +247,8 @@ def main(argv=None) -> int:
     rows = []
     for model in args.models:
         for n, k in MODELS[model]:
-            rows += bench_shape(n, k, args.m, l2, bandwidth, args.sm80_max_m)
+            rows += bench_shape(n, k, args.m, l2, bandwidth, args.sm80_max_m,
+                                forced_kernels(args.kernels))
     text = summary(rows, args.m, device) + f"\nCopy bandwidth measured in the run: {bandwidth / 1e12:.2f} TB/s.\n"
     print(text)
     out = Path(args.out_dir)
