@@ -24,7 +24,7 @@
  * subtracts B + 8 (stored, exact) and one packed multiply or FMA applies the group's scale (and
  * the packed zero term −scale·(zero − 8)), rounded once to 16 bits as CUTLASS's mixed-input
  * kernels do. The group's factors travel with the chunk (a cp.async of the CTA's rows into the
- * ring slot), so the loop has no global load.
+ * ring slot), so the loop has no global load; this needs N a multiple of 8 (as the op does).
  *
  * Pipeline. wgmma reads its A registers while it runs: a register it reads may be rewritten only
  * after a wait_group retires it (ptxas does not check this across loop iterations: one register
@@ -243,22 +243,17 @@ struct WgmmaMixedMm {
       a_dst[j] = row * kActRowBytes + ((seg ^ (row & 7)) * 16);
     }
     // The factors' copy of this thread (threads below kFactorSegs): 8 rows of the scales or the
-    // zero terms of the chunk's group. 16-byte copies need N a multiple of 8 and 16-byte aligned
-    // factors (rows past N zero-filled by byte count); otherwise each of the first kRows (or
-    // 2·kRows) threads loads one value and stores it (a correctness path, its latency exposed).
+    // zero terms of the chunk's group (run() checked that N is a multiple of 8 and the factors
+    // 16-byte aligned; a segment past N is zero-filled).
     int const chunks_per_group = p.group / kStepK;
     bool const f_zero = kWithZero && tid >= kFactorSegs / (kWithZero ? 2 : 1);
     int const f_row = (tid % (kRows / 8)) * 8;  // first of the segment's rows
     int issue_group = c_begin / chunks_per_group;  // the group of the next chunk to queue
     int issue_group_left = chunks_per_group - (c_begin - issue_group * chunks_per_group);
-    uint16_t const* f_src = static_cast<uint16_t const*>(f_zero ? p.zero : p.scale) + n0 + f_row;
-    uint32_t const f_bytes = n0 + f_row >= p.n ? 0u : (p.n - n0 - f_row >= 8 ? 16u : uint32_t(p.n - n0 - f_row) * 2u);
+    bool const f_ok = n0 + f_row < p.n;
+    uint16_t const* f_src = static_cast<uint16_t const*>(f_zero ? p.zero : p.scale) +
+                            (f_ok ? int64_t(issue_group) * p.n + n0 + f_row : 0);
     uint32_t const f_dst = (f_zero ? kRows * 2 : 0) + f_row * 2;
-    if (f_bytes) {
-      f_src += int64_t(issue_group) * p.n;  // (a row past N is never read)
-    }
-    bool const aligned_factors = p.n % 8 == 0 && reinterpret_cast<uintptr_t>(p.scale) % 16 == 0 &&
-                                 reinterpret_cast<uintptr_t>(p.zero) % 16 == 0;
     // Queue the next chunk's copies into ring slot `slot` (the sources advance a chunk a call).
     auto issue = [&](int slot) {
       cp_async16(weight_ring + slot * kWeightStageBytes + w_dst, w_src, w_ok ? 16u : 0u);
@@ -270,24 +265,13 @@ struct WgmmaMixedMm {
         }
         a_src[j] += kActRowBytes;
       }
-      uint32_t const factor_slot = factor_ring + slot * kFactorStageBytes;
-      if (aligned_factors) {
-        if (tid < kFactorSegs) {
-          cp_async16(factor_slot + f_dst, f_src, f_bytes);
-        }
-      } else if (tid < kRows * (kWithZero ? 2 : 1)) {
-        int const row = tid % kRows;
-        bool const is_zero = kWithZero && tid >= kRows;
-        uint16_t const* src = static_cast<uint16_t const*>(is_zero ? p.zero : p.scale);
-        uint16_t const v = n0 + row < p.n ? src[int64_t(issue_group) * p.n + n0 + row] : uint16_t(0);
-        asm volatile("st.shared.u16 [%0], %1;" ::"r"(factor_slot + (is_zero ? kRows * 2 : 0) + row * 2),
-                     "h"(v)
-                     : "memory");
+      if (tid < kFactorSegs) {
+        cp_async16(factor_ring + slot * kFactorStageBytes + f_dst, f_src, f_ok ? 16u : 0u);
       }
       if (--issue_group_left == 0) {
         ++issue_group;
         issue_group_left = chunks_per_group;
-        if (f_bytes) {
+        if (f_ok) {
           f_src += p.n;
         }
       }
@@ -469,6 +453,12 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
   int const valid = direct::check_args(a, K::kWithZero, kernel_name);
   if (valid != GEMMGEN_OK) {
     return valid;
+  }
+  auto aligned = [](void const* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  if (a.n % 8 != 0 || !aligned(a.scale) || (K::kWithZero && !aligned(a.zero))) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "needs N a multiple of 8 and 16-byte aligned scales and zero terms (16-byte "
+                "copies of 8 rows' factors)");
   }
   int64_t const feature_tiles = (a.n + K::kRows - 1) / K::kRows;
   int64_t const token_tiles = (a.m + K::kTokens - 1) / K::kTokens;
