@@ -71,8 +71,8 @@ def test_own_kernels_are_deterministic_and_stay_in_bounds(built_mixed_kernel):
     """The family's own kernels add their K split's partial sums in a fixed order (the direct
     kernel its warps', the wgmma kernel its cluster's CTAs'): two runs are bit-identical. K = 64
     (fewer chunks than warps; no split), M past several token blocks (the wgmma kernel splits K
-    over 7 CTAs there), and an output view inside a NaN-filled buffer: nothing outside the view
-    is written."""
+    over an 8-CTA cluster there), and an output view inside a NaN-filled buffer: nothing outside
+    the view is written."""
     spec = built_mixed_kernel.spec
     if not spec.config.is_own:
         pytest.skip("a CUTLASS kernel")

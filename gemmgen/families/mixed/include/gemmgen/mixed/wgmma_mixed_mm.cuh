@@ -36,11 +36,12 @@
  * chunk i − 2, retired by then in every warpgroup.
  *
  * Measured (H100, benchmarks/RESULTS.md, session 12): correct and deterministic, but not yet
- * faster than what dispatch has: 1.15-1.3x bf16 mm at 16-64 tokens with 32-64 tokens a tile
- * (CUTLASS stream-K 1.28x at 64; the direct kernel 2.3x at 16), 0.8x at 128. ncu at 64 tokens
- * (28672 x 4096, no split): an instruction issued on 55% of cycles, the tensor pipe 38% busy,
- * ~185 instructions a warp and chunk (84 of them converting); 136+ registers at 128 tokens a
- * tile leave one CTA an SM.
+ * faster than what dispatch has: 1.26x bf16 mm at 32-64 tokens with [128, 64] tiles, 1.52x at 32
+ * with [128, 32] (CUTLASS stream-K 1.28x at 64; the direct kernel 1.83x at 32, 2.3x at 16); the
+ * best K split per shape (the tuner's split knob) would make [128, 64] 1.41x at 64. ncu at 64
+ * tokens (28672 x 4096, no split): an instruction issued on 55% of cycles, the tensor pipe 38%
+ * busy, ~185 instructions a warp and chunk (84 of them converting); 136+ registers at 128
+ * tokens a tile leave one CTA an SM.
  *
  * K split. Few feature tiles (N = 4096 makes 32 of 128 features) would leave most SMs idle, so
  * the K range is split over the CTAs of a thread-block cluster (1, 1, S), S chosen at launch for
@@ -425,25 +426,18 @@ __global__ void __launch_bounds__(WgmmaMixedMm<Config>::kThreads, 1)
 #endif
 }
 
-// The K split: the cluster size (1 to 8) that leaves the fewest tiles' worth of work on the
-// busiest SM, ties to the smaller, with at least 4 chunks a CTA; `forced` > 1 (the
-// split_k_slices knob) wins, capped at 8 and at the chunks.
+// The K split: the fewest CTAs of a cluster (1 to 8) that give every SM a tile's share of work
+// (tiles × S ≥ SMs), with at least 4 chunks a CTA; `forced` > 1 (the split_k_slices knob) wins,
+// capped at 8 and at the chunks. (Balancing the busiest SM's tiles over every S instead chose
+// 5-7 on shapes with more tiles than SMs, where two CTAs an SM already overlap: measured up to
+// 1.7x slower than no split on the H100.)
 inline int choose_splits(int64_t tiles, int chunks, int sms, int forced) {
   int const most = chunks / 4 < 1 ? 1 : (chunks / 4 < kMaxSplits ? chunks / 4 : kMaxSplits);
   if (forced > 1) {
     return forced < chunks ? (forced < kMaxSplits ? forced : kMaxSplits) : chunks;
   }
-  int best = 1;
-  double best_load = 1e30;
-  for (int s = 1; s <= most; ++s) {
-    int64_t const ctas = tiles * s;
-    double const load = double((ctas + sms - 1) / sms) / s;
-    if (load < best_load - 1e-9) {
-      best = s;
-      best_load = load;
-    }
-  }
-  return best;
+  int64_t const wanted = (sms + tiles - 1) / tiles;
+  return static_cast<int>(wanted < most ? wanted : most);
 }
 
 template <class Config>
