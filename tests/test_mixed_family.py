@@ -254,6 +254,9 @@ def test_wgmma_config_renders(tmp_path):
     ("tile: [128, 64, 64], schedule: wgmma, stages: 5", "tile: [128, 256, 64], schedule: wgmma, stages: 8",
      "stages", "over the limit of"),
     ("arch: sm90a", "arch: sm80", "schedule", "needs sm90a; this library is sm80"),
+    # the factors' ring counts: 8 stages of [128, 192] fit with scales alone, not with zero points
+    ("tile: [128, 64, 64], schedule: wgmma, stages: 5", "tile: [128, 192, 64], schedule: wgmma, stages: 8",
+     "stages", r"\(scale_zero\) need 234496 bytes"),
 ])
 def test_wgmma_config_errors(tmp_path, old, new, key, message):
     _edit_and_expand(tmp_path, WGMMA_MANIFEST, old, new, key, message)

@@ -169,12 +169,14 @@ def check_direct(config: MixedTileConfig, variants: tuple[Variant, ...], arch: s
     return problems
 
 
-def wgmma_smem_bytes(config: MixedTileConfig) -> int:
+def wgmma_smem_bytes(config: MixedTileConfig, with_zero: bool) -> int:
     """The wgmma kernel's dynamic shared memory (mirrors WgmmaMixedMm::kSmemBytes): a ring of
-    `stages` chunks of the CTA's int4 weight rows and tokens (the partial sums of the K split
-    reuse it), and 1024 bytes to align it to the swizzle's period."""
+    `stages` chunks of the CTA's tokens, int4 weight rows and group factors (scales, and zero
+    terms with zero points; the partial sums of the K split reuse it), and 1024 bytes to align it
+    to the swizzle's period."""
     tm, tn, tk = config.tile
-    ring = config.wgmma_stages * (tn * tk * 2 + tm * tk // 2)
+    factors = tm * 2 * (2 if with_zero else 1)
+    ring = config.wgmma_stages * (tn * tk * 2 + tm * tk // 2 + factors)
     partial = tn // 2 * (2 * tm) * 4
     return max(ring, partial) + 1024
 
@@ -206,11 +208,14 @@ def check_wgmma(config: MixedTileConfig, variants: tuple[Variant, ...], arch: st
     if any(w != "int4" for _, w, _ in variants):
         problems.append(("schedule", "the wgmma kernel reads int4 weights only; this family "
                                      "has int8 weights"))
-    if not problems and wgmma_smem_bytes(config) > sm90_schema.SMEM_LIMIT_BYTES:
-        problems.append(("stages", f"{config.wgmma_stages} stages of the wgmma tile "
-                                   f"{'x'.join(map(str, config.tile))} need "
-                                   f"{wgmma_smem_bytes(config)} bytes of shared memory, over the "
-                                   f"limit of {sm90_schema.SMEM_LIMIT_BYTES}"))
+    for scheme in sorted({scheme for _, _, scheme in variants}) if not problems else ():
+        smem = wgmma_smem_bytes(config, scheme == "scale_zero")
+        if smem > sm90_schema.SMEM_LIMIT_BYTES:
+            problems.append(("stages", f"{config.wgmma_stages} stages of the wgmma tile "
+                                       f"{'x'.join(map(str, config.tile))} ({scheme}) need {smem} "
+                                       "bytes of shared memory, over the limit of "
+                                       f"{sm90_schema.SMEM_LIMIT_BYTES}"))
+            break
     return problems
 
 

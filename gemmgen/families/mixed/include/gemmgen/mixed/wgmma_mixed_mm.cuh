@@ -17,11 +17,12 @@
  *
  * Registers. wgmma's A fragment gives lane (g, q) of warp w rows 16w+g and 16w+g+8 and, per 16-K
  * step j, k = 16j+2q, 16j+2q+1 (a byte of the packed row) and k+8, k+9 (the byte 4 further). The
- * lane reads its two rows' 32 bytes of the chunk (four 16-byte loads) and one byte permute per
+ * lane reads its two rows' 32 bytes each of the chunk (four 16-byte loads) and one byte permute per
  * register picks byte q of a word and puts its nibbles in bits 0-3 and 16-19 (the permute the
  * direct kernel needs anyway, so the gather is free); one LOP3 puts them under the exponent of
- * 128 (bf16) or 1024 (fp16), XOR-ing each with 8: B + 8 + stored, exact; one packed FMA
- * subtracts B + 8 (stored, exact) and one packed multiply or FMA applies the group's scale (and
+ * 128 (bf16) or 1024 (fp16), XOR-ing each with 8: B + 8 + stored, exact; one packed FMA (bf16)
+ * or subtraction (fp16) takes B + 8 off (stored, exact) and one packed multiply or FMA applies
+ * the group's scale (and
  * the packed zero term −scale·(zero − 8)), rounded once to 16 bits as CUTLASS's mixed-input
  * kernels do. The group's factors travel with the chunk (a cp.async of the CTA's rows into the
  * ring slot), so the loop has no global load; this needs N a multiple of 8 (as the op does).
@@ -31,9 +32,9 @@
  * set rewritten while the last chunk's wgmmas ran gave wrong sums, more often with wider tiles).
  * So chunks alternate between two fragment sets, the loop body written twice: chunk i's four
  * wgmmas are issued as one group, wait_group 1 retires chunk i − 1's, and the next chunk is
- * converted into that set while the tensor cores run chunk i. The next chunk's slot is waited
- * for (cp.async, proxy fence, barrier) before, and chunk i + Stages − 2 queued into the slot of
- * chunk i − 2, retired by then in every warpgroup.
+ * converted into that set while the tensor cores run chunk i. Before that conversion, chunk
+ * i + 1's slot is waited for (cp.async, proxy fence, barrier) and chunk i + Stages − 1 queued
+ * into the slot of chunk i − 1, retired by then in every warpgroup.
  *
  * Measured (H100, benchmarks/RESULTS.md, session 12): correct and deterministic, but not yet
  * faster than what dispatch has: 1.26x bf16 mm at 32-64 tokens with [128, 64] tiles, 1.52x at 32
@@ -302,9 +303,8 @@ struct WgmmaMixedMm {
     // fragments in distinct registers only if the code says so. So chunks alternate between two
     // fragment sets (the loop body twice): chunk i's four wgmmas are issued and committed, then
     // wait_group 1 retires chunk i − 1's, whose set the next chunk is converted into while the
-    // tensor cores run chunk i; the next chunk's ring slot is waited for, and chunk
-    // i + Stages − 2 queued into the slot of chunk i − 2 (retired before the barrier), before
-    // that conversion.
+    // tensor cores run chunk i; before that conversion, chunk i + 1's ring slot is waited for
+    // and chunk i + Stages − 1 queued into the slot of chunk i − 1 (retired before the barrier).
     int read_slot = 0, write_slot = kAhead;
     constexpr int kSteps = kStepK / 16;
     // Wait for chunk i's slot, queue chunk i + kAhead, convert chunk i's fragments into `a`.
@@ -434,7 +434,8 @@ __global__ void __launch_bounds__(WgmmaMixedMm<Config>::kThreads, 1)
 inline int choose_splits(int64_t tiles, int chunks, int sms, int forced) {
   int const most = chunks / 4 < 1 ? 1 : (chunks / 4 < kMaxSplits ? chunks / 4 : kMaxSplits);
   if (forced > 1) {
-    return forced < chunks ? (forced < kMaxSplits ? forced : kMaxSplits) : chunks;
+    int const capped = forced < kMaxSplits ? forced : kMaxSplits;
+    return capped < chunks ? capped : chunks;
   }
   int64_t const wanted = (sms + tiles - 1) / tiles;
   return static_cast<int>(wanted < most ? wanted : most);
