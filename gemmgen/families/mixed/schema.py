@@ -181,6 +181,13 @@ def wgmma_smem_bytes(config: MixedTileConfig, with_zero: bool) -> int:
     return max(ring, partial) + 1024
 
 
+def direct_only_key_problems(config: MixedTileConfig) -> list[tuple[str, str]]:
+    """The direct kernel's keys set on a config of another schedule."""
+    return [(key, f"{key} belongs to schedule direct; got schedule {config.schedule!r}")
+            for key, unset in (("warps_k", 0), ("ctas_per_sm", 0), ("rows_per_warp", 16))
+            if getattr(config, key) != unset]
+
+
 def check_wgmma(config: MixedTileConfig, variants: tuple[Variant, ...], arch: str
                 ) -> list[tuple[str, str]]:
     tm, tn, tk = config.tile
@@ -202,9 +209,7 @@ def check_wgmma(config: MixedTileConfig, variants: tuple[Variant, ...], arch: st
     if config.tile_scheduler != "persistent":
         problems.append(("tile_scheduler", "the wgmma kernel has no tile scheduler: leave "
                                            f"tile_scheduler out; got {config.tile_scheduler!r}"))
-    for key, unset in (("warps_k", 0), ("ctas_per_sm", 0), ("rows_per_warp", 16)):
-        if getattr(config, key) != unset:
-            problems.append((key, f"{key} belongs to schedule direct; got schedule wgmma"))
+    problems += direct_only_key_problems(config)
     if any(w != "int4" for _, w, _ in variants):
         problems.append(("schedule", "the wgmma kernel reads int4 weights only; this family "
                                      "has int8 weights"))
@@ -228,9 +233,8 @@ def check_config(config: MixedTileConfig, variants: tuple[Variant, ...], arch: s
     if arch == "sm80":
         return [("schedule", "an sm80 mixed library has the direct kernel only (schedule: "
                              f"direct); got {config.schedule!r}")]
-    for key, unset in (("warps_k", 0), ("ctas_per_sm", 0), ("rows_per_warp", 16)):
-        if getattr(config, key) != unset:
-            return [(key, f"{key} belongs to schedule direct; got schedule {config.schedule!r}")]
+    if misplaced := direct_only_key_problems(config):
+        return misplaced[:1]
     tk = config.tile[2]
     problems = sm90_schema.tile_mn_problems(config.tile, " (over the weight's N)", " (over tokens)")
     if tk != TILE_K:

@@ -134,6 +134,28 @@ inline int check_args(gemmgen_mixed_mm_args const& a, bool with_zero, char const
   return GEMMGEN_OK;
 }
 
+// Shared memory by 32-bit address (no generic-to-shared conversion in a loop); the family's own
+// kernels (this one and wgmma_mixed_mm.cuh) share these.
+__device__ __forceinline__ void cp_async16(uint32_t dst, void const* src, uint32_t src_bytes) {
+  // src_bytes 16, or 0: zero-fill (nothing is read)
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ uint2 lds64(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
 template <class Config>
 struct DirectMixedMm {
   using ElementA = typename Config::ElementA;
@@ -188,27 +210,6 @@ struct DirectMixedMm {
   static constexpr int kActCopies = (kActSegs + kGroupThreads - 1) / kGroupThreads;
   static_assert(kRows * kSegsPerRow % 32 == 0 && 32 % kSegsPerRow == 0);
   static_assert(kGroupThreads % kActSegsPerRow == 0);  // a thread's copies are all of one step
-
-  // Shared memory by 32-bit address (no generic-to-shared conversion in the loop).
-  static __device__ void cp_async16(uint32_t dst, void const* src, uint32_t src_bytes) {
-    // src_bytes 16, or 0: zero-fill (nothing is read)
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-  }
-  static __device__ uint2 lds64(uint32_t addr) {
-    uint2 v;
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
-    return v;
-  }
-  static __device__ uint4 lds128(uint32_t addr) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(addr)
-                 : "memory");
-    return v;
-  }
 
   // This thread's share of every chunk's copies, computed once: a global source at chunk
   // c_begin that advances by one chunk of K per chunk, a destination offset in the ring slot,

@@ -72,6 +72,8 @@
 
 namespace gemmgen::mixed::wgmma {
 
+using direct::cp_async16;
+using direct::lds128;
 using direct::Params;
 
 template <class ElementA_, class ElementW_, bool WithZero_, int WarpGroups_, int Tokens_,
@@ -134,22 +136,9 @@ struct WgmmaMixedMm {
   static constexpr uint32_t kMagic = kIsBf16 ? 0x43084308u : 0x64086408u;
   static constexpr uint32_t kOnes = kIsBf16 ? 0x3F803F80u : 0x3C003C00u;
 
-  static __device__ void cp_async16(uint32_t dst, void const* src, uint32_t src_bytes) {
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-  }
   static __device__ uint32_t lds16(uint32_t addr) {
     uint16_t v;
     asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr) : "memory");
-    return v;
-  }
-  static __device__ uint4 lds128(uint32_t addr) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(addr)
-                 : "memory");
     return v;
   }
 
