@@ -87,7 +87,7 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4, A8W4G}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 23
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 27
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
@@ -97,25 +97,28 @@ def test_shipped_manifest_expands_to_every_variant():
                                                  "large_fused", "wide_fused", "stream",
                                                  "stream_wide")} | {
         ("e4m3", "e4m3", "channel", c) for c in ("decode", "small", "mid", "small_fused", "mid_fused")} | {
-        ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "stream", "stream_wide")} | {
-        ("int8", "int4", "group", c) for c in ("stream", "stream_wide", "stream32", "stream64")}
+        ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "stream", "stream_wide",
+                                                 "small_wgmma", "mid_wgmma")} | {
+        ("int8", "int4", "group", c) for c in ("stream", "stream_wide", "stream32", "wgmma16",
+                                               "wgmma32", "wgmma64")}
     # fused kernels: A8W8 only, never swap-AB, fp32 S; each has an unfused twin of its tile
     fused = [k for k in kernels if k.config.fused]
     assert {k.origin.config for k in fused} == {"mid_fused", "large_fused", "wide_fused", "small_fused"}
     assert len(fused) == 5 and all(k.name.endswith("_fused") for k in fused)
     assert all(k.w != "int4" and not k.config.swap_ab and k.c == "fp32" for k in fused)
     # A8W4 kernels, and only they, are named `_i8w4_` (per group `_i8w4g_`); every one is swap-AB
-    # or direct; per-group kernels are direct
+    # or the family's own (direct, wgmma); per-group kernels are the family's own
     assert {k.name for k in kernels if "_i8w4_" in k.name} == {
         k.name for k in kernels if k.w == "int4" and k.scales == "channel"}
     assert {k.name for k in kernels if "_i8w4g_" in k.name} == {k.name for k in kernels if k.scales == "group"}
-    assert all(k.config.swap_ab != k.config.is_direct for k in kernels if k.w == "int4")
-    assert all(k.config.is_direct for k in kernels if k.scales == "group")
-    assert all(k.x == "int8" for k in kernels if k.config.is_direct)
+    assert all(k.config.swap_ab != k.config.is_own for k in kernels if k.w == "int4")
+    assert all(k.config.is_own for k in kernels if k.scales == "group")
+    assert all(k.x == "int8" for k in kernels if k.config.is_own)
+    assert all(k.w == "int4" for k in kernels if k.config.is_wgmma)
     assert all(k.d == k.x for k in kernels)  # q is always x's type, int8 for A8W4
     # the defaults the shipped manifest relies on: fp32 intermediate, stages auto (CUTLASS)
     assert all(k.c == "fp32" for k in kernels)
-    assert all(k.config.stages == 0 for k in kernels if not k.config.is_direct)
+    assert all(k.config.stages == 0 for k in kernels if not k.config.is_own)
     assert "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t64x8x128_direct_wk2_s4" in names
     assert "sm90a_grouped_matmul_swiglu_quant_i8_f32_t128x16x128_c1x1x1_pp_sauto_swap" in names
     assert "sm90a_grouped_matmul_swiglu_quant_i8w4_f32_t128x16x128_c1x1x1_pp_sauto_swap" in names
@@ -272,6 +275,89 @@ def test_block_dtypes_mapping_errors_name_their_line(tmp_path, old, new, key, ne
     assert (info.value.file, info.value.key, info.value.line) == (str(path), key, _line(text, needle))
 
 
+# ------------------------------------------------------------------------------- wgmma configs
+
+_WGMMA_MANIFEST = MANIFEST.replace("dtypes: [e4m3]", "dtypes: [{x: int8, w: int4}]").replace(
+    """        tile: [128, 128, 128]
+        cluster: [1, 1, 1]
+        schedule: cooperative
+        intermediate: bf16
+""", """        tile: [128, 64, 128]
+        schedule: wgmma
+""")
+_WGMMA_KERNEL = "sm90a_grouped_matmul_swiglu_quant_i8w4_f32_t128x64x128_wgmma_s4"
+_WGMMA_GROUP_KERNEL = "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t128x64x128_wgmma_s4"
+
+
+@pytest.mark.parametrize("scales,per_group", [("", "false"), (", scales: group", "true")])
+def test_wgmma_config_renders(tmp_path, scales, per_group):
+    """schedule: wgmma (A8W4, per channel or per group): named `_wgmma_s<stages>` (auto 4),
+    rendered as a WgmmaConfig run through WgmmaSwigluQuant, without the CUTLASS headers."""
+    text = _WGMMA_MANIFEST.replace("w: int4}", f"w: int4{scales}}}")
+    manifest = load_manifest(_write(tmp_path, text))
+    (kernel,) = expand(manifest)
+    assert kernel.name == (_WGMMA_GROUP_KERNEL if scales else _WGMMA_KERNEL)
+    assert kernel.config.is_wgmma and kernel.config.is_own and not kernel.config.is_direct
+    (unit,) = render_kernel_sources(manifest, [kernel])
+    assert ("gemmgen::moe::wgmma::WgmmaConfig<cutlass::int4b_t, /*per_group=*/" + per_group +
+            ", /*warp_groups=*/2, /*tokens=*/64, /*stages=*/4> {};") in unit.source
+    assert "gemmgen::moe::wgmma::WgmmaSwigluQuant<Config0>::run(" in unit.source
+    assert '#include "gemmgen/moe/wgmma_grouped_gemm.cuh"' in unit.source
+    assert "sm90_grouped_swiglu_quant.hpp" not in unit.source
+    assert "wgmma (int4 -> int8 in registers): int8 x int4" in unit.source
+    assert FAMILY.config_fields(manifest.families[0].configs[0]) == {
+        "tile": [128, 64, 128], "schedule": "wgmma", "stages": "auto", "intermediate": "fp32"}
+
+
+@pytest.mark.parametrize("old,new,key,message", [
+    ("tile: [128, 64, 128]", "tile: [128, 48, 128]", "tile",
+     r"the wgmma kernel's tile is \[64 or 128 features .* tokens \(16, 32, 64, 96, 128: the int8 "
+     r"wgmma's N\), 128\]; got \[128, 48, 128\]"),
+    ("tile: [128, 64, 128]", "tile: [256, 64, 128]", "tile", "got \\[256, 64, 128\\]"),
+    ("tile: [128, 64, 128]", "tile: [128, 64, 256]", "tile", "got \\[128, 64, 256\\]"),
+    ("w: int4}", "w: int4, scales: group}", None, None),  # valid: per group at 64 tokens
+    ("tile: [128, 64, 128]", "tile: [128, 128, 128]", None, None),  # valid per channel
+    ("schedule: wgmma", "schedule: wgmma\n        stages: 2", "stages",
+     r"the wgmma kernel's ring holds 3 to 8 chunks \(auto: 4\); got 2"),
+    ("schedule: wgmma", "schedule: wgmma\n        stages: 9", "stages", "got 9"),
+    ("schedule: wgmma", "schedule: wgmma\n        cluster: [1, 2, 1]", "cluster",
+     "the wgmma kernel has no clusters"),
+    ("schedule: wgmma", "schedule: wgmma\n        swap_ab: true", "swap_ab",
+     r"not with schedule wgmma \(the weight is the wgmma's A by design\)"),
+    ("schedule: wgmma", "schedule: wgmma\n        fused: true", "fused", "not with schedule wgmma"),
+    ("schedule: wgmma", "schedule: wgmma\n        warps_k: 2", "warps_k",
+     "warps_k belongs to schedule direct"),
+    ("schedule: wgmma", "schedule: wgmma\n        intermediate: bf16", "intermediate",
+     "fp32 for schedule wgmma"),
+    ("schedule: wgmma", "schedule: wgmma\n        raster: along_m", "raster",
+     "the wgmma kernel has no tile scheduler, so no raster"),
+    ("dtypes: [{x: int8, w: int4}]", "dtypes: [int8]", "schedule",
+     r"the wgmma kernel serves A8W4 \(x: int8, w: int4\) only; this family lists \(int8, int8\)"),
+])
+def test_wgmma_config_errors(tmp_path, old, new, key, message):
+    text = _WGMMA_MANIFEST
+    assert text.count(old) == 1
+    text = text.replace(old, new)
+    path = _write(tmp_path, text)
+    if key is None:
+        assert len(expand(load_manifest(path))) == 1
+        return
+    with pytest.raises(ManifestError, match=message) as info:
+        expand(load_manifest(path))
+    assert (info.value.file, info.value.key) == (str(path), key)
+
+
+def test_wgmma_per_group_tile_n_at_most_64(tmp_path):
+    """Per group the wgmma kernel holds a float32 sum beside its accumulators: tile N 128 is
+    refused there (and allowed per channel, above)."""
+    text = _WGMMA_MANIFEST.replace("w: int4}", "w: int4, scales: group}").replace(
+        "tile: [128, 64, 128]", "tile: [128, 128, 128]")
+    with pytest.raises(ManifestError, match="with per-group scales the wgmma kernel's tile N is "
+                                            "at most 64 .*; got 128") as info:
+        expand(load_manifest(_write(tmp_path, text)))
+    assert info.value.key == "tile"
+
+
 # ------------------------------------------------------------------------------- rendering
 
 def test_render_names_the_manifest_entry_and_checks_the_arch(tmp_path):
@@ -304,6 +390,16 @@ def test_render_shipped_manifest_spells_every_variant():
     element = {"int8": "int8_t", "e4m3": "cutlass::float_e4m3_t", "int4": "cutlass::int4b_t"}
     for unit in units:
         (k,) = unit.kernels
+        if k.config.is_wgmma:
+            c = k.config
+            assert (f"gemmgen::moe::wgmma::WgmmaConfig<{element[k.w]}, /*per_group=*/"
+                    f"{'true' if k.scales == 'group' else 'false'}, /*warp_groups=*/{c.tile[0] // 64}, "
+                    f"/*tokens=*/{c.tile[1]}, /*stages=*/{c.wgmma_stages}> {{}};") in unit.source
+            assert '#include "gemmgen/moe/wgmma_grouped_gemm.cuh"' in unit.source
+            assert "sm90_grouped_swiglu_quant.hpp" not in unit.source
+            assert "gemmgen::moe::wgmma::WgmmaSwigluQuant<Config0>::run(" in unit.source
+            assert f"family '{k.origin.family}', config '{k.origin.config}'" in unit.source
+            continue
         if k.config.is_direct:
             c = k.config
             assert (f"gemmgen::moe::direct::DirectConfig<{element[k.w]}, /*warps_n=*/{c.tile[0] // 16}, "
@@ -452,8 +548,8 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "mid_fused", "large",
                                       "wide_fused"]),
     "moe_e4m3": (E4M3, FP8, 8, False, ["decode", "small", "small_fused", "mid_fused"]),
-    "moe_a8w4": (A8W4, INT8, 4, False, ["stream_wide", "stream", "small", "mid"]),
-    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["stream", "stream32", "stream64"]),
+    "moe_a8w4": (A8W4, INT8, 4, False, ["stream_wide", "stream", "small_wgmma", "small", "mid"]),
+    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["stream", "wgmma16", "wgmma32", "wgmma64"]),
 }
 
 
@@ -471,15 +567,20 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     ("moe_e4m3", 4096, 16, "decode"), ("moe_e4m3", 4096, 17, "small_fused"), ("moe_e4m3", 4096, 64, "small_fused"),
     ("moe_e4m3", 4096, 65, "mid_fused"), ("moe_e4m3", 4096, 100_000, "mid_fused"),
     ("moe_e4m3", 8192, 17, "small"), ("moe_e4m3", 28672, 100_000, "small"), ("moe_e4m3", 28672, 3, "decode"),
-    # A8W4: <= 8 direct (stream_wide at N >= 8192), <= 32 small, else mid (no large tile)
+    # A8W4: <= 8 direct (stream_wide at N >= 8192), <= 32 small (the wgmma kernel at N >= 8192),
+    # else mid (no large tile)
     ("moe_a8w4", 4096, 1, "stream"), ("moe_a8w4", 4096, 8, "stream"), ("moe_a8w4", 28672, 8, "stream_wide"),
     ("moe_a8w4", 4096, 9, "small"), ("moe_a8w4", 4096, 32, "small"), ("moe_a8w4", 4096, 33, "mid"),
+    ("moe_a8w4", 8192, 9, "small_wgmma"), ("moe_a8w4", 28672, 32, "small_wgmma"),
     ("moe_a8w4", 4096, 129, "mid"), ("moe_a8w4", 4096, 100_000, "mid"), ("moe_a8w4", 8192, 65, "mid"),
     ("moe_a8w4", 28672, 100_000, "mid"),
-    # A8W4 per group: direct kernels only, wider row tiles as tokens grow (64x8 at any N)
-    ("moe_a8w4_group", 4096, 1, "stream"), ("moe_a8w4_group", 28672, 8, "stream"),
-    ("moe_a8w4_group", 4096, 9, "stream32"), ("moe_a8w4_group", 28672, 32, "stream32"),
-    ("moe_a8w4_group", 4096, 33, "stream64"), ("moe_a8w4_group", 1536, 100_000, "stream64")])
+    # A8W4 per group: the direct kernel at <= 2 tokens an expert below N = 8192, then the wgmma
+    # kernel with wider row tiles as tokens grow
+    ("moe_a8w4_group", 4096, 1, "stream"), ("moe_a8w4_group", 1536, 2, "stream"),
+    ("moe_a8w4_group", 28672, 1, "wgmma16"), ("moe_a8w4_group", 4096, 3, "wgmma16"),
+    ("moe_a8w4_group", 4096, 8, "wgmma16"), ("moe_a8w4_group", 4096, 9, "wgmma32"),
+    ("moe_a8w4_group", 28672, 32, "wgmma32"), ("moe_a8w4_group", 4096, 33, "wgmma64"),
+    ("moe_a8w4_group", 1536, 100_000, "wgmma64")])
 def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, tokens, config):
     experts = 8
     cls, dtype, bits, per_group, order = _SHIPPED_FAMILIES[family]
@@ -492,6 +593,7 @@ def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, toke
         assert ("_i8w4_" in spec.name) == (bits == 4 and not per_group)
         assert ("_i8w4g_" in spec.name) == per_group
         assert spec.config.is_direct == config.startswith("stream")
+        assert spec.config.is_wgmma == ("wgmma" in config)
         assert choice.rule_index == order.index(config)
 
 
@@ -1073,11 +1175,14 @@ _DIRECT_KERNEL = "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t64x8x128_direct_w
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("text,name", [(MANIFEST, KERNEL), (_DIRECT_MANIFEST, _DIRECT_KERNEL)],
-                         ids=["cutlass", "direct"])
+@pytest.mark.parametrize("text,name", [(MANIFEST, KERNEL), (_DIRECT_MANIFEST, _DIRECT_KERNEL),
+                                       (_WGMMA_MANIFEST.replace("w: int4}", "w: int4, scales: group}"),
+                                        _WGMMA_GROUP_KERNEL)],
+                         ids=["cutlass", "direct", "wgmma"])
 def test_moe_kernel_compiles_and_loads(tmp_path, text, name):
     """One real kernel of each of the family's kinds (the CUTLASS 3.x grouped GEMM + SwiGLU +
-    quant, and the direct mma.sync kernel with per-group scales): builds, loads (ABI size check),
+    quant, the direct mma.sync kernel and the wgmma kernel, both with per-group scales): builds,
+    loads (ABI size check),
     refuses to run without an sm90 GPU."""
     if not (os.environ.get("CUDACXX") or shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()):
         pytest.skip("nvcc not found")

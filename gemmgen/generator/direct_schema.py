@@ -75,9 +75,10 @@ def read_warps_k(reader, c) -> int:
     return value
 
 
-def refuse_scheduler_knobs(reader, c) -> None:
-    """A direct config has no tile scheduler, so no raster or swizzle key."""
+def refuse_scheduler_knobs(reader, c, schedule: str = "direct") -> None:
+    """A family's own kernel (schedule direct or wgmma) has no tile scheduler, so no raster or
+    swizzle key."""
     for key in ("raster", "swizzle"):
         if key in c:
-            raise reader.error(c, key, f"the direct kernel has no tile scheduler, so no {key}: "
+            raise reader.error(c, key, f"the {schedule} kernel has no tile scheduler, so no {key}: "
                                        "leave the key out")

@@ -534,6 +534,51 @@ def test_k_not_a_multiple_of_the_tile(variant):
                            dispatched_intermediate(x, e, n, v), label, weight_bits=v.bits)
 
 
+def own_kernels(schedule: str) -> list:
+    """The built MoE kernels of the family's own `schedule` ("direct" or "wgmma")."""
+    return [kernel for kernel in gemmgen.list_kernels()
+            if kernel.spec.family == "moe" and kernel.spec.config.schedule == schedule]
+
+
+# (K, group size (0: per channel), N, E, M, routing): a last chunk of 32 K, groups of one, two and
+# four chunks, feature blocks cut by N (N = 264: two of 128 and 8 features), experts with many
+# row tiles walked by one CTA's token slot (E = 2, M = 1000, skewed), empty experts.
+WGMMA_CASES = [(160, 0, 264, 4, 300, "skewed"), (4096, 0, 512, 2, 1000, "skewed"),
+               (512, 128, 264, 4, 300, "skewed"), (1024, 256, 512, 8, 64, "empty"),
+               (2048, 512, 256, 2, 1000, "skewed"), (1536, 128, 384, 8, 7, "uniform")]
+
+
+def test_wgmma_kernels_group_sizes_and_partial_k():
+    """Each built wgmma kernel (A8W4 on int8 wgmma), forced by name, on the cases of
+    WGMMA_CASES its scales take (per channel: K with a last partial chunk; per group: groups of
+    128 to 512), against the reference; the custom op into poisoned outputs agrees bit for bit."""
+    kernels = own_kernels("wgmma")
+    if not kernels:
+        pytest.skip("no built wgmma kernel")
+    for kernel in kernels:
+        v = variant_of(kernel.spec)
+        for k, group, n, e, m, routing in WGMMA_CASES:
+            if bool(group) != v.per_group:
+                continue
+            label = f"{kernel.name} K={k} group={group} N={n} E={e} M={m} {routing}"
+            weight = random_weight((e, k, n), v)
+            scale_shape = (e, k // group, n) if group else (e, n)
+            weight_scale = random_weight_scales(scale_shape, v)
+            packed = pack(weight, weight_scale, v)
+            x = random_values((m, k), v.dtype)
+            x_scale = random_scales((m,), v.dtype)
+            group_list = group_list_of(routing_counts(routing, m, e), "count")
+            q, q_scale = gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list,
+                                                             kernel=kernel.name)
+            assert_quant_close(q, q_scale, x, weight, weight_scale, x_scale, group_list, "count",
+                               kernel.spec.c, label, weight_bits=v.bits)
+            out_q, out_scale = call_out_op(x, packed, x_scale, group_list, "count", kernel.name)
+            torch.cuda.synchronize()
+            assert not poison_left(out_q, out_scale), f"{label}: custom op left poison"
+            assert same_bits(out_q, q) and same_bits(out_scale, q_scale), \
+                f"{label}: the custom op and the public op differ"
+
+
 # ------------------------------------------------------------- 3. A8W4 forms, assist matrix
 
 def test_a8w4_weight_forms_and_assist_matrix():

@@ -272,7 +272,7 @@ def read_config(reader, node: Any, index: int, variants: tuple[Variant, ...] | N
     for key, message in check_config(config, variants if variants is not None else (), arch):
         raise reader.error(c, key, message)
     if config.is_own:
-        direct_schema.refuse_scheduler_knobs(reader, c)
+        direct_schema.refuse_scheduler_knobs(reader, c, config.schedule)
     return ConfigEntry(common["name"], config, common["knobs"], line)
 
 

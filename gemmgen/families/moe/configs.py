@@ -20,13 +20,17 @@ WEIGHTS = ("int8", "e4m3", "int4")
 # (x, w) pairs the kernels serve: A8W8 int8, fp8, and A8W4 (int4 weights, int8 activations).
 PAIRS = (("int8", "int8"), ("e4m3", "e4m3"), ("int8", "int4"))
 INTERMEDIATES = ("fp32", "bf16")
-SCHEDULES = ("pingpong", "cooperative", "direct")
+SCHEDULES = ("pingpong", "cooperative", "direct", "wgmma")
 # "direct" is the family's own mma.sync kernel (include/gemmgen/moe/direct_grouped_gemm.cuh): int8
 # activations, int8 or int4 weights, per-channel or per-group scales, few tokens per expert.
+# "wgmma" is its own sm90a kernel for A8W4 (include/gemmgen/moe/wgmma_grouped_gemm.cuh): int4
+# weights converted to int8 in registers as wgmma's A operand, per-channel or per-group scales,
+# tens to hundreds of tokens per expert.
+WGMMA_AUTO_STAGES = 4
 SCALES = ("channel", "group")
 
 _SHORT = {"int8": "i8", "e4m3": "e4m3", "fp32": "f32", "bf16": "bf16", "int4": "w4"}
-_SHORT_SCHEDULE = {"pingpong": "pp", "cooperative": "coop", "direct": "direct"}
+_SHORT_SCHEDULE = {"pingpong": "pp", "cooperative": "coop", "direct": "direct", "wgmma": "wgmma"}
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,11 @@ class MoeTileConfig(DirectTile):
 
     Schedule "direct": tile [16·warps_n, 8·token_tiles, 128] is one CTA's features × rows × the
     K chunk, `warps_k` the warps that split K inside the CTA, `stages` each warp's ring depth
-    (0: DIRECT_AUTO_STAGES); no cluster, not swap-AB (the weight is the MMA's A by design)."""
+    (0: DIRECT_AUTO_STAGES); no cluster, not swap-AB (the weight is the MMA's A by design).
+
+    Schedule "wgmma": tile [64·warpgroups (64 or 128) features, an expert's rows a tile (the
+    wgmma's N), 128 K], `stages` the ring depth (0: WGMMA_AUTO_STAGES); like direct, no cluster
+    and not swap-AB."""
 
     tile: tuple[int, int, int]
     cluster: tuple[int, int, int]
@@ -48,9 +56,27 @@ class MoeTileConfig(DirectTile):
     warps_k: int = 0  # direct only (is_direct, ring_stages: direct_schema.DirectTile)
 
     @property
+    def is_wgmma(self) -> bool:
+        return self.schedule == "wgmma"
+
+    @property
+    def is_own(self) -> bool:
+        """The family's own kernels (direct, wgmma): no CUTLASS tile scheduler, cluster or
+        swap-AB; run inside the direct kernels' three-launch op."""
+        return self.is_direct or self.is_wgmma
+
+    @property
+    def wgmma_stages(self) -> int:
+        """The wgmma kernel's ring depth, "auto" resolved."""
+        return self.stages or WGMMA_AUTO_STAGES
+
+    @property
     def terse(self) -> str:
-        """Name fragment, e.g. `f32_t128x16x128_c1x1x1_pp_sauto_swap` or
-        `f32_t64x8x128_direct_wk4_s4`."""
+        """Name fragment, e.g. `f32_t128x16x128_c1x1x1_pp_sauto_swap`,
+        `f32_t64x8x128_direct_wk4_s4` or `f32_t128x64x128_wgmma_s4`."""
+        if self.is_wgmma:
+            return "_".join([_SHORT[self.intermediate], "t" + "x".join(map(str, self.tile)),
+                             "wgmma", f"s{self.wgmma_stages}"])
         if self.is_direct:
             return "_".join([_SHORT[self.intermediate], "t" + "x".join(map(str, self.tile)),
                              "direct", f"wk{self.warps_k}", f"s{self.ring_stages}"])
@@ -66,8 +92,8 @@ class MoeTileConfig(DirectTile):
 @dataclass(frozen=True, kw_only=True)
 class MoeSpec(KernelSpec):
     """One grouped_matmul_swiglu_quant kernel: activation type `x`, weight type `w`, weight
-    scales per output `channel` ([E, N]) or per `group` of K ([E, K/group, N]: direct kernels
-    only)."""
+    scales per output `channel` ([E, N]) or per `group` of K ([E, K/group, N]: the family's own
+    kernels only)."""
 
     family = "moe"
     class_fields = ("x", "w", "scales")

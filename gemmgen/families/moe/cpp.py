@@ -22,7 +22,17 @@ class Cpp:
                 f"/*warps_k=*/{c.warps_k}, /*token_tiles=*/{c.tile[1] // 8}, "
                 f"/*stages=*/{c.ring_stages}>")
 
+    def wgmma_config(self, k) -> str:
+        """The WgmmaConfig of a wgmma kernel (wgmma_grouped_gemm.cuh)."""
+        c = k.config
+        return (f"gemmgen::moe::wgmma::WgmmaConfig<{self.element(k.w)}, "
+                f"/*per_group=*/{'true' if k.scales == 'group' else 'false'}, "
+                f"/*warp_groups=*/{c.tile[0] // 64}, /*tokens=*/{c.tile[1]}, "
+                f"/*stages=*/{c.wgmma_stages}>")
+
     def op_class(self, k) -> str:
         """The class template behind a kernel's C-ABI entry points."""
+        if k.config.is_wgmma:
+            return "gemmgen::moe::wgmma::WgmmaSwigluQuant"
         return ("gemmgen::moe::direct::DirectSwigluQuant" if k.config.is_direct
                 else "gemmgen::moe::sm90::GroupedSwigluQuant")

@@ -9,6 +9,7 @@
         - {name: large_fused, tile: [128, 256, 128], cluster: [2, 1, 1],
            schedule: cooperative, fused: true}
         - {name: stream, tile: [64, 8, 128], schedule: direct, warps_k: 4, stages: 4}
+        - {name: mid_wgmma, tile: [128, 64, 128], schedule: wgmma, stages: 4}   # A8W4 only
 
     - op: grouped_matmul_swiglu_quant
       dtypes: [{x: int8, w: int4, scales: group}]   # per-group weight scales [E, K/group, N]
@@ -24,8 +25,13 @@ intermediate is fp32, and the weight is not int4.
 activations with int8 or int4 weights, tile [16·warps over features (16 to 256), 8·MMA tiles
 over an expert's rows (8 to 64), 128], `warps_k` warps splitting K, `stages` each warp's ring
 depth (2 to 8, auto 4); no cluster, swap_ab, fused, raster or swizzle; fp32 intermediate. It is
-the one kernel that takes per-group weight scales (`scales: group`, A8W4): a family with
-`scales: group` has direct configs only.
+one of the two kernels that take per-group weight scales (`scales: group`, A8W4).
+
+`schedule: wgmma` is the family's own sm90a kernel for A8W4 (wgmma_grouped_gemm.cuh): int8
+activations with int4 weights, per-channel or per-group scales, tile [64 or 128 features (one or
+two warpgroups), an expert's rows a tile (the wgmma's N: 16, 32, 64, 96 or 128; per group at most
+64), 128], `stages` the ring depth (3 to 8, auto 4); no cluster, swap_ab, fused, warps_k, raster
+or swizzle; fp32 intermediate. A family with `scales: group` has direct and wgmma configs only.
 
 With `swap_ab: true` the tile is in the kernel's terms C_iᵀ = W_i · X_iᵀ: tile M runs over the
 weight's N, tile N over an expert's tokens (a narrow tile N serves decode). int4 weights need
@@ -38,7 +44,8 @@ from typing import Any
 
 from ...generator import direct_schema, sm90_schema
 from ...generator.kernel_config import ConfigEntry
-from .configs import ELEMENTS, INTERMEDIATES, PAIRS, SCALES, SCHEDULES, WEIGHTS, MoeTileConfig
+from .configs import (ELEMENTS, INTERMEDIATES, PAIRS, SCALES, SCHEDULES, WEIGHTS,
+                      WGMMA_AUTO_STAGES, MoeTileConfig)
 
 FAMILY_KEYS = frozenset({"dtypes"})
 REQUIRED_FAMILY_KEYS = frozenset({"dtypes"})
@@ -131,14 +138,77 @@ def check_direct(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[t
     return problems
 
 
+WGMMA_FEATURES = (64, 128)              # one or two warpgroups of 64 features
+WGMMA_TOKENS = (16, 32, 64, 96, 128)     # an expert's rows a tile: the int8 wgmma's N
+WGMMA_TOKENS_PER_GROUP = 64             # per group: two accumulator sets, a group sum, floats
+WGMMA_STAGES = (3, 8)
+
+
+def wgmma_smem_bytes(config: MoeTileConfig, per_group: bool) -> int:
+    """The wgmma kernel's shared memory (mirrors WgmmaGroupedGemm::kSmemBytes): a ring of
+    `stages` slots, each the tile's tokens (128 bytes a row), weights (64 bytes a feature) and,
+    per group, the features' scales, rounded up to 1024 bytes; + 1024 for the ring's alignment;
+    + the inline group-list scan's allowance (as direct_smem_bytes)."""
+    tm, tn, tk = config.tile
+    slot = tn * tk + tm * tk // 2 + (tm * 4 if per_group else 0)
+    slot = -(-slot // 1024) * 1024
+    scan = 4096  # the static shared memory of the inline group-list scan (CUB), measured
+    return config.wgmma_stages * slot + 1024 + scan
+
+
+def check_wgmma(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[tuple[str, str]]:
+    tm, tn, tk = config.tile
+    problems = []
+    per_group = any(scales == "group" for _, _, scales in variants)
+    if tm not in WGMMA_FEATURES or tn not in WGMMA_TOKENS or tk != TILE_K:
+        problems.append(("tile", "the wgmma kernel's tile is [64 or 128 features (one or two "
+                                 f"warpgroups), tokens ({', '.join(map(str, WGMMA_TOKENS))}: the "
+                                 f"int8 wgmma's N), {TILE_K}]; got {list(config.tile)}"))
+    elif per_group and tn > WGMMA_TOKENS_PER_GROUP:
+        problems.append(("tile", f"with per-group scales the wgmma kernel's tile N is at most "
+                                 f"{WGMMA_TOKENS_PER_GROUP} (two int32 accumulator sets, the "
+                                 f"group's sum and its float32 sum a thread); got {tn}"))
+    lo, hi = WGMMA_STAGES
+    if config.stages and not lo <= config.stages <= hi:
+        problems.append(("stages", f"the wgmma kernel's ring holds {lo} to {hi} chunks (auto: "
+                                   f"{WGMMA_AUTO_STAGES}); got {config.stages}"))
+    if config.cluster != (1, 1, 1):
+        problems.append(("cluster", "the wgmma kernel has no clusters: leave cluster out or "
+                                    f"write [1, 1, 1]; got {list(config.cluster)}"))
+    for key, value, why in (("swap_ab", config.swap_ab, "the weight is the wgmma's A by design"),
+                            ("fused", config.fused, "SwiGLU runs in the pass after it")):
+        if value:
+            problems.append((key, f"not with schedule wgmma ({why}): leave {key} out"))
+    if config.warps_k:
+        problems.append(("warps_k", "warps_k belongs to schedule direct; the wgmma kernel's "
+                                    "warpgroups split features, not K: leave warps_k out"))
+    if config.intermediate != "fp32":
+        problems.append(("intermediate", "fp32 for schedule wgmma (it writes C in fp32)"))
+    if any((x, w) != ("int8", "int4") for x, w, _ in variants):
+        problems.append(("schedule", "the wgmma kernel serves A8W4 (x: int8, w: int4) only; this "
+                                     "family lists " + ", ".join(sorted({f"({x}, {w})" for x, w, _
+                                                                         in variants}))))
+    if not problems:
+        smem = wgmma_smem_bytes(config, per_group)
+        if smem > sm90_schema.SMEM_LIMIT_BYTES:
+            problems.append(("stages", f"{config.wgmma_stages} stages of the wgmma tile "
+                                       f"{'x'.join(map(str, config.tile))} need {smem} bytes of "
+                                       f"shared memory, over the sm90a limit of "
+                                       f"{sm90_schema.SMEM_LIMIT_BYTES}"))
+    return problems
+
+
 def check_config(config: MoeTileConfig, variants: tuple[Variant, ...] = ()) -> list[tuple[str, str]]:
     if config.is_direct:
         return check_direct(config, variants)
+    if config.is_wgmma:
+        return check_wgmma(config, variants)
     if config.warps_k:
         return [("warps_k", f"warps_k belongs to schedule direct; got schedule {config.schedule!r}")]
     if any(scales == "group" for _, _, scales in variants):
-        return [("schedule", "direct: per-group weight scales (scales: group) need the direct "
-                             "kernel; CUTLASS's epilogue applies one scale per output channel")]
+        return [("schedule", "direct or wgmma: per-group weight scales (scales: group) need the "
+                             "family's own kernels; CUTLASS's epilogue applies one scale per "
+                             "output channel")]
     tk = config.tile[2]
     problems = sm90_schema.tile_mn_problems(config.tile)
     if tk % TILE_K or not TILE_K <= tk <= 256:
@@ -170,10 +240,10 @@ def read_config(reader, node: Any, index: int, line: int,
         swap_ab=swap_ab, intermediate=reader.choice(c, "intermediate", INTERMEDIATES, "fp32"),
         fused=fused, warps_k=direct_schema.read_warps_k(reader, c))
     int4 = any(w == "int4" for _, w, _ in variants or ())
-    if config.is_direct:
+    if config.is_own:
         for key, message in check_config(config, variants or ()):
             raise reader.error(c, key, message)
-        direct_schema.refuse_scheduler_knobs(reader, c)
+        direct_schema.refuse_scheduler_knobs(reader, c, config.schedule)
         return ConfigEntry(common["name"], config, common["knobs"], line)
     if fused and swap_ab:
         raise reader.error(c, "fused", "a fused config cannot be swap_ab: its epilogue pairs act "
@@ -195,6 +265,9 @@ def read_config(reader, node: Any, index: int, line: int,
 
 def config_fields(entry: ConfigEntry) -> dict[str, Any]:
     cfg, knobs = entry.config, entry.knobs
+    if cfg.is_wgmma:
+        return {"tile": list(cfg.tile), "schedule": cfg.schedule,
+                "stages": cfg.stages if cfg.stages else "auto", "intermediate": cfg.intermediate}
     if cfg.is_direct:
         return {"tile": list(cfg.tile), "schedule": cfg.schedule, "warps_k": cfg.warps_k,
                 "stages": cfg.stages if cfg.stages else "auto", "intermediate": cfg.intermediate}

@@ -126,6 +126,8 @@ struct DirectGroupedGemm {
   static constexpr int kChunkK = 128;
   static constexpr int kRows = 16;                 // output features per warp (the MMA's M)
   static constexpr int kTokens = 8 * kTokenTiles;  // rows per CTA tile (the MMA's N, 8 a tile)
+  static constexpr int kFeatures = kRows * kWarpsN;  // output features a CTA
+  static constexpr bool kTokenSlotsFirst = false;   // (grouped_block)
   static constexpr int kWeightBits = kInt4 ? 4 : 8;
   static constexpr int kWeightRowBytes = kChunkK * kWeightBits / 8;  // 64 (int4), 128 (int8)
   static constexpr int kWeightStageBytes = kRows * kWeightRowBytes;
@@ -267,6 +269,9 @@ struct DirectGroupedGemm {
     }
   }
 
+  // What this kernel needs beyond the op's common checks (OwnSwigluQuant::run): nothing.
+  static int check(gemmgen_moe_args const*, char const*) { return GEMMGEN_OK; }
+
   // The ring barrier: a K group's warps read each other's copies. One warp a K group: the warp's
   // own barrier; else the CTA's (every warp steps through the same number of chunks, see
   // ring_steps), which compute-sanitizer's racecheck follows. Measured on the H100 at the
@@ -287,11 +292,12 @@ struct DirectGroupedGemm {
   }
 
   // One row tile [t0, t_end) of expert `e` for this CTA's features: C[rows, features].
-  static __device__ void row_tile(Params const& p, char* smem, int e, int64_t t0, int64_t t_end) {
+  static __device__ void row_tile(Params const& p, char* smem, int feature_block, int e, int64_t t0,
+                                  int64_t t_end) {
     int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int const wn = warp % kWarpsN, wk = warp / kWarpsN;
     int const group_id = lane / 4, q = lane % 4;
-    int const n0 = (blockIdx.x * kWarpsN + wn) * kRows;
+    int const n0 = (feature_block * kWarpsN + wn) * kRows;
     int const chunks = (p.k + kChunkK - 1) / kChunkK;
     int const c_begin = static_cast<int>(int64_t(chunks) * wk / kWarpsK);
     int const c_end = static_cast<int>(int64_t(chunks) * (wk + 1) / kWarpsK);
@@ -441,50 +447,72 @@ struct DirectGroupedGemm {
     }
     __syncthreads();  // the reduction buffer is the next row tile's rings
   }
-
-  // Inline grouping: this CTA's expert, the slot-th non-empty one, from its own scan of the group
-  // list (scan_groups with the CTA's threads; CTA (0, 0, 0) also writes rows_total). False when
-  // fewer experts than slots are non-empty.
-  static __device__ bool find_expert(Params const& p, int slot, int& e, int64_t& start,
-                                     int64_t& end) {
-    __shared__ int found;
-    __shared__ int64_t found_start, found_end;
-    if (threadIdx.x == 0) {
-      found = -1;
-    }
-    __syncthreads();
-    bool const first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
-    scan_groups<kThreads>(p.group_list, p.cumsum, p.experts, p.m, first ? p.rows_total : nullptr,
-                          nullptr, [&](int64_t i, int64_t s, int64_t t, int64_t index) {
-                            if (t > s && index == slot) {
-                              found = static_cast<int>(i), found_start = s, found_end = t;
-                            }
-                          });
-    __syncthreads();
-    e = found, start = found_start, end = found_end;
-    return e >= 0;
-  }
-
-  static __device__ void kernel_body(Params const& p, char* smem) {
-    int e;
-    int64_t start, end;
-    if (p.ends == nullptr) {
-      if (!find_expert(p, blockIdx.y, e, start, end)) {
-        return;
-      }
-    } else {
-      if (blockIdx.y >= *p.active_total) {
-        return;  // fewer non-empty experts than slots
-      }
-      e = p.active[blockIdx.y];
-      start = e > 0 ? p.ends[e - 1] : 0, end = p.ends[e];
-    }
-    for (int64_t t0 = start + int64_t(blockIdx.z) * kTokens; t0 < end;
-         t0 += int64_t(gridDim.z) * kTokens) {
-      row_tile(p, smem, e, t0, t0 + kTokens < end ? t0 + kTokens : end);
-    }
-  }
 };
+
+// Inline grouping: this CTA's expert, the slot-th non-empty one, from its own scan of the group
+// list (scan_groups with the CTA's `Threads` threads; CTA (0, 0, 0) also writes rows_total).
+// False when fewer experts than slots are non-empty.
+template <int Threads>
+__device__ bool find_expert(Params const& p, int slot, int& e, int64_t& start, int64_t& end) {
+  __shared__ int found;
+  __shared__ int64_t found_start, found_end;
+  if (threadIdx.x == 0) {
+    found = -1;
+  }
+  __syncthreads();
+  bool const first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
+  scan_groups<Threads>(p.group_list, p.cumsum, p.experts, p.m, first ? p.rows_total : nullptr,
+                       nullptr, [&](int64_t i, int64_t s, int64_t t, int64_t index) {
+                         if (t > s && index == slot) {
+                           found = static_cast<int>(i), found_start = s, found_end = t;
+                         }
+                       });
+  __syncthreads();
+  e = found, start = found_start, end = found_end;
+  return e >= 0;
+}
+
+// The CTA's (feature block, expert slot, token slot) in the grid (feature blocks, expert slots,
+// token slots) that OwnSwigluQuant launches. kTokenSlotsFirst: numbered with the token slot
+// fastest, so that the CTAs that read one weight tile for the row tiles of an expert run side by
+// side and all but the first find it in L2; else as the grid's x, y, z.
+template <bool kTokenSlotsFirst>
+__device__ uint3 grouped_block() {
+  if constexpr (kTokenSlotsFirst) {
+    uint32_t const id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    uint32_t const rest = id / gridDim.z;
+    return make_uint3(rest % gridDim.x, rest / gridDim.x, id % gridDim.z);
+  } else {
+    return blockIdx;
+  }
+}
+
+// The grouped GEMM's work split, shared by the family's own GEMM kernels (`Gemm`: this header's
+// DirectGroupedGemm, wgmma_grouped_gemm.cuh's WgmmaGroupedGemm): a CTA (grouped_block) serves
+// one feature block of an expert slot (the y-th non-empty expert, from group_work's lists or
+// inline grouping) and a token slot walking that expert's row tiles of Gemm::kTokens rows z,
+// z + Z, ...
+template <class Gemm>
+__device__ void grouped_row_tiles(Params const& p, char* smem) {
+  uint3 const block = grouped_block<Gemm::kTokenSlotsFirst>();
+  int e;
+  int64_t start, end;
+  if (p.ends == nullptr) {
+    if (!find_expert<Gemm::kThreads>(p, block.y, e, start, end)) {
+      return;
+    }
+  } else {
+    if (block.y >= *p.active_total) {
+      return;  // fewer non-empty experts than slots
+    }
+    e = p.active[block.y];
+    start = e > 0 ? p.ends[e - 1] : 0, end = p.ends[e];
+  }
+  for (int64_t t0 = start + int64_t(block.z) * Gemm::kTokens; t0 < end;
+       t0 += int64_t(gridDim.z) * Gemm::kTokens) {
+    Gemm::row_tile(p, smem, block.x, e, t0, t0 + Gemm::kTokens < end ? t0 + Gemm::kTokens : end);
+  }
+}
 
 template <class Config>
 __global__ void __launch_bounds__(DirectGroupedGemm<Config>::kThreads)
@@ -493,15 +521,17 @@ __global__ void __launch_bounds__(DirectGroupedGemm<Config>::kThreads)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   pdl_wait();  // group_work's lists (inline grouping: the group list from the kernel before)
   pdl_release();
-  DirectGroupedGemm<Config>::kernel_body(params, smem);
+  grouped_row_tiles<DirectGroupedGemm<Config>>(params, smem);
 #endif
 }
 
-// The whole op behind the C ABI: group ends (or inline grouping), the grouped GEMM, SwiGLU +
+// The whole op behind the C ABI for the family's own GEMM kernels: group ends (or inline
+// grouping), the grouped GEMM (`Gemm`, launched as `Kernel`: kThreads threads, kSmemBytes of
+// dynamic shared memory, a CTA per kFeatures features of an expert slot and token slot), SwiGLU +
 // quant.
-template <class Config>
-struct DirectSwigluQuant {
-  using K = DirectGroupedGemm<Config>;
+template <class Gemm, auto Kernel>
+struct OwnSwigluQuant {
+  using K = Gemm;
   static constexpr size_t kAlign = 256;
   static constexpr size_t round_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
@@ -553,13 +583,16 @@ struct DirectSwigluQuant {
       return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
                   "needs a group size that is a multiple of 128 and divides K (or per channel)");
     }
-    int64_t const feature_blocks = (p->n + 16 * K::kWarpsN - 1) / (16 * K::kWarpsN);
+    int const supported = K::check(p, kernel_name);
+    if (supported != GEMMGEN_OK) {
+      return supported;
+    }
+    int64_t const feature_blocks = (p->n + K::kFeatures - 1) / K::kFeatures;
     if (feature_blocks > 2147483647 || p->experts > 65535) {
       return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "N or E too large for the launch grid");
     }
     static std::atomic<bool> raised[detail::kMaxDevices] = {};
-    int const allowed = allow_shared_memory_once(direct_grouped_gemm_kernel<Config>,
-                                                 K::kSmemBytes, raised, kernel_name);
+    int const allowed = allow_shared_memory_once(Kernel, K::kSmemBytes, raised, kernel_name);
     if (allowed != GEMMGEN_OK) {
       return allowed;
     }
@@ -588,8 +621,7 @@ struct DirectSwigluQuant {
                         static_cast<int>(p->m), static_cast<int>(p->n), static_cast<int>(p->k),
                         static_cast<int>(p->k / group),
                         static_cast<int>((group + K::kChunkK - 1) / K::kChunkK)};
-    launch_maybe_pdl(direct_grouped_gemm_kernel<Config>, grid, dim3(K::kThreads), K::kSmemBytes,
-                     cuda_stream, pdl, params);
+    launch_maybe_pdl(Kernel, grid, dim3(K::kThreads), K::kSmemBytes, cuda_stream, pdl, params);
     int const blocks = static_cast<int>(p->m < 65535 * 4 ? p->m : 65535 * 4);
     launch_maybe_pdl(swiglu_quant<float, int8_t>, dim3(blocks), dim3(kQuantThreads), 0, cuda_stream,
                      pdl, static_cast<float const*>(p->c), static_cast<int8_t*>(p->q), p->q_scale,
@@ -601,5 +633,8 @@ struct DirectSwigluQuant {
     return GEMMGEN_OK;
   }
 };
+
+template <class Config>
+using DirectSwigluQuant = OwnSwigluQuant<DirectGroupedGemm<Config>, direct_grouped_gemm_kernel<Config>>;
 
 }  // namespace gemmgen::moe::direct

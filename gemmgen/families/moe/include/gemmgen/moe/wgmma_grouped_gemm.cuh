@@ -1,0 +1,425 @@
+/*
+ * gemmgen/moe/wgmma_grouped_gemm.cuh — the MoE family's sm90a "wgmma" kernel: the grouped GEMM of
+ * grouped_matmul_swiglu_quant for A8W4 (int8 activations, int4 weights; per-channel or per-group
+ * weight scales) on register-sourced int8 wgmma, for tens to hundreds of tokens per expert. It
+ * runs inside the direct kernels' op (direct_grouped_gemm.cuh: group_work or inline grouping,
+ * this GEMM writing C in fp32, SwiGLU + quant) and reads the same packed weight (packing.py:
+ * [E, N, K/2], two int4 a byte, even k in the low nibble), so dispatch can pick it per shape.
+ *
+ * Why. The direct kernel runs mma.sync, about half wgmma's rate on Hopper: past ~16 tokens an
+ * expert its MMAs, not the weight read, set the time (A8W4 with per-group scales measured 2-12x
+ * the int4 weight-read floor at 64-1024 tokens per expert, session 11). CUTLASS's mixed-input
+ * mainloop applies one scale per output channel only. Here, per expert i:
+ *   C_iᵀ[features, tokens] = W_i[features, K] · X_iᵀ[K, tokens]
+ * A CTA owns 64·WarpGroups features (each warpgroup 64: the wgmma's M) and Tokens rows of one
+ * expert (the wgmma's N) over all of K. K streams in chunks of 128 through a cp.async ring of
+ * Stages chunks filled by all the CTA's threads: the weights (64 bytes a feature), the tokens
+ * (128 bytes a row, XOR-swizzled in 16-byte pieces by row % 8: wgmma's 128-byte swizzle,
+ * K-major) and, with per-group scales, the chunk's group's scales of the CTA's features.
+ *
+ * Registers. wgmma's int8 A fragment gives lane (g, q) of warp w rows 16w+g and 16w+g+8 and, per
+ * 32-K step j, k = 32j+4q .. +3 and k + 16 .. +19: bytes 16j+2q and 16j+2q+1 of the packed row
+ * (and 8 further). The lane reads its two rows' 64 bytes of the chunk (eight 16-byte loads; the
+ * four lanes of a quad read the same bytes, a broadcast), and per register one byte permute
+ * gathers its two bytes, a shift and a second permute spread the four nibbles one a byte, and a
+ * mask keeps them in each byte's high half: 16·w, exact in int8. The int32 sums are 16x the true
+ * ones and are shifted back exactly (|16·Σ| < 2^31 for K < 130000).
+ *
+ * Scales. Per channel: one int32 accumulator set over K; C = w_scale · (x_scale · Σ) in float32,
+ * as the CUTLASS kernels' epilogue. Per group (a multiple of 128 dividing K): the group's first
+ * wgmma starts from zero (wgmma's scale-d = 0), and after its last chunk's wgmmas retire
+ * (wait_group 0: ptxas serializes every wgmma of a loop that reads an accumulator behind a
+ * wait_group 1, so the exact sum is read only once nothing is in flight) it is promoted:
+ * F += s_g · float(Σ_g); C = x_scale · F. The tensor cores idle for that promotion only.
+ *
+ * Pipeline. wgmma reads its A registers while it runs, and a register it reads may be rewritten
+ * only after a wait_group retires it (ptxas does not check this across loop iterations), so
+ * chunks alternate between two fragment sets, the loop body written twice: chunk i's four
+ * wgmmas are one commit group; wait_group 1 retires chunk i − 1's, and the next chunk is
+ * converted into its fragment set while the tensor cores run chunk i. Before that conversion, chunk i + 1's slot is waited for (cp.async,
+ * proxy fence, barrier) and chunk i + Stages − 2 queued into the slot of chunk i − 1, retired by
+ * then in both warpgroups.
+ */
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "cute/arch/copy_sm80.hpp"
+#include "cute/arch/mma_sm90.hpp"
+#include "cute/arch/mma_sm90_desc.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+
+#include "gemmgen/c_api.h"
+#include "gemmgen/moe/direct_grouped_gemm.cuh"
+#include "gemmgen/moe/moe_args.h"
+#include "gemmgen/runtime_support.hpp"
+
+namespace gemmgen::moe::wgmma {
+
+using direct::Params;
+
+template <class ElementW_, bool PerGroup_, int WarpGroups_, int Tokens_, int Stages_>
+struct WgmmaConfig {
+  using ElementW = ElementW_;  // cutlass::int4b_t; activations are int8
+  static constexpr bool PerGroup = PerGroup_;     // weight scales per group of K (else per channel)
+  static constexpr int WarpGroups = WarpGroups_;  // 64 features each
+  static constexpr int Tokens = Tokens_;          // the wgmma's N: an expert's rows a tile
+  static constexpr int Stages = Stages_;
+};
+
+template <class Config>
+struct WgmmaGroupedGemm {
+  static_assert(cute::is_same_v<typename Config::ElementW, cutlass::int4b_t>,
+                "the wgmma kernel reads int4 weights");
+  static constexpr bool kInt4 = true;
+  static constexpr bool kPerGroup = Config::PerGroup;
+  static constexpr int kWarpGroups = Config::WarpGroups;
+  static constexpr int kTokens = Config::Tokens;
+  static constexpr int kStages = Config::Stages;
+  static_assert(kWarpGroups == 1 || kWarpGroups == 2, "one or two warpgroups a CTA");
+  static_assert(kStages >= 3 && kStages <= 8, "a ring of 3 to 8 chunks");
+
+  static constexpr int kThreads = 128 * kWarpGroups;
+  static constexpr int kFeatures = 64 * kWarpGroups;  // output features a CTA
+  // An expert's row tiles of one feature block run side by side (grouped_block)
+  static constexpr bool kTokenSlotsFirst = true;
+  static constexpr int kChunkK = 128;
+  static constexpr int kSteps = kChunkK / 32;          // wgmmas a chunk (K 32 each)
+  static constexpr int kWeightRowBytes = kChunkK / 2;  // 64
+  static constexpr int kWeightStageBytes = kFeatures * kWeightRowBytes;
+  static constexpr int kActRowBytes = kChunkK;  // one 128-byte swizzle row a token
+  static constexpr int kActStageBytes = kTokens * kActRowBytes;
+  static constexpr int kScaleStageBytes = kPerGroup ? kFeatures * 4 : 0;
+  // a slot: tokens (1024-aligned: the swizzle's period), weights, scales
+  static constexpr int kSlotBytes =
+      (kActStageBytes + kWeightStageBytes + kScaleStageBytes + 1023) / 1024 * 1024;
+  static constexpr int kAhead = kStages - 2;  // chunks in flight while one is computed
+  // + 1024: the ring starts at the first 1024-byte boundary of the dynamic shared memory
+  static constexpr int kSmemBytes = kStages * kSlotBytes + 1024;
+  static constexpr int kAccRegs = kTokens / 2;  // 64 × Tokens int32 over a warpgroup's 128 threads
+  // Two CTAs an SM (at most 128 registers a thread with two warpgroups) where the registers
+  // allow it without spills: per channel up to 64 tokens, per group (a float32 sum beside the
+  // accumulators) up to 32.
+  static constexpr int kMinBlocks = kTokens <= 64 ? 2 : 1;
+  static constexpr int kWeightCopies = kWeightStageBytes / 16 / kThreads;  // 2 a thread and chunk
+  static constexpr int kActSegs = kActStageBytes / 16;
+  static constexpr int kActCopies = (kActSegs + kThreads - 1) / kThreads;
+  static constexpr int kScaleSegs = kScaleStageBytes / 16;  // copied by threads 0 .. segs − 1
+  static_assert(kWeightStageBytes / 16 % kThreads == 0 && kScaleSegs <= kThreads);
+
+  using Mma = decltype(cute::SM90::GMMA::rs_op_selector<
+                       int8_t, int8_t, int32_t, cute::Shape<cute::_64, cute::Int<kTokens>, cute::_32>,
+                       cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>());
+  static_assert(sizeof(typename Mma::CRegisters) == kAccRegs * sizeof(uint32_t),
+                "no int8 wgmma of N = Tokens");
+
+  static __device__ void cp_async16(uint32_t dst, void const* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(ok ? 16u : 0u)
+                 : "memory");
+  }
+  static __device__ uint4 lds128(uint32_t addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+  }
+  static __device__ float lds32(uint32_t addr) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+  }
+
+  // One register of the A fragment: the lane's two bytes (`gather` picks them out of the eight
+  // bytes of w0, w1) → four int8, 16 × each int4 (even k from the low nibble).
+  static __device__ uint32_t to_int8(uint32_t w0, uint32_t w1, uint32_t gather) {
+    uint32_t const pair = __byte_perm(w0, w1, gather);          // bytes 0, 1: b0, b1
+    uint32_t const spread = __byte_perm(pair, pair << 4, 0x1504);  // [b0 << 4, b0, b1 << 4, b1]
+    return spread & 0xF0F0F0F0u;
+  }
+
+  template <size_t... I>
+  static __device__ void mma(uint32_t const (&a)[4], uint64_t desc, uint32_t (&acc)[kAccRegs],
+                             cute::SM90::GMMA::ScaleOut scale_out, std::index_sequence<I...>) {
+    Mma::fma(a[0], a[1], a[2], a[3], desc, acc[I]..., scale_out);
+  }
+
+  // Shared-memory descriptor of a K-major B tile with 128-byte swizzle at `addr` (1024-aligned,
+  // plus 32 bytes a 32-K step): 8-row groups 1024 bytes apart.
+  static __device__ uint64_t b_descriptor(uint32_t addr) {
+    cute::GmmaDescriptor desc;
+    desc.bitfield.start_address_ = static_cast<uint16_t>(addr >> 4);
+    desc.bitfield.leading_byte_offset_ = 1;
+    desc.bitfield.stride_byte_offset_ = 1024 >> 4;
+    desc.bitfield.base_offset_ = 0;
+    desc.bitfield.layout_type_ = 1;  // SWIZZLE_128B
+    return desc.desc_;
+  }
+
+  static __device__ void fence(uint32_t (&acc)[kAccRegs]) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kAccRegs; ++r) {
+      cute::warpgroup_fence_operand(acc[r]);
+    }
+  }
+
+  // What this kernel needs beyond the op's common checks (OwnSwigluQuant::run).
+  static int check(gemmgen_moe_args const* p, char const* kernel_name) {
+    if (!kPerGroup && p->group_size > 0 && p->group_size != p->k) {
+      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                  "is built for per-channel weight scales (group_size 0); use a kernel of the "
+                  "per-group family");
+    }
+    if (kPerGroup && reinterpret_cast<uintptr_t>(p->w_scale) % 16 != 0) {
+      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                  "needs 16-byte aligned w_scale (16-byte copies of 4 features' scales)");
+    }
+    return GEMMGEN_OK;
+  }
+
+  // One row tile [t0, t_end) of expert `e` for this CTA's features: C[rows, features].
+  static __device__ void row_tile(Params const& p, char* smem_raw, int feature_block, int e,
+                                  int64_t t0, int64_t t_end) {
+    int const tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    int const g = lane / 4, q = lane % 4;
+    int const n0 = feature_block * kFeatures;
+    uint32_t const ring = (cute::cast_smem_ptr_to_uint(smem_raw) + 1023u) & ~1023u;
+    int const count = (p.k + kChunkK - 1) / kChunkK;
+    int64_t const row_bytes = p.k / 2;
+    unsigned char const* w_expert = p.w + int64_t(e) * p.n * row_bytes;
+
+    // This thread's copies a chunk (the sources advance a chunk a call of `issue`): weight rows
+    // past N, token rows past the tile and 16-byte pieces past K are zero-filled from a source
+    // that exists.
+    unsigned char const* w_src[kWeightCopies];
+    uint32_t w_dst[kWeightCopies];
+    int w_k[kWeightCopies];
+    bool w_ok[kWeightCopies];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kWeightCopies; ++j) {
+      int const i = tid + kThreads * j, row = i / 4, seg = i % 4;
+      w_ok[j] = n0 + row < p.n;
+      w_k[j] = seg * 32;
+      w_src[j] = w_expert + (w_ok[j] ? int64_t(n0 + row) * row_bytes + seg * 16 : 0);
+      w_dst[j] = kActStageBytes + row * kWeightRowBytes + seg * 16;
+    }
+    unsigned char const* a_src[kActCopies];
+    uint32_t a_dst[kActCopies];
+    int a_k[kActCopies];
+    bool a_ok[kActCopies], a_mine[kActCopies];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kActCopies; ++j) {
+      int const i = tid + kThreads * j;
+      a_mine[j] = i < kActSegs;
+      int const row = (a_mine[j] ? i : 0) / 8, seg = i % 8;
+      a_ok[j] = a_mine[j] && t0 + row < t_end;
+      a_k[j] = seg * 16;
+      a_src[j] = reinterpret_cast<unsigned char const*>(p.x) +
+                 (a_ok[j] ? (t0 + row) * p.k + seg * 16 : 0);
+      a_dst[j] = row * kActRowBytes + ((seg ^ (row & 7)) * 16);
+    }
+    // Per group: 4 features' scales of the queued chunk's group (threads below kScaleSegs; N is
+    // a multiple of 8, so a piece is wholly inside N or past it).
+    bool const s_ok = kPerGroup && tid < kScaleSegs && n0 + 4 * tid < p.n;
+    float const* s_src = p.w_scale + (s_ok ? int64_t(e) * p.groups * p.n + n0 + 4 * tid : 0);
+    uint32_t const s_dst = kActStageBytes + kWeightStageBytes + 16 * tid;
+    int s_left = p.chunks_per_group;  // chunks queued before s_src moves to the next group
+    int issued = 0;
+    auto issue = [&](int slot) {
+      uint32_t const base = ring + slot * kSlotBytes;
+      int const dk = issued * kChunkK;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kWeightCopies; ++j) {
+        bool const ok = w_ok[j] && w_k[j] + dk < p.k;
+        cp_async16(base + w_dst[j], ok ? w_src[j] + int64_t(issued) * kWeightRowBytes : w_src[j], ok);
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kActCopies; ++j) {
+        if (a_mine[j]) {
+          bool const ok = a_ok[j] && a_k[j] + dk < p.k;
+          cp_async16(base + a_dst[j], ok ? a_src[j] + dk : a_src[j], ok);
+        }
+      }
+      if constexpr (kPerGroup) {
+        if (tid < kScaleSegs) {
+          cp_async16(base + s_dst, s_src, s_ok);
+        }
+        if (--s_left == 0) {
+          s_left = p.chunks_per_group;
+          s_src += s_ok ? p.n : 0;
+        }
+      }
+      ++issued;
+    };
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < kAhead; ++s) {
+      if (s < count) {
+        issue(s);
+      }
+      cute::cp_async_fence();
+    }
+
+    int const row_lo = 16 * warp + g;  // this lane's rows: row_lo and row_lo + 8 (tile-local)
+    int const gather = (2 * q) | ((2 * q + 1) << 4);  // bytes 2q, 2q + 1 of eight
+    uint32_t const weight_lane = ring + kActStageBytes + row_lo * kWeightRowBytes;
+    uint32_t const scale_lane = ring + kActStageBytes + kWeightStageBytes + row_lo * 4;
+
+    // acc: the wgmma accumulators (per channel over all of K; per group over the group, from
+    // zero at its first chunk). scaled: per group, Σ over finished groups of s_g · Σ_g.
+    uint32_t acc[kAccRegs];
+    float scaled[kPerGroup ? kAccRegs : 1];
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kAccRegs; ++r) {
+      acc[r] = 0u;
+      if constexpr (kPerGroup) {
+        scaled[r] = 0.f;
+      }
+    }
+    fence(acc);
+
+    int read_slot = 0, write_slot = kAhead;
+    // Wait for chunk i's slot, queue chunk i + kAhead, convert chunk i's fragments into `a` and
+    // (per group) read its rows' scales into `scale`.
+    auto load_chunk = [&](int i, uint32_t (&a)[kSteps][4], float (&scale)[2]) {
+      cute::cp_async_wait<kAhead - 1>();
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async → wgmma's reads
+      __syncthreads();
+      if (i + kAhead < count) {
+        issue(write_slot);
+      }
+      cute::cp_async_fence();
+      write_slot = write_slot + 1 == kStages ? 0 : write_slot + 1;
+      uint32_t const weights = weight_lane + read_slot * kSlotBytes;
+      if constexpr (kPerGroup) {
+        scale[0] = lds32(scale_lane + read_slot * kSlotBytes);
+        scale[1] = lds32(scale_lane + read_slot * kSlotBytes + 8 * 4);
+      }
+      read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
+      // step j: k = 32j + 4q .. (bytes 16j + 2q, + 1: words 4j, 4j + 1) and k + 16 (words
+      // 4j + 2, 4j + 3); one step's 16 bytes of each row at a time (few registers live)
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kSteps; ++j) {
+        uint4 const lo = lds128(weights + 16 * j), hi = lds128(weights + 8 * kWeightRowBytes + 16 * j);
+        a[j][0] = to_int8(lo.x, lo.y, gather);
+        a[j][1] = to_int8(hi.x, hi.y, gather);
+        a[j][2] = to_int8(lo.z, lo.w, gather);
+        a[j][3] = to_int8(hi.z, hi.w, gather);
+      }
+    };
+    // The group's exact sum (acc = 16·Σ_g) promoted: scaled += s_g · Σ_g, with Σ_g made float by
+    // the exponent trick (1.5·2^23 + v holds v in its low mantissa bits for |v| ≤ 2^22: an integer
+    // add and a float subtraction give float(v) exactly, two full-rate instructions where a
+    // conversion runs at a quarter of the rate; the promotion is most of the per-group cost).
+    // |x·w| ≤ 1024, so groups of up to 256 have |acc| ≤ 2^22 and take s_g / 16 (exact: a power
+    // of two) against acc itself; up to 4096, acc >> 4 (exact); larger groups the conversion.
+    int const group_k = p.chunks_per_group * kChunkK;
+    auto promote = [&](float const (&scale)[2]) {
+      cute::warpgroup_wait<0>();
+      fence(acc);
+      if (group_k <= 256) {
+        float const s16[2] = {scale[0] * 0.0625f, scale[1] * 0.0625f};
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kAccRegs; ++r) {
+          float const v = __int_as_float(static_cast<int32_t>(acc[r]) + 0x4B400000) - 12582912.f;
+          scaled[r] = fmaf(s16[(r % 4) / 2], v, scaled[r]);
+        }
+      } else {
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kAccRegs; ++r) {
+          int32_t const sum = static_cast<int32_t>(acc[r]) >> 4;
+          float const v = group_k <= 4096 ? __int_as_float(sum + 0x4B400000) - 12582912.f
+                                          : static_cast<float>(sum);
+          scaled[r] = fmaf(scale[(r % 4) / 2], v, scaled[r]);
+        }
+      }
+      fence(acc);
+    };
+    // Chunk i: issue its wgmmas (its slot: the one before read_slot; per group from zero at the
+    // group's first chunk), retire chunk i − 1's, convert chunk i + 1 into `a_next` while the
+    // tensor cores run chunk i, and (per group) promote at the group's last chunk.
+    int group_left = p.chunks_per_group;  // chunks of the current group not yet issued
+    auto step = [&](int i, uint32_t (&a)[kSteps][4], float const (&scale)[2],
+                    uint32_t (&a_next)[kSteps][4], float (&scale_next)[2]) {
+      int const slot = read_slot == 0 ? kStages - 1 : read_slot - 1;
+      uint64_t const desc = b_descriptor(ring + slot * kSlotBytes);
+      bool const fresh = kPerGroup && group_left == p.chunks_per_group;
+      cute::warpgroup_arrive();  // the fragments were just written
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kSteps; ++j) {  // + 32 bytes a step
+        mma(a[j], desc + 2 * j, acc,
+            fresh && j == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
+            std::make_index_sequence<kAccRegs>{});
+      }
+      cute::warpgroup_commit_batch();
+      cute::warpgroup_wait<1>();  // chunk i − 1's wgmmas are done with a_next
+      if (i + 1 < count) {
+        load_chunk(i + 1, a_next, scale_next);
+      }
+      if constexpr (kPerGroup) {
+        if (--group_left == 0 || i + 1 == count) {
+          promote(scale);
+          group_left = p.chunks_per_group;
+        }
+      }
+    };
+
+    uint32_t a_even[kSteps][4], a_odd[kSteps][4];
+    float scale_even[2] = {0.f, 0.f}, scale_odd[2] = {0.f, 0.f};
+    if (count > 0) {
+      load_chunk(0, a_even, scale_even);
+    }
+    for (int i = 0; i < count; i += 2) {
+      step(i, a_even, scale_even, a_odd, scale_odd);
+      if (i + 1 < count) {
+        step(i + 1, a_odd, scale_odd, a_even, scale_even);
+      }
+    }
+    cute::warpgroup_wait<0>();
+    fence(acc);
+
+    // Register r: rows (tile-local) row_lo (r % 4 < 2) or row_lo + 8, token 8·(r / 4) + 2q +
+    // r % 2 of the tile.
+    float const* w_scale = p.w_scale + int64_t(e) * p.n;  // per channel: [E, N]
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kAccRegs; ++r) {
+      int const n = n0 + row_lo + ((r % 4) < 2 ? 0 : 8);
+      int64_t const row = t0 + 8 * (r / 4) + 2 * q + (r % 2);
+      if (n < p.n && row < t_end) {
+        float const x_scale = p.x_scale[row];
+        float v;
+        if constexpr (kPerGroup) {
+          v = x_scale * scaled[r];
+        } else {
+          v = w_scale[n] * (x_scale * static_cast<float>(static_cast<int32_t>(acc[r]) >> 4));
+        }
+        p.c[row * p.n + n] = v;
+      }
+    }
+    cute::cp_async_wait<0>();
+    __syncthreads();  // both warpgroups are done with the ring: the next row tile may refill it
+  }
+};
+
+template <class Config>
+__global__ void __launch_bounds__(WgmmaGroupedGemm<Config>::kThreads,
+                                  WgmmaGroupedGemm<Config>::kMinBlocks)
+    wgmma_grouped_gemm_kernel(Params const params) {
+  extern __shared__ __align__(1024) char smem[];
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  pdl_wait();  // group_work's lists (inline grouping: the group list from the kernel before)
+  pdl_release();
+  direct::grouped_row_tiles<WgmmaGroupedGemm<Config>>(params, smem);
+#endif
+}
+
+template <class Config>
+using WgmmaSwigluQuant =
+    direct::OwnSwigluQuant<WgmmaGroupedGemm<Config>, wgmma_grouped_gemm_kernel<Config>>;
+
+}  // namespace gemmgen::moe::wgmma
