@@ -3,12 +3,13 @@ aclnnGroupedMatmulSwigluQuantV2): the first half of a quantized MoE expert layer
 grouped by expert, one GEMM per expert (A8W8 int8 or fp8 e4m3, or A8W4: int4 weights with int8
 activations; per-token x_scale, per-channel or (A8W4) per-group weight scales), SwiGLU, and dynamic
 per-token quantization of the result; sm90a (CUTLASS 3.x pointer-array grouped GEMM, and the
-family's own mma.sync "direct" kernel for few tokens per expert and per-group scales).
+family's own mma.sync "direct" kernel for few tokens per expert, and its own int8-wgmma "wgmma"
+kernel for A8W4 beyond; per-group scales on those two).
 
 Files: `configs.py` (configs, spec, naming), `schema.py` (manifest keys and legality rules),
 `grouping.py` (group lists: offsets and checks), `packing.py` (the packed weight layout),
 `templates/` + `include/` (sources: group setup on the device, the CUTLASS grouped GEMM, the direct
-kernel, SwiGLU + quant),
+and wgmma kernels, SwiGLU + quant),
 `abi.py` (argument struct), `ops.py` (argument checks, torch op).
 
 Dispatch class: (op, x, w, scales). Dispatch variables: `tokens_per_expert` (ceil(M / E), the mean rows per expert: the per-expert
@@ -72,7 +73,7 @@ class MoeFamily(OpFamily):
                        origin=origin, **dict(variant))
 
     def kernel_template(self, arch: str) -> str:
-        return "sm90_grouped_swiglu_quant.cu.j2"  # CUTLASS and direct kernels alike
+        return "sm90_grouped_swiglu_quant.cu.j2"  # CUTLASS, direct and wgmma kernels alike
 
     def template_context(self, arch: str) -> dict[str, Any]:
         from .cpp import Cpp

@@ -226,7 +226,8 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     to check their range: a sync, so pack once for CUDA graphs). Weight scales per channel
     [E, N] or per group of K, [E, K/group, N] (or a list of E [K/group, N]), the group size a
     multiple of 128 dividing K (128, 256, ...): C = x_scale · Σ_g (X·W)_g ⊙ weight_scale[g], each
-    group's int32 sum promoted to float32 (the direct kernels; dispatch picks among them).
+    group's int32 sum promoted to float32 (the family's own direct and wgmma kernels; dispatch
+    picks among them).
     weight_assist_matrix (Ascend's 8 · weight_scale · Σ_k W, [E, N] float32 or a list of E [N]):
     accepted for API parity with A8W4 only, its dtype, shape and device checked; the kernels do
     not need it (they convert int4 to int8 in registers and multiply X·W directly), so its

@@ -14,7 +14,7 @@ not interleaved) is no longer read: re-pack.
 A8W4 (`weight_bits=4`): the int4 values -8..7, given in an int8 [E, K, N] tensor (the reference's
 form), are stored two per byte as a uint8 [E, N, K/2] tensor, element k in the low nibble when k
 is even (two's complement nibbles: CUTLASS's int4b_t packing). `logical_weight()` unpacks them.
-Its scales are per channel, [E, N], or per group of K, [E, K/group, N] (the direct kernels,
+Its scales are per channel, [E, N], or per group of K, [E, K/group, N] (the family's own direct and wgmma kernels,
 group sizes multiples of 128 dividing K), their N axis interleaved like the weight's.
 """
 
@@ -126,7 +126,7 @@ def packed_weight(where: str, weight: Weights) -> torch.Tensor:
     return interleave_act_gate(w.transpose(1, 2), 1)
 
 
-GROUP_MULTIPLE = 128  # the direct kernels' K chunk: a group is a whole number of chunks
+GROUP_MULTIPLE = 128  # the own kernels' K chunk: a group is a whole number of chunks
 PER_GROUP_8BIT_REFUSED = ("per-channel scales [E, N] with 8-bit weights: per-group [E, K/group, N] "
                           "scales are A8W4's (weight_bits=4)")
 

@@ -70,6 +70,7 @@
 #include "gemmgen/c_api.h"
 #include "gemmgen/mixed/mixed_mm_args.h"
 #include "gemmgen/runtime_support.hpp"
+#include "gemmgen/shared_memory.cuh"
 
 namespace gemmgen::mixed::direct {
 
@@ -134,27 +135,10 @@ inline int check_args(gemmgen_mixed_mm_args const& a, bool with_zero, char const
   return GEMMGEN_OK;
 }
 
-// Shared memory by 32-bit address (no generic-to-shared conversion in a loop); the family's own
-// kernels (this one and wgmma_mixed_mm.cuh) share these.
-__device__ __forceinline__ void cp_async16(uint32_t dst, void const* src, uint32_t src_bytes) {
-  // src_bytes 16, or 0: zero-fill (nothing is read)
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ uint2 lds64(uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
+// Shared memory by 32-bit address (gemmgen/shared_memory.cuh), shared with wgmma_mixed_mm.cuh.
+using smem::cp_async16;
+using smem::lds128;
+using smem::lds64;
 
 template <class Config>
 struct DirectMixedMm {

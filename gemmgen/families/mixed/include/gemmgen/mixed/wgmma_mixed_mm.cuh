@@ -172,18 +172,6 @@ struct WgmmaMixedMm {
     Mma::fma(a[0], a[1], a[2], a[3], desc, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
   }
 
-  // Shared-memory descriptor of a K-major B tile with 128-byte swizzle at `addr` (1024-aligned,
-  // plus 32 bytes a 16-K step): 8-row groups 1024 bytes apart.
-  static __device__ uint64_t b_descriptor(uint32_t addr) {
-    cute::GmmaDescriptor desc;
-    desc.bitfield.start_address_ = static_cast<uint16_t>(addr >> 4);
-    desc.bitfield.leading_byte_offset_ = 1;
-    desc.bitfield.stride_byte_offset_ = 1024 >> 4;
-    desc.bitfield.base_offset_ = 0;
-    desc.bitfield.layout_type_ = 1;  // SWIZZLE_128B
-    return desc.desc_;
-  }
-
   static __device__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
                  "barrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -333,7 +321,7 @@ struct WgmmaMixedMm {
     // Issue chunk i's wgmmas (its slot: the one before read_slot) and retire chunk i − 1's.
     auto run_chunk = [&](uint32_t (&a)[kSteps][4]) {
       int const slot = read_slot == 0 ? kStages - 1 : read_slot - 1;
-      uint64_t const desc = b_descriptor(act_ring + slot * kActStageBytes);
+      uint64_t const desc = smem::sw128_k_major_descriptor(act_ring + slot * kActStageBytes);
       cute::warpgroup_arrive();  // the fragments were just written
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kSteps; ++j) {

@@ -22,7 +22,7 @@ typedef struct gemmgen_moe_args {
   const void* w;             /* [E, N, K] packed weights: expert-major, K contiguous; int4
                                 (A8W4): two per byte, even k in the low nibble */
   const float* w_scale;      /* [E, N] per-channel weight scales, or [E, K / group_size, N]
-                                per-group ones (direct A8W4 kernels) */
+                                per-group ones (direct and wgmma A8W4 kernels) */
   const float* x_scale;      /* [M] per-token activation scales */
   const int64_t* group_list; /* [E] rows per expert (count) or end offsets (cumsum) */
   void* c;                   /* [M, N] intermediate: the scaled GEMM result (fp32 or bf16) */
@@ -35,7 +35,7 @@ typedef struct gemmgen_moe_args {
   int32_t group_size;        /* 0: per channel; else K elements per group of w_scale */
   int32_t layout_version;    /* the packed weight's layout (packing.py), which the kernels
                                 pair act and gate columns by: GEMMGEN_MOE_LAYOUT_VERSION */
-  int32_t launch_flags;      /* GEMMGEN_LAUNCH_PDL (gemmgen/c_api.h): the direct kernels' launches */
+  int32_t launch_flags;      /* GEMMGEN_LAUNCH_PDL (gemmgen/c_api.h): the direct and wgmma kernels' launches */
 } gemmgen_moe_args;
 
 /* Layout 2: act and gate interleaved (packed row 2j is act column j, 2j + 1 gate column j).

@@ -57,10 +57,14 @@
 #include "gemmgen/moe/direct_grouped_gemm.cuh"
 #include "gemmgen/moe/moe_args.h"
 #include "gemmgen/runtime_support.hpp"
+#include "gemmgen/shared_memory.cuh"
 
 namespace gemmgen::moe::wgmma {
 
 using direct::Params;
+using smem::cp_async16;
+using smem::lds128;
+using smem::lds32;
 
 template <class ElementW_, bool PerGroup_, int WarpGroups_, int Tokens_, int Stages_>
 struct WgmmaConfig {
@@ -117,25 +121,6 @@ struct WgmmaGroupedGemm {
   static_assert(sizeof(typename Mma::CRegisters) == kAccRegs * sizeof(uint32_t),
                 "no int8 wgmma of N = Tokens");
 
-  static __device__ void cp_async16(uint32_t dst, void const* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-                 "r"(ok ? 16u : 0u)
-                 : "memory");
-  }
-  static __device__ uint4 lds128(uint32_t addr) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(addr)
-                 : "memory");
-    return v;
-  }
-  static __device__ float lds32(uint32_t addr) {
-    float v;
-    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-    return v;
-  }
-
   // One register of the A fragment: the lane's two bytes (`gather` picks them out of the eight
   // bytes of w0, w1) → four int8, 16 × each int4 (even k from the low nibble).
   static __device__ uint32_t to_int8(uint32_t w0, uint32_t w1, uint32_t gather) {
@@ -148,18 +133,6 @@ struct WgmmaGroupedGemm {
   static __device__ void mma(uint32_t const (&a)[4], uint64_t desc, uint32_t (&acc)[kAccRegs],
                              cute::SM90::GMMA::ScaleOut scale_out, std::index_sequence<I...>) {
     Mma::fma(a[0], a[1], a[2], a[3], desc, acc[I]..., scale_out);
-  }
-
-  // Shared-memory descriptor of a K-major B tile with 128-byte swizzle at `addr` (1024-aligned,
-  // plus 32 bytes a 32-K step): 8-row groups 1024 bytes apart.
-  static __device__ uint64_t b_descriptor(uint32_t addr) {
-    cute::GmmaDescriptor desc;
-    desc.bitfield.start_address_ = static_cast<uint16_t>(addr >> 4);
-    desc.bitfield.leading_byte_offset_ = 1;
-    desc.bitfield.stride_byte_offset_ = 1024 >> 4;
-    desc.bitfield.base_offset_ = 0;
-    desc.bitfield.layout_type_ = 1;  // SWIZZLE_128B
-    return desc.desc_;
   }
 
   static __device__ void fence(uint32_t (&acc)[kAccRegs]) {
@@ -237,18 +210,19 @@ struct WgmmaGroupedGemm {
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kWeightCopies; ++j) {
         bool const ok = w_ok[j] && w_k[j] + dk < p.k;
-        cp_async16(base + w_dst[j], ok ? w_src[j] + int64_t(issued) * kWeightRowBytes : w_src[j], ok);
+        cp_async16(base + w_dst[j], ok ? w_src[j] + int64_t(issued) * kWeightRowBytes : w_src[j],
+                   ok ? 16u : 0u);
       }
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kActCopies; ++j) {
         if (a_mine[j]) {
           bool const ok = a_ok[j] && a_k[j] + dk < p.k;
-          cp_async16(base + a_dst[j], ok ? a_src[j] + dk : a_src[j], ok);
+          cp_async16(base + a_dst[j], ok ? a_src[j] + dk : a_src[j], ok ? 16u : 0u);
         }
       }
       if constexpr (kPerGroup) {
         if (tid < kScaleSegs) {
-          cp_async16(base + s_dst, s_src, s_ok);
+          cp_async16(base + s_dst, s_src, s_ok ? 16u : 0u);
         }
         if (--s_left == 0) {
           s_left = p.chunks_per_group;
@@ -347,7 +321,7 @@ struct WgmmaGroupedGemm {
     auto step = [&](int i, uint32_t (&a)[kSteps][4], float const (&scale)[2],
                     uint32_t (&a_next)[kSteps][4], float (&scale_next)[2]) {
       int const slot = read_slot == 0 ? kStages - 1 : read_slot - 1;
-      uint64_t const desc = b_descriptor(ring + slot * kSlotBytes);
+      uint64_t const desc = smem::sw128_k_major_descriptor(ring + slot * kSlotBytes);
       bool const fresh = kPerGroup && group_left == p.chunks_per_group;
       cute::warpgroup_arrive();  // the fragments were just written
       CUTLASS_PRAGMA_UNROLL

@@ -1,0 +1,52 @@
+/*
+ * gemmgen/shared_memory.cuh — shared-memory access by 32-bit address for the families' own
+ * kernels (the mixed family's direct and wgmma kernels, the MoE family's wgmma kernel): cp.async
+ * copies with zero-fill, vector loads without a generic-to-shared conversion in the loop, and the
+ * wgmma descriptor of a K-major operand tile in 128-byte swizzle.
+ */
+#pragma once
+
+#include <cstdint>
+
+#include "cute/arch/mma_sm90_desc.hpp"
+
+namespace gemmgen::smem {
+
+// 16 bytes global → shared, bypassing L1; src_bytes 16, or 0: zero-fill (nothing is read).
+__device__ __forceinline__ void cp_async16(uint32_t dst, void const* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ float lds32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint2 lds64(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+// The wgmma descriptor of a K-major operand tile with 128-byte swizzle at `addr` (1024-aligned,
+// plus 32 bytes a K step of 32 bytes): rows of 128 bytes, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t sw128_k_major_descriptor(uint32_t addr) {
+  cute::GmmaDescriptor desc;
+  desc.bitfield.start_address_ = static_cast<uint16_t>(addr >> 4);
+  desc.bitfield.leading_byte_offset_ = 1;
+  desc.bitfield.stride_byte_offset_ = 1024 >> 4;
+  desc.bitfield.base_offset_ = 0;
+  desc.bitfield.layout_type_ = 1;  // SWIZZLE_128B
+  return desc.desc_;
+}
+
+}  // namespace gemmgen::smem
