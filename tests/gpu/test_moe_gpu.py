@@ -1,7 +1,8 @@
 """GPU tests of the MoE family, `gemmgen.grouped_matmul_swiglu_quant` (grouped GEMM per expert +
 dequant + SwiGLU + dynamic per-token quantization, sm90a), in its three variants: A8W8 int8,
 fp8 e4m3, A8W4 (int8 activations, int4 weights with per-channel scales) and A8W4 with per-group
-scales ("a8w4g": [E, K/128, N], the direct kernels).
+scales ("a8w4g": [E, K/128, N], the direct and wgmma kernels; the wgmma kernels also on their own cases: K with a
+partial last chunk, groups of 128 to 512).
 
 What is tested, each against `gemmgen.reference` on fresh random data (seeded per test by
 conftest.py, so a failure reproduces):
