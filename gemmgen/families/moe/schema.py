@@ -113,15 +113,23 @@ def direct_smem_bytes(config: MoeTileConfig, w: str) -> int:
     return config.ring_stages * (weights + config.warps_k * tn * tk) + scan
 
 
+def own_kernel_problems(config: MoeTileConfig, operand: str) -> list[tuple[str, str]]:
+    """What the family's own kernels (schedule direct or wgmma: `operand` names its MMA) refuse:
+    swap_ab, fused, an intermediate other than fp32."""
+    problems = []
+    for key, value, why in (("swap_ab", config.swap_ab, f"the weight is the {operand}'s A by design"),
+                            ("fused", config.fused, "SwiGLU runs in the pass after it")):
+        if value:
+            problems.append((key, f"not with schedule {config.schedule} ({why}): leave {key} out"))
+    if config.intermediate != "fp32":
+        problems.append(("intermediate", f"fp32 for schedule {config.schedule} (it writes C in fp32)"))
+    return problems
+
+
 def check_direct(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[tuple[str, str]]:
     problems = direct_schema.shape_problems(config.tile, config.warps_k, config.cluster,
                                             config.stages, TILE_K, MoeTileConfig.DIRECT_AUTO_STAGES)
-    for key, value, why in (("swap_ab", config.swap_ab, "the weight is the MMA's A by design"),
-                            ("fused", config.fused, "SwiGLU runs in the pass after it")):
-        if value:
-            problems.append((key, f"not with schedule direct ({why}): leave {key} out"))
-    if config.intermediate != "fp32":
-        problems.append(("intermediate", "fp32 for schedule direct (it writes C in fp32)"))
+    problems += own_kernel_problems(config, "MMA")
     if any(x != "int8" for x, _, _ in variants):
         problems.append(("schedule", "direct kernels take int8 activations (int8 or int4 "
                                      "weights); this family lists e4m3"))
@@ -140,7 +148,7 @@ def check_direct(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[t
 
 WGMMA_FEATURES = (64, 128)              # one or two warpgroups of 64 features
 WGMMA_TOKENS = (16, 32, 64, 96, 128)     # an expert's rows a tile: the int8 wgmma's N
-WGMMA_TOKENS_PER_GROUP = 64             # per group: two accumulator sets, a group sum, floats
+WGMMA_TOKENS_PER_GROUP = 64             # per group: float32 sums beside the accumulators
 WGMMA_STAGES = (3, 8)
 
 
@@ -166,8 +174,8 @@ def check_wgmma(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[tu
                                  f"int8 wgmma's N), {TILE_K}]; got {list(config.tile)}"))
     elif per_group and tn > WGMMA_TOKENS_PER_GROUP:
         problems.append(("tile", f"with per-group scales the wgmma kernel's tile N is at most "
-                                 f"{WGMMA_TOKENS_PER_GROUP} (two int32 accumulator sets, the "
-                                 f"group's sum and its float32 sum a thread); got {tn}"))
+                                 f"{WGMMA_TOKENS_PER_GROUP} (a float32 sum beside each int32 "
+                                 f"accumulator, two CTAs an SM); got {tn}"))
     lo, hi = WGMMA_STAGES
     if config.stages and not lo <= config.stages <= hi:
         problems.append(("stages", f"the wgmma kernel's ring holds {lo} to {hi} chunks (auto: "
@@ -175,15 +183,10 @@ def check_wgmma(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[tu
     if config.cluster != (1, 1, 1):
         problems.append(("cluster", "the wgmma kernel has no clusters: leave cluster out or "
                                     f"write [1, 1, 1]; got {list(config.cluster)}"))
-    for key, value, why in (("swap_ab", config.swap_ab, "the weight is the wgmma's A by design"),
-                            ("fused", config.fused, "SwiGLU runs in the pass after it")):
-        if value:
-            problems.append((key, f"not with schedule wgmma ({why}): leave {key} out"))
+    problems += own_kernel_problems(config, "wgmma")
     if config.warps_k:
         problems.append(("warps_k", "warps_k belongs to schedule direct; the wgmma kernel's "
                                     "warpgroups split features, not K: leave warps_k out"))
-    if config.intermediate != "fp32":
-        problems.append(("intermediate", "fp32 for schedule wgmma (it writes C in fp32)"))
     if any((x, w) != ("int8", "int4") for x, w, _ in variants):
         problems.append(("schedule", "the wgmma kernel serves A8W4 (x: int8, w: int4) only; this "
                                      "family lists " + ", ".join(sorted({f"({x}, {w})" for x, w, _

@@ -37,6 +37,16 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   return v;
 }
 
+// A cp.async ring's slot made ready for wgmma: wait until at most `Pending` commit groups of
+// this thread's copies are in flight, make its copies visible to the async proxy (wgmma reads
+// shared memory through it), then a CTA barrier (every thread's copies of the slot landed).
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait_for_wgmma() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+}
+
 // The wgmma descriptor of a K-major operand tile with 128-byte swizzle at `addr` (1024-aligned,
 // plus 32 bytes a K step of 32 bytes): rows of 128 bytes, 8-row groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t sw128_k_major_descriptor(uint32_t addr) {

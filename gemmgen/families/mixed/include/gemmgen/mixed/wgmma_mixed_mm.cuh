@@ -286,9 +286,7 @@ struct WgmmaMixedMm {
     constexpr int kSteps = kStepK / 16;
     // Wait for chunk i's slot, queue chunk i + kAhead, convert chunk i's fragments into `a`.
     auto load_chunk = [&](int i, uint32_t (&a)[kSteps][4]) {
-      cute::cp_async_wait<kAhead - 1>();
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async → wgmma's reads
-      __syncthreads();
+      smem::cp_async_wait_for_wgmma<kAhead - 1>();
       if (i + kAhead < count) {
         issue(write_slot);
       }
