@@ -549,6 +549,29 @@ WGMMA_CASES = [(160, 0, 264, 4, 300, "skewed"), (4096, 0, 512, 2, 1000, "skewed"
                (2048, 512, 256, 2, 1000, "skewed"), (1536, 128, 384, 8, 7, "uniform")]
 
 
+def check_forced_kernel(kernel, v, k: int, group: int, n: int, counts: list[int], label: str):
+    """`kernel` forced by name on fresh data of K, N, per-group `group` (0: per channel) and the
+    rows per expert `counts`, against the reference; the custom op into poisoned outputs agrees
+    bit for bit."""
+    e, m = len(counts), sum(counts)
+    weight = random_weight((e, k, n), v)
+    scale_shape = (e, k // group, n) if group else (e, n)
+    weight_scale = random_weight_scales(scale_shape, v)
+    packed = pack(weight, weight_scale, v)
+    x = random_values((m, k), v.dtype)
+    x_scale = random_scales((m,), v.dtype)
+    group_list = group_list_of(counts, "count")
+    q, q_scale = gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list,
+                                                     kernel=kernel.name)
+    assert_quant_close(q, q_scale, x, weight, weight_scale, x_scale, group_list, "count",
+                       kernel.spec.c, label, weight_bits=v.bits)
+    out_q, out_scale = call_out_op(x, packed, x_scale, group_list, "count", kernel.name)
+    torch.cuda.synchronize()
+    assert not poison_left(out_q, out_scale), f"{label}: custom op left poison"
+    assert same_bits(out_q, q) and same_bits(out_scale, q_scale), \
+        f"{label}: the custom op and the public op differ"
+
+
 def test_wgmma_kernels_group_sizes_and_partial_k():
     """Each built wgmma kernel (A8W4 on int8 wgmma), forced by name, on the cases of
     WGMMA_CASES its scales take (per channel: K with a last partial chunk; per group: groups of
@@ -561,23 +584,24 @@ def test_wgmma_kernels_group_sizes_and_partial_k():
         for k, group, n, e, m, routing in WGMMA_CASES:
             if bool(group) != v.per_group:
                 continue
-            label = f"{kernel.name} K={k} group={group} N={n} E={e} M={m} {routing}"
-            weight = random_weight((e, k, n), v)
-            scale_shape = (e, k // group, n) if group else (e, n)
-            weight_scale = random_weight_scales(scale_shape, v)
-            packed = pack(weight, weight_scale, v)
-            x = random_values((m, k), v.dtype)
-            x_scale = random_scales((m,), v.dtype)
-            group_list = group_list_of(routing_counts(routing, m, e), "count")
-            q, q_scale = gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list,
-                                                             kernel=kernel.name)
-            assert_quant_close(q, q_scale, x, weight, weight_scale, x_scale, group_list, "count",
-                               kernel.spec.c, label, weight_bits=v.bits)
-            out_q, out_scale = call_out_op(x, packed, x_scale, group_list, "count", kernel.name)
-            torch.cuda.synchronize()
-            assert not poison_left(out_q, out_scale), f"{label}: custom op left poison"
-            assert same_bits(out_q, q) and same_bits(out_scale, q_scale), \
-                f"{label}: the custom op and the public op differ"
+            check_forced_kernel(kernel, v, k, group, n, routing_counts(routing, m, e),
+                                f"{kernel.name} K={k} group={group} N={n} E={e} M={m} {routing}")
+
+
+def test_wgmma_row_tile_edges():
+    """The row-tile walk at the edges of the kernel's tile of T rows: experts of T + 1 rows (a
+    last tile of one row), T / 4, T / 2, T − 1, T, 2T + T / 4 + 3 and one row, an empty expert,
+    per channel (K with a partial last chunk) and per group, against the reference."""
+    kernels = own_kernels("wgmma")
+    if not kernels:
+        pytest.skip("no built wgmma kernel")
+    for kernel in kernels:
+        v = variant_of(kernel.spec)
+        t = kernel.spec.config.tile[1]
+        counts = [t + 1, t // 4, t // 4 + 1, 0, t // 2, t // 2 + 1, t - 1, 1, 2 * t + t // 4 + 3, t]
+        k, group = (1024, 256) if v.per_group else (800, 0)
+        check_forced_kernel(kernel, v, k, group, 264, counts,
+                            f"{kernel.name} K={k} group={group} rows {counts}")
 
 
 # ------------------------------------------------------------- 3. A8W4 forms, assist matrix
