@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import itertools
 import os
 import re
 import shutil
@@ -493,7 +494,7 @@ def test_args_mirror_matches_the_header():
         names += [first.split()[-1].lstrip("*"), *rest]
     assert names == [name for name, _ in MoeArgs._fields_]
     assert ARGS_LAYOUT.size == ctypes.sizeof(MoeArgs) == 8 * 8 + 4 * 8 + 6 * 4
-    assert "#define GEMMGEN_MOE_LAYOUT_VERSION 2" in header and packing.LAYOUT_VERSION == 2
+    assert "#define GEMMGEN_MOE_LAYOUT_VERSION 3" in header and packing.LAYOUT_VERSION == 3
     values = tuple(range(1, 9)) + (-1, 2**40, 3, 4) + (1, 2, 8, 0, 2, 0)
     buffer = (ctypes.c_char * ARGS_LAYOUT.size)()
     ARGS_LAYOUT.pack_into(buffer, 0, *values)
@@ -549,7 +550,7 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
                                       "wide_fused"]),
     "moe_e4m3": (E4M3, FP8, 8, False, ["decode", "small", "small_fused", "mid_fused"]),
     "moe_a8w4": (A8W4, INT8, 4, False, ["stream_wide", "stream", "small_wgmma", "small", "mid"]),
-    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["stream", "wgmma16", "wgmma32", "wgmma64"]),
+    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32", "wgmma64"]),
 }
 
 
@@ -574,9 +575,8 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     ("moe_a8w4", 8192, 9, "small_wgmma"), ("moe_a8w4", 28672, 32, "small_wgmma"),
     ("moe_a8w4", 4096, 129, "mid"), ("moe_a8w4", 4096, 100_000, "mid"), ("moe_a8w4", 8192, 65, "mid"),
     ("moe_a8w4", 28672, 100_000, "mid"),
-    # A8W4 per group: the direct kernel at <= 2 tokens an expert below N = 8192, then the wgmma
-    # kernel with wider row tiles as tokens grow
-    ("moe_a8w4_group", 4096, 1, "stream"), ("moe_a8w4_group", 1536, 2, "stream"),
+    # A8W4 per group: the wgmma kernel from one token on, with wider row tiles as tokens grow
+    ("moe_a8w4_group", 4096, 1, "wgmma16"), ("moe_a8w4_group", 1536, 2, "wgmma16"),
     ("moe_a8w4_group", 28672, 1, "wgmma16"), ("moe_a8w4_group", 4096, 3, "wgmma16"),
     ("moe_a8w4_group", 4096, 8, "wgmma16"), ("moe_a8w4_group", 4096, 9, "wgmma32"),
     ("moe_a8w4_group", 28672, 32, "wgmma32"), ("moe_a8w4_group", 4096, 33, "wgmma64"),
@@ -602,7 +602,8 @@ def test_no_tokens_is_served_like_one(fresh_dispatch, family):
     _, dtype, bits, per_group, order = _SHIPPED_FAMILIES[family]
     choice = dispatch.choose(OP, manifests=[SHIPPED], tuned=False, x_dtype=dtype, m=0, experts=64,
                              n=4096, k=7168, weight_bits=bits, per_group=per_group)
-    one = "decode" if family == "moe_e4m3" else "stream"  # the few-tokens config at N < 8192
+    # the few-tokens config at N < 8192
+    one = {"moe_e4m3": "decode", "moe_a8w4_group": "wgmma16"}.get(family, "stream")
     assert (choice.kernel.spec.origin.family, choice.kernel.spec.origin.config) == (family, one)
 
 
@@ -638,12 +639,12 @@ def test_pack_stacked_and_list(dtype):
     assert packed.logical_weight().shape == (e, k, n)
     assert torch.equal(_bits(packed.logical_weight()), _bits(w))
     assert packed.scale.dtype == torch.float32 and torch.equal(packed.logical_scale(), scale)
-    assert (packed.layout_version, packed.arch) == (packing.LAYOUT_VERSION, "sm90a") == (2, "sm90a")
+    assert (packed.layout_version, packed.arch) == (packing.LAYOUT_VERSION, "sm90a") == (3, "sm90a")
     from_lists = gemmgen.pack_moe_weights(list(w.unbind(0)), list(scale.unbind(0)))
     assert torch.equal(_bits(from_lists.weight), _bits(packed.weight))
     assert from_lists.scale.shape == (e, n) and torch.equal(from_lists.scale, packed.scale)
     moved = dataclasses.replace(packed, arch="sm80").to("cpu")
-    assert moved.arch == "sm80" and moved.layout_version == 2
+    assert moved.arch == "sm80" and moved.layout_version == 3
     assert torch.equal(_bits(moved.weight), _bits(packed.weight))
 
 
@@ -841,6 +842,35 @@ def test_pack_int4_per_group_scales(groups):
     j = 3  # one column by hand: its scales sit at the packed row of its act/gate pair
     assert torch.equal(packed.scale[:, :, _packed_row(j, n)], scale[:, :, j])
     assert torch.equal(packed.logical_weight(), w)
+
+
+@pytest.mark.parametrize("k,groups", [(256, 2), (384, 3), (1024, 4)])
+def test_pack_int4_per_group_mma_order(k, groups):
+    """Per-group A8W4 weights in the MMA fragment order, every byte by hand: in chunk c of a
+    packed row, byte 16q + 4j + i holds k = 128c + 32j + 4q + i (low nibble) and k + 16 (high);
+    unpacked back by logical_weight and unpack_int4_mma_order. Per channel (and one group) keeps
+    the even-k-low order."""
+    e, n = 2, 4
+    w = _random_int4(e, k, n, seed=k)
+    scale = torch.rand(e, groups, n, generator=torch.Generator().manual_seed(k))
+    packed = gemmgen.pack_moe_weights(w, scale, weight_bits=4)
+    assert packed.mma_order and packed.group_size == k // groups
+    rows = packed.weight.tolist()
+    for i in range(e):
+        for j_col in range(n):
+            row = rows[i][_packed_row(j_col, n)]
+            expected = [0] * (k // 2)
+            for c, q, j, t in itertools.product(range(k // 128), range(4), range(4), range(4)):
+                kk = 128 * c + 32 * j + 4 * q + t
+                expected[64 * c + 16 * q + 4 * j + t] = _nibble_byte(int(w[i, kk, j_col]),
+                                                                     int(w[i, kk + 16, j_col]))
+            assert row == expected, (i, j_col)
+    assert torch.equal(packed.logical_weight(), w)
+    interleaved = packing.interleave_act_gate(w.transpose(1, 2), 1)
+    assert torch.equal(packing.unpack_int4_mma_order(packed.weight), interleaved)
+    for channel_scale in (scale[:, 0], scale[:, :1]):  # [E, N] and one group: per channel
+        plain = gemmgen.pack_moe_weights(w, channel_scale, weight_bits=4)
+        assert not plain.mma_order and torch.equal(plain.weight, packing.pack_int4(interleaved))
 
 
 @pytest.mark.parametrize("bits", [5, 3, 16, 0, True, "4", None])
@@ -1086,10 +1116,10 @@ def test_public_op_early_errors_on_cpu():
     prefix = r"^gemmgen\.grouped_matmul_swiglu_quant: argument "
     with pytest.raises(ValueError, match=prefix + r"'weight_scale': expected None with a packed MoeWeight"):
         gemmgen.grouped_matmul_swiglu_quant(x, packed, _S, x_scale, g)
-    for stale, got in ((dataclasses.replace(packed, layout_version=1), "arch 'sm90a', layout version 1"),
-                       (dataclasses.replace(packed, arch="sm80"), "arch 'sm80', layout version 2")):
+    for stale, got in ((dataclasses.replace(packed, layout_version=2), "arch 'sm90a', layout version 2"),
+                       (dataclasses.replace(packed, arch="sm80"), "arch 'sm80', layout version 3")):
         with pytest.raises(ValueError, match=prefix + r"'weight': expected a MoeWeight packed for "
-                                                      r"sm90a with layout version 2 .*; got " + got):
+                                                      r"sm90a with layout version 3 .*; got " + got):
             gemmgen.grouped_matmul_swiglu_quant(x, stale, None, x_scale, g)
     with pytest.raises(ValueError, match=prefix + r"'x': expected a 2-D tensor \[M, K\]"):
         gemmgen.grouped_matmul_swiglu_quant(x[0], packed, None, x_scale, g)

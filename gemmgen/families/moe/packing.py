@@ -12,10 +12,20 @@ their epilogue (the unfused kernels read C pair-wise too). `MoeWeight.logical_we
 not interleaved) is no longer read: re-pack.
 
 A8W4 (`weight_bits=4`): the int4 values -8..7, given in an int8 [E, K, N] tensor (the reference's
-form), are stored two per byte as a uint8 [E, N, K/2] tensor, element k in the low nibble when k
-is even (two's complement nibbles: CUTLASS's int4b_t packing). `logical_weight()` unpacks them.
-Its scales are per channel, [E, N], or per group of K, [E, K/group, N] (the family's own direct and wgmma kernels,
-group sizes multiples of 128 dividing K), their N axis interleaved like the weight's.
+form), are stored two per byte (two's complement nibbles) as a uint8 [E, N, K/2] tensor. Its
+scales are per channel, [E, N], or per group of K, [E, K/group, N] with K/group > 1 (the family's
+own direct and wgmma kernels, group sizes multiples of 128 dividing K), their N axis interleaved
+like the weight's. The nibble order follows the kernels that read it:
+- per channel (CUTLASS's kernels too): element k in the low nibble when k is even, as CUTLASS's
+  int4b_t packs (`pack_int4`);
+- per group (only the family's own kernels): the int8 MMA's fragment order (`pack_int4_mma_order`):
+  in each 128-k chunk of a row (64 bytes), byte 16q + 4j + i holds k = 32j + 4q + i in its low
+  nibble and k + 16 in its high one (q, j, i in 0..3). A lane (q = lane % 4) of an
+  m16n8k32 / m64nNk32 int8 MMA reads its chunk's 16 bytes of a row at once, and each 32-bit word
+  gives its two A registers of step j with a mask and a shift-and-mask: k = 32j + 4q + 0..3 and
+  k + 16 .. + 19, the MMA's own k order (tokens stay in natural order).
+`logical_weight()` unpacks either. Layout version 3 (per-group int4 in the MMA order; version 2
+packed it like per channel) is the one read.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ import torch
 from ...errors import argument_error, describe_argument
 from .grouping import _stack_weights
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 ELEMENT_DTYPES = (torch.int8, torch.float8_e4m3fn)
 
 Weights = Union[torch.Tensor, Sequence[torch.Tensor]]
@@ -64,10 +74,18 @@ class MoeWeight:
         """K elements per weight-scale group: 0 for per-channel scales."""
         return self.k // self.scale.shape[1] if self.scale.dim() == 3 and self.scale.shape[1] > 1 else 0
 
+    @property
+    def mma_order(self) -> bool:
+        """int4 in the MMA fragment order (per-group scales; see the module)."""
+        return self.bits == 4 and self.group_size > 0
+
     def logical_weight(self) -> torch.Tensor:
         """The [E, K, N] weight of the op's contract (a new tensor; int4 values unpacked into
         int8 for A8W4)."""
-        w = unpack_int4(self.weight) if self.bits == 4 else self.weight
+        if self.bits == 4:
+            w = unpack_int4_mma_order(self.weight) if self.mma_order else unpack_int4(self.weight)
+        else:
+            w = self.weight
         return deinterleave_act_gate(w, 1).transpose(1, 2)
 
     def logical_scale(self) -> torch.Tensor:
@@ -93,6 +111,29 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     low, high = b & 0xF, (b >> 4) & 0xF
     both = torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
     return torch.where(both >= 8, both - 16, both).to(torch.int8)
+
+
+MMA_ORDER_CHUNK = 128  # k values a chunk of the MMA fragment order (the kernels' K chunk)
+
+
+def pack_int4_mma_order(w_nk: torch.Tensor) -> torch.Tensor:
+    """int8 values -8..7 [..., K] (K a multiple of 128) -> uint8 [..., K/2] in the MMA fragment
+    order: in each 128-k chunk, byte 16q + 4j + i holds k = 32j + 4q + i (low nibble) and k + 16
+    (high nibble)."""
+    *lead, k = w_nk.shape
+    d = len(lead)
+    # k = 128c + 32j + 16h + 4q + i  ->  (c, q, j, i, h): h = 0 the low nibble, 1 the high one
+    split = w_nk.reshape(*lead, k // MMA_ORDER_CHUNK, 4, 2, 4, 4)
+    return pack_int4(split.permute(*range(d), d, d + 3, d + 1, d + 4, d + 2).reshape(*lead, k))
+
+
+def unpack_int4_mma_order(packed: torch.Tensor) -> torch.Tensor:
+    """The inverse of pack_int4_mma_order: uint8 [..., K/2] -> int8 [..., K]."""
+    w = unpack_int4(packed)
+    *lead, k = w.shape
+    d = len(lead)
+    split = w.reshape(*lead, k // MMA_ORDER_CHUNK, 4, 4, 4, 2)  # (c, q, j, i, h)
+    return split.permute(*range(d), d, d + 2, d + 4, d + 1, d + 3).reshape(*lead, k)
 
 
 def interleave_act_gate(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -198,5 +239,7 @@ def pack(where: str, weight: Weights, weight_scale: Weights, weight_bits: int) -
             if lo < -8 or hi > 7:
                 raise argument_error(where, "weight", "int4 values -8..7 (weight_bits=4)",
                                      f"values in {lo}..{hi}")
-        return MoeWeight(pack_int4(w).contiguous(), s, bits=4)
+        per_group = s.dim() == 3 and s.shape[1] > 1  # K % 128 == 0 (group_size_problem)
+        packed = pack_int4_mma_order(w) if per_group else pack_int4(w)
+        return MoeWeight(packed.contiguous(), s, bits=4)
     return MoeWeight(w, s)

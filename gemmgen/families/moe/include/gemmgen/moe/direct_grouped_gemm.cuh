@@ -44,9 +44,12 @@
  * (a2/a3/b1) hold k = 32q + 8j + {0..3} and {4..7} (int8 weights), or k = 32q + 8j + {0, 2, 4, 6}
  * and {1, 3, 5, 7} (int4 weights): each lane's 32 k values of a weight row and of a token are
  * contiguous in the packed weight (packing.py, K-major, even k in the low nibble) and in x, so the
- * weights need no layout of their own. int4 → int8 is two masks and a shift per 8 values: the
- * nibble lands in the byte's high half (16·w, exact in int8), and the 16 is taken back out of
- * each chunk's int32 sum by an exact shift.
+ * per-channel weights need no layout of their own. Per-group int4 weights come in the MMA's own k
+ * order (packing.py: the lane's 16 bytes of a row give slots 4q.. and 16 + 4q.. of MMA j as k =
+ * 32j + 4q .. and + 16), shared with the wgmma kernel, whose tokens cannot be permuted; the
+ * tokens' words are then read in natural order. int4 → int8 is two masks and a shift per 8
+ * values: the nibble lands in the byte's high half (16·w, exact in int8), and the 16 is taken
+ * back out of each chunk's int32 sum by an exact shift.
  */
 #pragma once
 
@@ -251,9 +254,20 @@ struct DirectGroupedGemm {
     return f;
   }
 
-  // One token's B registers for MMA j, in the same k order as the weights'.
-  static __device__ void token_fragments(char const* act, int row, int q, uint32_t (&b)[4][2]) {
+  // One token's B registers for MMA j, in the same k order as the weights'. mma_order (int4
+  // weights with per-group scales, packed in the MMA's own k order): MMA j's k = 32j + 4q ..
+  // and + 16, one 32-bit word each.
+  static __device__ void token_fragments(char const* act, int row, int q, bool mma_order,
+                                         uint32_t (&b)[4][2]) {
     char const* base = act + row * kActRowBytes;
+    if (kInt4 && mma_order) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        b[j][0] = *reinterpret_cast<uint32_t const*>(base + (((2 * j) ^ (row & 7)) * 16) + 4 * q);
+        b[j][1] = *reinterpret_cast<uint32_t const*>(base + (((2 * j + 1) ^ (row & 7)) * 16) + 4 * q);
+      }
+      return;
+    }
     uint4 const x0 = *reinterpret_cast<uint4 const*>(base + (((2 * q) ^ (row & 7)) * 16));
     uint4 const x1 = *reinterpret_cast<uint4 const*>(base + (((2 * q + 1) ^ (row & 7)) * 16));
     uint32_t const words[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
@@ -375,7 +389,7 @@ struct DirectGroupedGemm {
       CUTLASS_PRAGMA_UNROLL
       for (int t = 0; t < kTokenTiles; ++t) {
         uint32_t b[4][2];
-        token_fragments(act, t * 8 + group_id, q, b);
+        token_fragments(act, t * 8 + group_id, q, per_group, b);
         uint32_t part[4] = {0u, 0u, 0u, 0u};
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < 4; ++j) {

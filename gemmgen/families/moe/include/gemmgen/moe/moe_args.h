@@ -38,10 +38,11 @@ typedef struct gemmgen_moe_args {
   int32_t launch_flags;      /* GEMMGEN_LAUNCH_PDL (gemmgen/c_api.h): the direct and wgmma kernels' launches */
 } gemmgen_moe_args;
 
-/* Layout 2: act and gate interleaved (packed row 2j is act column j, 2j + 1 gate column j).
-   A library built for another layout has another sizeof(gemmgen_moe_args) (1: without the
-   field), so the loader refuses it, and a kernel refuses a call that names another layout. */
-#define GEMMGEN_MOE_LAYOUT_VERSION 2
+/* Layout 3: act and gate interleaved (packed row 2j is act column j, 2j + 1 gate column j); int4
+   weights with per-group scales in the MMA fragment order (2: as per channel). A library built
+   for layout 1 has another sizeof(gemmgen_moe_args) (without the field), so the loader refuses
+   it, and a kernel refuses a call that names another layout. */
+#define GEMMGEN_MOE_LAYOUT_VERSION 3
 
 #ifdef __cplusplus
 }

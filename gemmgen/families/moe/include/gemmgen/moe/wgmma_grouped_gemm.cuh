@@ -3,8 +3,9 @@
  * grouped_matmul_swiglu_quant for A8W4 (int8 activations, int4 weights; per-channel or per-group
  * weight scales) on register-sourced int8 wgmma, for tens to hundreds of tokens per expert. It
  * runs inside the direct kernels' op (direct_grouped_gemm.cuh: group_work or inline grouping,
- * this GEMM writing C in fp32, SwiGLU + quant) and reads the same packed weight (packing.py:
- * [E, N, K/2], two int4 a byte, even k in the low nibble), so dispatch can pick it per shape.
+ * this GEMM writing C in fp32, SwiGLU + quant) and reads the same packed weight as the family's
+ * other kernels of its scales (packing.py: [E, N, K/2], two int4 a byte; per channel even k in
+ * the low nibble, per group the MMA fragment order), so dispatch can pick it per shape.
  *
  * Why. The direct kernel runs mma.sync, about half wgmma's rate on Hopper: past ~16 tokens an
  * expert its MMAs, not the weight read, set the time (A8W4 with per-group scales measured 2-12x
@@ -18,19 +19,24 @@
  * K-major) and, with per-group scales, the chunk's group's scales of the CTA's features.
  *
  * Registers. wgmma's int8 A fragment gives lane (g, q) of warp w rows 16w+g and 16w+g+8 and, per
- * 32-K step j, k = 32j+4q .. +3 and k + 16 .. +19: bytes 16j+2q and 16j+2q+1 of the packed row
- * (and 8 further). The lane reads its two rows' 64 bytes of the chunk (eight 16-byte loads; the
- * four lanes of a quad read the same bytes, a broadcast), and per register one byte permute
- * gathers its two bytes, a shift and a second permute spread the four nibbles one a byte, and a
- * mask keeps them in each byte's high half: 16·w, exact in int8. The int32 sums are 16x the true
- * ones and are shifted back exactly (|16·Σ| < 2^31 for K < 130000).
+ * 32-K step j, k = 32j+4q .. +3 and k + 16 .. +19. Per group the weight is packed in that order
+ * (byte 16q + 4j + i of a row's chunk: k = 32j + 4q + i low, k + 16 high): the lane reads its 16
+ * bytes of each row (two 16-byte loads a chunk), and a word gives two registers, a shift and a
+ * mask (k .. k + 3) and a mask (k + 16 ..): 3 instructions per 8 values, each nibble in its
+ * byte's high half, 16·w, exact in int8. Per channel (CUTLASS's order, even k low: bytes 16j+2q
+ * and 16j+2q+1 of the row, and 8 further) the lane reads its rows' 64 bytes of the chunk (eight
+ * 16-byte loads; the four lanes of a quad read the same bytes, a broadcast), and per register
+ * one byte permute gathers its two bytes, a shift and a second permute spread the four nibbles
+ * one a byte, and a mask: 4 instructions per 4 values. The int32 sums are 16x the true ones and
+ * are shifted back exactly (|16·Σ| < 2^31 for K < 130000).
  *
  * Scales. Per channel: one int32 accumulator set over K; C = w_scale · (x_scale · Σ) in float32,
  * as the CUTLASS kernels' epilogue. Per group (a multiple of 128 dividing K): the group's first
  * wgmma starts from zero (wgmma's scale-d = 0), and after its last chunk's wgmmas retire
  * (wait_group 0: ptxas serializes every wgmma of a loop that reads an accumulator behind a
  * wait_group 1, so the exact sum is read only once nothing is in flight) it is promoted:
- * F += s_g · float(Σ_g); C = x_scale · F. The tensor cores idle for that promotion only.
+ * F += s_g · float(Σ_g), a conversion and a fused multiply-add a value; C = x_scale · F. The
+ * tensor cores idle for that promotion only.
  *
  * Pipeline. wgmma reads its A registers while it runs, and a register it reads may be rewritten
  * only after a wait_group retires it (ptxas does not check this across loop iterations), so
@@ -148,6 +154,11 @@ struct WgmmaGroupedGemm {
       return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
                   "is built for per-channel weight scales (group_size 0); use a kernel of the "
                   "per-group family");
+    }
+    if (kPerGroup && p->group_size <= 0) {
+      return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                  "is built for per-group weight scales (int4 in the MMA order, packing.py); use "
+                  "a kernel of the per-channel family");
     }
     if (kPerGroup && reinterpret_cast<uintptr_t>(p->w_scale) % 16 != 0) {
       return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
@@ -273,42 +284,45 @@ struct WgmmaGroupedGemm {
         scale[1] = lds32(scale_lane + read_slot * kSlotBytes + 8 * 4);
       }
       read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
-      // step j: k = 32j + 4q .. (bytes 16j + 2q, + 1: words 4j, 4j + 1) and k + 16 (words
-      // 4j + 2, 4j + 3); one step's 16 bytes of each row at a time (few registers live)
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kSteps; ++j) {
-        uint4 const lo = lds128(weights + 16 * j), hi = lds128(weights + 8 * kWeightRowBytes + 16 * j);
-        a[j][0] = to_int8(lo.x, lo.y, gather);
-        a[j][1] = to_int8(hi.x, hi.y, gather);
-        a[j][2] = to_int8(lo.z, lo.w, gather);
-        a[j][3] = to_int8(hi.z, hi.w, gather);
+      if constexpr (kPerGroup) {
+        // MMA order: the lane's 16 bytes of each row; word j holds step j's k = 32j + 4q + 0..3
+        // (low nibbles) and k + 16 (high nibbles)
+        uint4 const lo = lds128(weights + 16 * q), hi = lds128(weights + 8 * kWeightRowBytes + 16 * q);
+        uint32_t const lo_words[kSteps] = {lo.x, lo.y, lo.z, lo.w};
+        uint32_t const hi_words[kSteps] = {hi.x, hi.y, hi.z, hi.w};
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kSteps; ++j) {
+          a[j][0] = (lo_words[j] << 4) & 0xF0F0F0F0u;
+          a[j][1] = (hi_words[j] << 4) & 0xF0F0F0F0u;
+          a[j][2] = lo_words[j] & 0xF0F0F0F0u;
+          a[j][3] = hi_words[j] & 0xF0F0F0F0u;
+        }
+      } else {
+        // step j: k = 32j + 4q .. (bytes 16j + 2q, + 1: words 4j, 4j + 1) and k + 16 (words
+        // 4j + 2, 4j + 3); one step's 16 bytes of each row at a time (few registers live)
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kSteps; ++j) {
+          uint4 const lo = lds128(weights + 16 * j), hi = lds128(weights + 8 * kWeightRowBytes + 16 * j);
+          a[j][0] = to_int8(lo.x, lo.y, gather);
+          a[j][1] = to_int8(hi.x, hi.y, gather);
+          a[j][2] = to_int8(lo.z, lo.w, gather);
+          a[j][3] = to_int8(hi.z, hi.w, gather);
+        }
       }
     };
-    // The group's exact sum (acc = 16·Σ_g) promoted: scaled += s_g · Σ_g, with Σ_g made float by
-    // the exponent trick (1.5·2^23 + v holds v in its low mantissa bits for |v| ≤ 2^22: an integer
-    // add and a float subtraction give float(v) exactly, two full-rate instructions where a
-    // conversion runs at a quarter of the rate; the promotion is most of the per-group cost).
-    // |x·w| ≤ 1024, so groups of up to 256 have |acc| ≤ 2^22 and take s_g / 16 (exact: a power
-    // of two) against acc itself; up to 4096, acc >> 4 (exact); larger groups the conversion.
-    int const group_k = p.chunks_per_group * kChunkK;
+    // The group's exact sum (acc = 16·Σ_g) promoted: scaled += (s_g / 16) · float(acc). The
+    // conversion is one instruction (an integer add and a float subtraction, the exponent trick,
+    // measured 2-6% slower: one more instruction a value); float(acc) = 16 · float(Σ_g) exactly
+    // (the rounding commutes with the power of two; exact outright for |acc| < 2^24, groups up
+    // to 1024), and so is (s_g / 16) · 16 = s_g inside the fused multiply-add.
     auto promote = [&](float const (&scale)[2]) {
       cute::warpgroup_wait<0>();
       fence(acc);
-      if (group_k <= 256) {
-        float const s16[2] = {scale[0] * 0.0625f, scale[1] * 0.0625f};
-        CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kAccRegs; ++r) {
-          float const v = __int_as_float(static_cast<int32_t>(acc[r]) + 0x4B400000) - 12582912.f;
-          scaled[r] = fmaf(s16[(r % 4) / 2], v, scaled[r]);
-        }
-      } else {
-        CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kAccRegs; ++r) {
-          int32_t const sum = static_cast<int32_t>(acc[r]) >> 4;
-          float const v = group_k <= 4096 ? __int_as_float(sum + 0x4B400000) - 12582912.f
-                                          : static_cast<float>(sum);
-          scaled[r] = fmaf(scale[(r % 4) / 2], v, scaled[r]);
-        }
+      float const s16[2] = {scale[0] * 0.0625f, scale[1] * 0.0625f};
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kAccRegs; ++r) {
+        float const v = static_cast<float>(static_cast<int32_t>(acc[r]));
+        scaled[r] = fmaf(s16[(r % 4) / 2], v, scaled[r]);
       }
       fence(acc);
     };
