@@ -549,7 +549,8 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "mid_fused", "large",
                                       "wide_fused"]),
     "moe_e4m3": (E4M3, FP8, 8, False, ["decode", "small", "small_fused", "mid_fused"]),
-    "moe_a8w4": (A8W4, INT8, 4, False, ["stream_wide", "stream", "small_wgmma", "small", "mid"]),
+    "moe_a8w4": (A8W4, INT8, 4, False, ["stream_wide", "stream", "small_wgmma", "small", "mid_wgmma",
+                                        "mid"]),
     "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32", "wgmma64"]),
 }
 
@@ -569,11 +570,12 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     ("moe_e4m3", 4096, 65, "mid_fused"), ("moe_e4m3", 4096, 100_000, "mid_fused"),
     ("moe_e4m3", 8192, 17, "small"), ("moe_e4m3", 28672, 100_000, "small"), ("moe_e4m3", 28672, 3, "decode"),
     # A8W4: <= 8 direct (stream_wide at N >= 8192), <= 32 small (the wgmma kernel at N >= 8192),
-    # else mid (no large tile)
+    # <= 64 at N >= 8192 the wgmma kernel's 64-token tile, else mid (no large tile)
     ("moe_a8w4", 4096, 1, "stream"), ("moe_a8w4", 4096, 8, "stream"), ("moe_a8w4", 28672, 8, "stream_wide"),
     ("moe_a8w4", 4096, 9, "small"), ("moe_a8w4", 4096, 32, "small"), ("moe_a8w4", 4096, 33, "mid"),
     ("moe_a8w4", 8192, 9, "small_wgmma"), ("moe_a8w4", 28672, 32, "small_wgmma"),
     ("moe_a8w4", 4096, 129, "mid"), ("moe_a8w4", 4096, 100_000, "mid"), ("moe_a8w4", 8192, 65, "mid"),
+    ("moe_a8w4", 8192, 33, "mid_wgmma"), ("moe_a8w4", 28672, 64, "mid_wgmma"), ("moe_a8w4", 4096, 64, "mid"),
     ("moe_a8w4", 28672, 100_000, "mid"),
     # A8W4 per group: the wgmma kernel from one token on, with wider row tiles as tokens grow
     ("moe_a8w4_group", 4096, 1, "wgmma16"), ("moe_a8w4_group", 1536, 2, "wgmma16"),

@@ -95,7 +95,34 @@ struct Params {
   int m, n, k;
   int groups;           // groups per expert: K / group size (1: per channel)
   int chunks_per_group;
+  int x_stride;         // x's row stride (K; the wgmma kernel's permuted copy: K rounded up to 128)
 };
+
+// The tokens of int4 weights in CUTLASS's order (even k in the low nibble) for the wgmma kernel:
+// x [M, K] → x_perm [M, Kp] (Kp = K rounded up to 128, zeros past K), in each 128-k chunk byte
+// 32j + 16b + 4q + i = x[32q + 8j + 2i + b]. The wgmma kernel then converts a lane's 16 weight
+// bytes of a row (k = 32q .. 32q + 31) with a shift and masks, word j giving the even k of
+// 32q + 8j .. + 7 (its A slots 4q ..) and the odd ones (slots 16 + 4q ..), and wgmma reads
+// the tokens at those slots from x_perm as it is. A thread per 8 input bytes.
+static __global__ void permute_tokens_for_mma(int8_t const* x, int8_t* x_perm, int64_t m, int k,
+                                              int k_pad) {
+  pdl_wait();  // x may come from the kernel before
+  pdl_release();
+  int64_t const groups_per_row = k_pad / 8;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < m * groups_per_row;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t const row = i / groups_per_row;
+    int const k0 = static_cast<int>(i % groups_per_row) * 8;
+    uint2 v = make_uint2(0u, 0u);
+    if (k0 < k) {
+      v = *reinterpret_cast<uint2 const*>(x + row * k + k0);
+    }
+    int const chunk = k0 / 128 * 128, q = k0 % 128 / 32, j = k0 % 32 / 8;
+    int8_t* out = x_perm + row * k_pad + chunk + 32 * j + 4 * q;
+    *reinterpret_cast<uint32_t*>(out) = __byte_perm(v.x, v.y, 0x6420);       // even k
+    *reinterpret_cast<uint32_t*>(out + 16) = __byte_perm(v.x, v.y, 0x7531);  // odd k
+  }
+}
 
 // One block: ends[i] for every expert, the non-empty experts in order (active[0 .. count)),
 // rows_total and the count, clamped like group_setup. Internal linkage: every translation unit
@@ -131,6 +158,7 @@ struct DirectGroupedGemm {
   static constexpr int kTokens = 8 * kTokenTiles;  // rows per CTA tile (the MMA's N, 8 a tile)
   static constexpr int kFeatures = kRows * kWarpsN;  // output features a CTA
   static constexpr bool kTokenSlotsFirst = false;   // (grouped_block)
+  static constexpr bool kPermutedTokens = false;    // reads x as it is (OwnSwigluQuant)
   static constexpr int kWeightBits = kInt4 ? 4 : 8;
   static constexpr int kWeightRowBytes = kChunkK * kWeightBits / 8;  // 64 (int4), 128 (int8)
   static constexpr int kWeightStageBytes = kRows * kWeightRowBytes;
@@ -555,11 +583,18 @@ struct OwnSwigluQuant {
   // Expert slots: no more experts than rows can be non-empty.
   static int64_t expert_slots(gemmgen_moe_args const* p) { return p->m < p->experts ? p->m : p->experts; }
 
-  // Workspace: ends [E], active [min(E, M)], rows_total and active_total.
+  // x's permuted copy's row (K rounded up to 128), for a Gemm that reads one.
+  static int64_t permuted_row(gemmgen_moe_args const* p) { return (p->k + 127) / 128 * 128; }
+
+  // Workspace: ends [E], active [min(E, M)], rows_total and active_total; and, for a Gemm that
+  // reads x permuted (kPermutedTokens), the copy [M, permuted_row].
   static size_t workspace_size(gemmgen_moe_args const* p) {
+    size_t const copy = K::kPermutedTokens ? round_up(static_cast<size_t>(p->m) *
+                                                      static_cast<size_t>(permuted_row(p)))
+                                           : 0;
     return round_up(sizeof(int64_t) * static_cast<size_t>(p->experts)) +
            round_up(sizeof(int32_t) * static_cast<size_t>(expert_slots(p))) +
-           2 * round_up(sizeof(int64_t));
+           2 * round_up(sizeof(int64_t)) + copy;
   }
 
   // Token slots per expert slot: about twice the mean rows per non-empty expert (at most
@@ -618,6 +653,9 @@ struct OwnSwigluQuant {
     carved += round_up(sizeof(int32_t) * static_cast<size_t>(slots));
     auto* rows_total = reinterpret_cast<int64_t*>(carved);
     auto* active_total = reinterpret_cast<int64_t*>(carved + round_up(sizeof(int64_t)));
+    carved += 2 * round_up(sizeof(int64_t));
+    auto const* x = static_cast<int8_t const*>(p->x);
+    int x_stride = static_cast<int>(p->k);
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     bool const pdl = (p->launch_flags & GEMMGEN_LAUNCH_PDL) != 0;
     dim3 const grid(static_cast<unsigned>(feature_blocks), static_cast<unsigned>(slots),
@@ -628,13 +666,22 @@ struct OwnSwigluQuant {
                        p->group_list, p->group_list_type, p->experts, p->m, ends, active,
                        rows_total, active_total);
     }
-    Params const params{static_cast<int8_t const*>(p->x), static_cast<unsigned char const*>(p->w),
+    if constexpr (K::kPermutedTokens) {
+      auto* x_perm = reinterpret_cast<int8_t*>(carved);
+      x_stride = static_cast<int>(permuted_row(p));
+      int64_t const work = p->m * (x_stride / 8);
+      int const blocks = static_cast<int>(work / 256 + 1 < 4096 ? work / 256 + 1 : 4096);
+      launch_maybe_pdl(permute_tokens_for_mma, dim3(blocks), dim3(256), 0, cuda_stream, pdl, x,
+                       x_perm, p->m, static_cast<int>(p->k), x_stride);
+      x = x_perm;
+    }
+    Params const params{x, static_cast<unsigned char const*>(p->w),
                         p->w_scale, p->x_scale, inline_grouping ? nullptr : ends, active,
                         active_total, p->group_list, rows_total, p->experts, p->group_list_type,
                         static_cast<float*>(p->c),
                         static_cast<int>(p->m), static_cast<int>(p->n), static_cast<int>(p->k),
                         static_cast<int>(p->k / group),
-                        static_cast<int>((group + K::kChunkK - 1) / K::kChunkK)};
+                        static_cast<int>((group + K::kChunkK - 1) / K::kChunkK), x_stride};
     launch_maybe_pdl(Kernel, grid, dim3(K::kThreads), K::kSmemBytes, cuda_stream, pdl, params);
     int const blocks = static_cast<int>(p->m < 65535 * 4 ? p->m : 65535 * 4);
     launch_maybe_pdl(swiglu_quant<float, int8_t>, dim3(blocks), dim3(kQuantThreads), 0, cuda_stream,

@@ -19,16 +19,16 @@
  * K-major) and, with per-group scales, the chunk's group's scales of the CTA's features.
  *
  * Registers. wgmma's int8 A fragment gives lane (g, q) of warp w rows 16w+g and 16w+g+8 and, per
- * 32-K step j, k = 32j+4q .. +3 and k + 16 .. +19. Per group the weight is packed in that order
- * (byte 16q + 4j + i of a row's chunk: k = 32j + 4q + i low, k + 16 high): the lane reads its 16
- * bytes of each row (two 16-byte loads a chunk), and a word gives two registers, a shift and a
- * mask (k .. k + 3) and a mask (k + 16 ..): 3 instructions per 8 values, each nibble in its
- * byte's high half, 16·w, exact in int8. Per channel (CUTLASS's order, even k low: bytes 16j+2q
- * and 16j+2q+1 of the row, and 8 further) the lane reads its rows' 64 bytes of the chunk (eight
- * 16-byte loads; the four lanes of a quad read the same bytes, a broadcast), and per register
- * one byte permute gathers its two bytes, a shift and a second permute spread the four nibbles
- * one a byte, and a mask: 4 instructions per 4 values. The int32 sums are 16x the true ones and
- * are shifted back exactly (|16·Σ| < 2^31 for K < 130000).
+ * 32-K step j, the slots 4q .. 4q+3 and 16+4q .. 16+4q+3. The lane reads its 16 bytes of each row
+ * of the chunk (two 16-byte loads), and word j gives step j's two registers with a shift and a
+ * mask (low nibbles) and a mask (high nibbles): 3 instructions per 8 values, each nibble in its
+ * byte's high half, 16·w, exact in int8. Which k a slot holds depends on the weight's order:
+ * per group the MMA order (byte 16q + 4j + i of a row's chunk holds k = 32j + 4q + i and
+ * k + 16: the slots' own k, tokens as they are); per channel CUTLASS's order (even k low: word j
+ * holds k = 32q + 8j .. + 7, so slot 4q + i holds k = 32q + 8j + 2i and slot 16 + 4q + i the
+ * next), and the op gives the kernel x permuted into that order once a call
+ * (direct::permute_tokens_for_mma, [M, K rounded up to 128] in the workspace). The int32 sums
+ * are 16x the true ones and are shifted back exactly (|16·Σ| < 2^31 for K < 130000).
  *
  * Scales. Per channel: one int32 accumulator set over K; C = w_scale · (x_scale · Σ) in float32,
  * as the CUTLASS kernels' epilogue. Per group (a multiple of 128 dividing K): the group's first
@@ -97,6 +97,9 @@ struct WgmmaGroupedGemm {
   static constexpr int kFeatures = 64 * kWarpGroups;  // output features a CTA
   // An expert's row tiles of one feature block run side by side (grouped_block)
   static constexpr bool kTokenSlotsFirst = true;
+  // Per channel the weights are in CUTLASS's nibble order: the op gives this kernel x permuted
+  // (direct::permute_tokens_for_mma) so that the same cheap conversion serves both orders.
+  static constexpr bool kPermutedTokens = !kPerGroup;
   static constexpr int kChunkK = 128;
   static constexpr int kSteps = kChunkK / 32;          // wgmmas a chunk (K 32 each)
   static constexpr int kWeightRowBytes = kChunkK / 2;  // 64
@@ -126,14 +129,6 @@ struct WgmmaGroupedGemm {
                        cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>());
   static_assert(sizeof(typename Mma::CRegisters) == kAccRegs * sizeof(uint32_t),
                 "no int8 wgmma of N = Tokens");
-
-  // One register of the A fragment: the lane's two bytes (`gather` picks them out of the eight
-  // bytes of w0, w1) → four int8, 16 × each int4 (even k from the low nibble).
-  static __device__ uint32_t to_int8(uint32_t w0, uint32_t w1, uint32_t gather) {
-    uint32_t const pair = __byte_perm(w0, w1, gather);          // bytes 0, 1: b0, b1
-    uint32_t const spread = __byte_perm(pair, pair << 4, 0x1504);  // [b0 << 4, b0, b1 << 4, b1]
-    return spread & 0xF0F0F0F0u;
-  }
 
   template <size_t... I>
   static __device__ void mma(uint32_t const (&a)[4], uint64_t desc, uint32_t (&acc)[kAccRegs],
@@ -205,7 +200,7 @@ struct WgmmaGroupedGemm {
       a_ok[j] = a_mine[j] && t0 + row < t_end;
       a_k[j] = seg * 16;
       a_src[j] = reinterpret_cast<unsigned char const*>(p.x) +
-                 (a_ok[j] ? (t0 + row) * p.k + seg * 16 : 0);
+                 (a_ok[j] ? (t0 + row) * p.x_stride + seg * 16 : 0);
       a_dst[j] = row * kActRowBytes + ((seg ^ (row & 7)) * 16);
     }
     // Per group: 4 features' scales of the queued chunk's group (threads below kScaleSegs; N is
@@ -227,7 +222,7 @@ struct WgmmaGroupedGemm {
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kActCopies; ++j) {
         if (a_mine[j]) {
-          bool const ok = a_ok[j] && a_k[j] + dk < p.k;
+          bool const ok = a_ok[j] && a_k[j] + dk < p.x_stride;
           cp_async16(base + a_dst[j], ok ? a_src[j] + dk : a_src[j], ok ? 16u : 0u);
         }
       }
@@ -251,7 +246,6 @@ struct WgmmaGroupedGemm {
     }
 
     int const row_lo = 16 * warp + g;  // this lane's rows: row_lo and row_lo + 8 (tile-local)
-    int const gather = (2 * q) | ((2 * q + 1) << 4);  // bytes 2q, 2q + 1 of eight
     uint32_t const weight_lane = ring + kActStageBytes + row_lo * kWeightRowBytes;
     uint32_t const scale_lane = ring + kActStageBytes + kWeightStageBytes + row_lo * 4;
 
@@ -284,30 +278,18 @@ struct WgmmaGroupedGemm {
         scale[1] = lds32(scale_lane + read_slot * kSlotBytes + 8 * 4);
       }
       read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
-      if constexpr (kPerGroup) {
-        // MMA order: the lane's 16 bytes of each row; word j holds step j's k = 32j + 4q + 0..3
-        // (low nibbles) and k + 16 (high nibbles)
-        uint4 const lo = lds128(weights + 16 * q), hi = lds128(weights + 8 * kWeightRowBytes + 16 * q);
-        uint32_t const lo_words[kSteps] = {lo.x, lo.y, lo.z, lo.w};
-        uint32_t const hi_words[kSteps] = {hi.x, hi.y, hi.z, hi.w};
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < kSteps; ++j) {
-          a[j][0] = (lo_words[j] << 4) & 0xF0F0F0F0u;
-          a[j][1] = (hi_words[j] << 4) & 0xF0F0F0F0u;
-          a[j][2] = lo_words[j] & 0xF0F0F0F0u;
-          a[j][3] = hi_words[j] & 0xF0F0F0F0u;
-        }
-      } else {
-        // step j: k = 32j + 4q .. (bytes 16j + 2q, + 1: words 4j, 4j + 1) and k + 16 (words
-        // 4j + 2, 4j + 3); one step's 16 bytes of each row at a time (few registers live)
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < kSteps; ++j) {
-          uint4 const lo = lds128(weights + 16 * j), hi = lds128(weights + 8 * kWeightRowBytes + 16 * j);
-          a[j][0] = to_int8(lo.x, lo.y, gather);
-          a[j][1] = to_int8(hi.x, hi.y, gather);
-          a[j][2] = to_int8(lo.z, lo.w, gather);
-          a[j][3] = to_int8(hi.z, hi.w, gather);
-        }
+      // The lane's 16 bytes of each row; word j gives step j's slots 4q .. (low nibbles) and
+      // 16 + 4q .. (high nibbles): per group k = 32j + 4q + i and + 16 (the MMA order), per
+      // channel k = 32q + 8j + 2i and + 1 (CUTLASS's order; the tokens permuted to match)
+      uint4 const lo = lds128(weights + 16 * q), hi = lds128(weights + 8 * kWeightRowBytes + 16 * q);
+      uint32_t const lo_words[kSteps] = {lo.x, lo.y, lo.z, lo.w};
+      uint32_t const hi_words[kSteps] = {hi.x, hi.y, hi.z, hi.w};
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kSteps; ++j) {
+        a[j][0] = (lo_words[j] << 4) & 0xF0F0F0F0u;
+        a[j][1] = (hi_words[j] << 4) & 0xF0F0F0F0u;
+        a[j][2] = lo_words[j] & 0xF0F0F0F0u;
+        a[j][3] = hi_words[j] & 0xF0F0F0F0u;
       }
     };
     // The group's exact sum (acc = 16·Σ_g) promoted: scaled += (s_g / 16) · float(acc). The
