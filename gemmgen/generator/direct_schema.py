@@ -66,6 +66,18 @@ def shape_problems(tile: tuple[int, int, int], warps_k: int, cluster: tuple[int,
     return problems
 
 
+WGMMA_STAGES = (3, 8)  # the families' wgmma kernels (mixed, MoE): a cp.async ring of 3 to 8 chunks
+
+
+def wgmma_stages_problems(stages: int, auto_stages: int) -> list[tuple[str, str]]:
+    """The ring depth of a family's wgmma kernel: 0 (auto_stages) or WGMMA_STAGES' range."""
+    lo, hi = WGMMA_STAGES
+    if stages and not lo <= stages <= hi:
+        return [("stages", f"the wgmma kernel's ring holds {lo} to {hi} chunks (auto: "
+                           f"{auto_stages}); got {stages}")]
+    return []
+
+
 def read_warps_k(reader, c) -> int:
     """`warps_k` of a config mapping (0 when absent: only schedule direct takes it)."""
     value = c.get("warps_k", 0)

@@ -45,7 +45,6 @@ _BITS = {"int4": 4, "int8": 8}
 # bf16/fp16 wgmma that CUTLASS's base set has)
 WGMMA_TILE_M = (64, 128)
 WGMMA_TILE_N = (16, 32, 64, 96, 128, 192, 256)
-WGMMA_STAGES = (3, 8)
 
 Variant = tuple[str, str, str]  # (a, w, scheme)
 
@@ -198,10 +197,8 @@ def check_wgmma(config: MixedTileConfig, variants: tuple[Variant, ...], arch: st
         problems.append(("tile", "the wgmma kernel's tile is [64 or 128 features (one or two "
                                  "warpgroups), tokens (" + ", ".join(map(str, WGMMA_TILE_N)) +
                                  f": a wgmma's N), {TILE_K}]; got {list(config.tile)}"))
-    lo, hi = WGMMA_STAGES
-    if config.stages and not lo <= config.stages <= hi:
-        problems.append(("stages", f"the wgmma kernel's ring holds {lo} to {hi} chunks (auto: "
-                                   f"{MixedTileConfig.WGMMA_AUTO_STAGES}); got {config.stages}"))
+    problems += direct_schema.wgmma_stages_problems(config.stages,
+                                                    MixedTileConfig.WGMMA_AUTO_STAGES)
     if config.cluster != (1, 1, 1):
         problems.append(("cluster", "the wgmma kernel chooses its K split's cluster at launch: "
                                     f"leave cluster out or write [1, 1, 1]; got "

@@ -149,7 +149,6 @@ def check_direct(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[t
 WGMMA_FEATURES = (64, 128)              # one or two warpgroups of 64 features
 WGMMA_TOKENS = (16, 32, 64, 96, 128)     # an expert's rows a tile: the int8 wgmma's N
 WGMMA_TOKENS_PER_GROUP = 64             # per group: float32 sums beside the accumulators
-WGMMA_STAGES = (3, 8)
 
 
 def wgmma_smem_bytes(config: MoeTileConfig, per_group: bool) -> int:
@@ -176,10 +175,7 @@ def check_wgmma(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[tu
         problems.append(("tile", f"with per-group scales the wgmma kernel's tile N is at most "
                                  f"{WGMMA_TOKENS_PER_GROUP} (a float32 sum beside each int32 "
                                  f"accumulator, two CTAs an SM); got {tn}"))
-    lo, hi = WGMMA_STAGES
-    if config.stages and not lo <= config.stages <= hi:
-        problems.append(("stages", f"the wgmma kernel's ring holds {lo} to {hi} chunks (auto: "
-                                   f"{WGMMA_AUTO_STAGES}); got {config.stages}"))
+    problems += direct_schema.wgmma_stages_problems(config.stages, WGMMA_AUTO_STAGES)
     if config.cluster != (1, 1, 1):
         problems.append(("cluster", "the wgmma kernel has no clusters: leave cluster out or "
                                     f"write [1, 1, 1]; got {list(config.cluster)}"))

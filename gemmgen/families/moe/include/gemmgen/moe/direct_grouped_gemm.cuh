@@ -223,7 +223,7 @@ struct DirectGroupedGemm {
         a_ok[j] = a_mine[j] && t0 + row < t_end;
         a_k[j] = c_begin * kChunkK + seg * 16;
         a_src[j] = reinterpret_cast<unsigned char const*>(p.x) +
-                   (a_ok[j] ? (t0 + row) * p.k + a_k[j] : 0);
+                   (a_ok[j] ? (t0 + row) * p.x_stride + a_k[j] : 0);
         a_dst[j] = row * kActRowBytes + ((seg ^ (row & 7)) * 16);
       }
     }
