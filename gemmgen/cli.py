@@ -335,14 +335,15 @@ def _cmd_clean(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from .tuning.shapes import DEFAULT_M_GRID, load_many, parse_m_grid, resolve_shapes_arg
+    from .tuning.shapes import DEFAULT_M_GRID, MOE_M_GRID, load_many, parse_m_grid, resolve_shapes_arg
     from .tuning.tune import TuneOptions, tune
 
     if not args.shapes and not args.from_cache:
         raise GemmgenError("tune: give --shapes, --from-cache, or both")
     shapes = load_many(args.shapes) if args.shapes else []
     try:
-        m_grid = parse_m_grid(args.m) if args.m else DEFAULT_M_GRID
+        m_grid = (parse_m_grid(args.m) if args.m else
+                  MOE_M_GRID if shapes and all(s.experts for s in shapes) else DEFAULT_M_GRID)
     except ValueError as exc:
         raise GemmgenError(f"--m: {exc}") from None
     options = TuneOptions(
@@ -409,9 +410,10 @@ def _parser() -> argparse.ArgumentParser:
     tuning.add_argument("--from-cache", action="store_true",
                         help="also tune every (N, K) that tuning at first use recorded on this GPU "
                              "(gemmgen.autotune(), GEMMGEN_AUTOTUNE=1), timed or pending")
-    tuning.add_argument("--m", help="comma-separated M grid (default: 1..16384, powers of two and between)")
+    tuning.add_argument("--m", help="comma-separated M grid (default: 1..16384, powers of two and "
+                                    "between; for MoE expert layers, rows 2..8192)")
     tuning.add_argument("--library", help="library to tune (default: the one this GPU dispatches to)")
-    tuning.add_argument("--family", help="op family to tune (e.g. w8a8, mixed): picks its library "
+    tuning.add_argument("--family", help="op family to tune (e.g. w8a8, mixed, moe): picks its library "
                                          "when several are built")
     tuning.add_argument("--dtypes", nargs="+", help="input dtypes, e.g. int8 e4m3 (default: all built)")
     tuning.add_argument("--out-dtype", default="bf16", choices=["bf16", "fp16"],

@@ -152,16 +152,22 @@ def _proxy_class(table, key: tuple[str, ...]):
 
 def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k: int,
                 device: int | None = None) -> tuple[Choice | None, str | None]:
-    """(the table's choice or None, a note for the reason of the rule that serves instead)."""
+    """(the table's choice or None, a note for the reason of the rule that serves instead).
+    A family whose tables serve listed shapes only (`table_nearest_shape` False: the MoE family,
+    whose shapes differ from model to model in more than N and K) takes neither another class's
+    entries nor the nearest shape's."""
     what = " ".join(key)
+    family = registry.for_op(key[0])
+    listed_only = family is not None and not family.table_nearest_shape
     exact_class = table.classes.get(key)
-    ctable = exact_class or _proxy_class(table, key)
+    ctable = exact_class or (None if listed_only else _proxy_class(table, key))
     if ctable is None:
-        _warn_once(f"gemmgen: the tuned table of library {library.name!r} has no {key[1]} entries; "
-                   f"{what} uses the manifest's rules")
+        if not listed_only:
+            _warn_once(f"gemmgen: the tuned table of library {library.name!r} has no {key[1]} "
+                       f"entries; {what} uses the manifest's rules")
         return None, None
     hit = ctable.lookup(m, n, k)
-    if hit is None:
+    if hit is None or (listed_only and not hit.exact_shape):
         return None, None
     if hit.dropped:  # a hole left by fitting a table tuned for another kernel set
         shape = "measured shape" if hit.exact_shape else "nearest measured shape"
@@ -312,7 +318,8 @@ def _choose(arches: tuple[str, ...], key: tuple[str, ...], values: tuple[int, ..
     manifest's rules → a guaranteed default (the first config of the family that builds it).
     `source`: None for the built libraries, else `manifest_sources(...)` of the manifests."""
     family = registry.for_op(key[0])
-    tunable = family is not None and family.variables[:3] == ("m", "n", "k")
+    point = family.table_point(values) if family is not None else None  # (m, n, k) in a table
+    tunable = point is not None
     for arch in arches:
         serving = [lib for lib in _serving_libraries(source) if lib.arch == arch and any(
             kern.spec.dispatch_class == key for kern in lib.kernels.values())]
@@ -326,12 +333,12 @@ def _choose(arches: tuple[str, ...], key: tuple[str, ...], values: tuple[int, ..
             log.info("gemmgen: library %r has no tuned table; dispatch uses the manifest's rules "
                      "(measure one with `gemmgen tune` on this GPU)", owner.name)
         note = None
-        if tuned and tunable and not _lists(table, key, *values[1:3], device):
-            choice = _from_autotune(owner, key, *values[:3], device)
+        if tuned and tunable and not _lists(table, key, *point[1:3], device):
+            choice = _from_autotune(owner, key, *point, device)
             if choice is not None:
                 return choice
         if table is not None:
-            choice, note = _from_table(owner, table, key, *values[:3], device)
+            choice, note = _from_table(owner, table, key, *point, device)
             if choice is not None:
                 return choice
         rules = owner.dispatch.get(key)

@@ -72,8 +72,10 @@ class OpFamily(ABC):
     ops_module: ClassVar[str]            # imported on first use: registers the torch ops
     public_api: ClassVar[tuple[str, ...]] = ()  # names of ops_module exported as gemmgen.<name>
     # The tuner's hooks (usually the family's tuning module): classes(built, options),
-    # make_problem(cls, m, n, k, seed=), time_candidate(candidate, problem), knob_variants(kernel),
-    # knobs_worth_trying(kernel, m, n, sm_count), output_tiles(kernel, m, n); None: not tunable.
+    # make_problem(cls, m, n, k, seed=, shape=), time_candidate(candidate, problem),
+    # knob_variants(kernel), knobs_worth_trying(kernel, m, n, sm_count), output_tiles(kernel, m,
+    # n); None: not tunable. `shape` is the WeightShape being tuned (its model facts, e.g. an MoE
+    # layer's experts and top-k).
     tuner: ClassVar[Any] = None
     # The cost model's feature set (gemmgen/tuning/cost_model.py) and its version name, stored
     # with a tuned table's fitted coefficients: `cost_features(spec, m, n, k, sm_count)` -> the
@@ -83,6 +85,23 @@ class OpFamily(ABC):
 
     def cost_features(self, spec: KernelSpec, m: int, n: int, k: int, sm_count: int) -> list[float]:
         raise NotImplementedError(f"op family {self.name!r} has no cost model")
+
+    # Tuned tables are keyed by a weight shape (n, k) and bucketed over m. `table_point` maps a
+    # problem's dispatch-variable values to those coordinates, None when the family's problems
+    # have none (then it has no tables). `table_nearest_shape`: whether a shape the table does
+    # not list takes the nearest listed shape's winner (else the manifest's rules serve it).
+    table_nearest_shape: ClassVar[bool] = True
+    table_m: ClassVar[str] = "M"  # what a table's m counts, in words (for its header)
+
+    def table_point(self, values: tuple[int, ...]) -> tuple[int, int, int] | None:
+        """(m, n, k) of a problem's dispatch values in a tuned table: the values themselves for
+        variables (m, n, k, ...)."""
+        return tuple(values[:3]) if self.variables[:3] == ("m", "n", "k") else None
+
+    @property
+    def has_tables(self) -> bool:
+        """Whether the family's problems map into tuned tables (`table_point`)."""
+        return self.table_point(tuple(range(1, len(self.variables) + 1))) is not None
 
     # ---------------------------------------------------------------- manifest
     @abstractmethod

@@ -192,7 +192,7 @@ def _add(*lines: str) -> tuple[str, str]:
      "a fused config cannot be swap_ab"),
     ([_add("raster: diagonal")], "raster", "raster:", "unknown value 'diagonal'"),
     ([('when: "true"', 'when: "m <= 16"')], "when", "when:",
-     "unknown variable 'm' .* allowed: tokens_per_expert, experts, n, k"),
+     "unknown variable 'm' .* allowed: tokens_per_expert, experts, n, k, rows"),
 ])
 def test_manifest_errors_name_file_line_key(tmp_path, edits, key, needle, message):
     text = MANIFEST
@@ -506,13 +506,13 @@ def test_args_mirror_matches_the_header():
 
 def test_dispatch_request_values():
     family = registry.for_api_op(OP)
-    assert family is FAMILY and family.variables == ("tokens_per_expert", "experts", "n", "k")
+    assert family is FAMILY and family.variables == ("tokens_per_expert", "experts", "n", "k", "rows")
     for dtype, bits, cls in ((INT8, 8, I8), (FP8, 8, E4M3), (INT8, 4, A8W4)):
         for m, e, tokens in ((0, 8, 1), (1, 8, 1), (8, 8, 1), (9, 8, 2), (1000, 3, 334),
                              (2**31 - 1, 1, 2**31 - 1)):
             key, values = FAMILY.dispatch_request(OP, x_dtype=dtype, m=m, experts=e, n=4096, k=7168,
                                                   weight_bits=bits)
-            assert key == cls and values == (tokens, e, 4096, 7168)
+            assert key == cls and values == (tokens, e, 4096, 7168, max(1, m))
     assert FAMILY.dispatch_request(OP, x_dtype=FP8, m=1, experts=1, n=8, k=16)[0] == E4M3  # 8 bits
 
 
@@ -1230,18 +1230,108 @@ def test_moe_kernel_compiles_and_loads(tmp_path, text, name):
     assert name in library.last_error()
 
 
-def test_tuner_says_why_the_moe_family_is_not_tunable():
-    """`gemmgen tune` on the MoE library: a clear error naming the family and the reason (its
-    dispatch variables are not m, n, k), not a silent skip."""
+def _library_of_shipped_manifest():
     from gemmgen.bindings.library import Kernel, Library
-    from gemmgen.errors import GemmgenError
+    lib = Library("moe", "sm90a", Path("."), "f" * 16, None, {}, {}, None)
+    lib.kernels.update({s.name: Kernel(s, lib, None, None) for s in expand(load_manifest(SHIPPED))})
+    return lib
+
+
+def test_the_tuner_measures_every_moe_class_on_expert_layers_only():
+    """`gemmgen tune` on the MoE library: its four classes, each measured on the shapes that name
+    experts and top_k (a linear layer's shape is not an MoE problem); a table's m counts tokens
+    per expert (the table_point of the dispatch values)."""
     from gemmgen.tuning import tune as tuning
+    from gemmgen.tuning.shapes import load_many
     from gemmgen.tuning.tune import TuneOptions
 
-    lib = Library("moe", "sm90a", Path("."), "f" * 16, None, {}, {}, None)
-    lib.kernels.update({s.name: Kernel(s, lib, None, None)
-                        for s in expand(load_manifest(SHIPPED))})
-    with pytest.raises(GemmgenError, match=r"library 'moe' has no kernels of a tunable op family: "
-                                           r"moe \(no tuner hooks yet; dispatch variables "
-                                           r"tokens_per_expert, experts, n, k: the tuner measures"):
-        tuning.classes_of(lib, TuneOptions(shapes=[], m_grid=(1,)))
+    lib = _library_of_shipped_manifest()
+    classes = tuning.classes_of(lib, TuneOptions(shapes=[], m_grid=(1,)))
+    assert classes == sorted({k.spec.dispatch_class for k in lib.kernels.values()})
+    assert tuning.classes_of(lib, TuneOptions(shapes=[], m_grid=(1,), dtypes=("e4m3",))) == [
+        ("grouped_matmul_swiglu_quant", "e4m3", "e4m3", "channel")]
+    shapes = load_many(["llama3_8b", "moe_qwen3_30b_a3b", "moe_mixtral_8x7b"])
+    measured = tuning.shapes_for(classes[0], shapes)
+    assert [(s.n, s.k, s.experts, s.top_k) for s in measured] == [(1536, 2048, 128, 8),
+                                                                   (28672, 4096, 8, 2)]
+    assert FAMILY.has_tables and FAMILY.table_point((5, 128, 1536, 2048, 600)) == (600, 1536, 2048)
+
+
+@pytest.mark.parametrize("experts,top_k", [(8, 2), (128, 8), (64, 6), (4, 4)])
+def test_the_tuners_batch_has_the_points_rows(experts, top_k):
+    """The routed batch of a tuning point of m rows: the most whole tokens that fit (one token
+    below top-k rows), each in top-k distinct experts."""
+    from gemmgen.families.moe.tuning import routing_counts, tokens_for
+    for m in (1, 2, 3, 7, 16, 64, 1024, 8192):
+        tokens = tokens_for(m, top_k)
+        assert tokens == max(1, m // top_k)
+        counts = routing_counts(tokens, experts, top_k, seed=m)
+        assert sum(counts) == tokens * top_k and max(counts) <= tokens and len(counts) == experts
+        assert sum(counts) <= m or tokens == 1
+
+
+def test_moe_shape_files_name_experts_and_top_k_together(tmp_path):
+    from gemmgen.tuning.shapes import load_shapes
+    bad = {"experts: 8}": "expected 'top_k' beside 'experts'",
+           "experts: 8, top_k: 9}": "top_k: expected at most experts (8), got 9",
+           "experts: 0, top_k: 1}": "experts: expected an integer in [1, 65535], got 0",
+           "experts: 8, top_k: 2, tokens: 3}": "expected one of name, n, k, experts, top_k, got "
+                                               "unknown key 'tokens'"}
+    for tail, message in bad.items():
+        path = tmp_path / "s.yaml"
+        path.write_text("model: X\nshapes:\n  - {name: w13, n: 64, k: 64, " + tail + "\n")
+        with pytest.raises(ManifestError, match=re.escape(message)):
+            load_shapes(path)
+
+
+def _moe_table(path: Path, specs, gpu=("NVIDIA H200", 132)) -> str:
+    """A table `gemmgen tune` could have written beside the MoE manifest at `path`: A8W4 per
+    channel on Mixtral's layer, `mid_wgmma` up to 8 rows, `stream` beyond."""
+    from gemmgen.generator.kernel_config import RuntimeKnobs
+    from gemmgen.tuning.table import (Bucket, ClassTable, ShapeEntry, kernel_set_hash, render_table,
+                                      table_path_for)
+    key = ("grouped_matmul_swiglu_quant", "int8", "int4", "channel")
+    name = {s.origin.config: s.name for s in specs if s.dispatch_class == key}
+    shapes = (ShapeEntry(28672, 4096, (Bucket(8, name["mid_wgmma"], RuntimeKnobs()),
+                                       Bucket(8192, name["stream"], RuntimeKnobs()))),)
+    meta = {"library": "moe", "arch": "sm90a", "gpu": gpu[0], "sm_count": gpu[1],
+            "kernel_set": kernel_set_hash(s.name for s in specs)}
+    table_path_for(path, gpu[0]).write_text(render_table(meta, [ClassTable(key, shapes)]))
+    return name["mid_wgmma"]
+
+
+def test_a_tuned_moe_table_serves_its_listed_layers_only(tmp_path, monkeypatch):
+    """Dispatch reads an MoE table at (rows, n, k) of the listed layer; another
+    layer (no nearest-shape transfer: the layers of two MoE models differ in E and top-k too) and
+    a class the table does not hold go to the manifest's rules."""
+    from gemmgen.bindings import library as binding_library
+    path = tmp_path / "moe_sm90.yaml"
+    shutil.copy(SHIPPED, path)
+    specs = expand(load_manifest(path))
+    mid_wgmma = _moe_table(path, specs)
+    monkeypatch.setattr(dispatch, "gpu_identity", lambda device=None: ("NVIDIA H200", 132))
+    monkeypatch.setattr(dispatch, "gpu_capability", lambda device=None: (9, 0))
+    dispatch.cache_clear()
+    binding_library.reload()
+    try:
+        a8w4 = dict(x_dtype=torch.int8, weight_bits=4, manifests=[path])
+        choice = dispatch.choose("grouped_matmul_swiglu_quant", m=2, experts=8, n=28672, k=4096, **a8w4)
+        assert choice.source == "table" and choice.kernel.name == mid_wgmma
+        assert "bucket m <= 8" in choice.reason and "moe_sm90.tuned.h200.yaml" in choice.reason
+        # 9 rows and more: the second bucket, though 9 rows make 2 tokens per expert as 16 do
+        for rows in (9, 16, 100000):
+            assert dispatch.choose("grouped_matmul_swiglu_quant", m=rows, experts=8, n=28672,
+                                   k=4096, **a8w4).kernel.spec.origin.config == "stream"
+        assert dispatch.choose("grouped_matmul_swiglu_quant", m=8, experts=8, n=28672, k=4096,
+                               **a8w4).kernel.name == mid_wgmma
+        for other in (dict(m=2, experts=8, n=28672, k=2048, **a8w4),  # another layer
+                      dict(m=2, experts=8, n=28672, k=4096, per_group=True, **a8w4),  # another class
+                      dict(m=2, experts=8, n=28672, k=4096, x_dtype=torch.int8, manifests=[path])):
+            choice = dispatch.choose("grouped_matmul_swiglu_quant", **other)
+            assert choice.source == "rule", other
+        rules = dispatch.choose("grouped_matmul_swiglu_quant", m=2, experts=8, n=28672, k=4096,
+                                tuned=False, **a8w4)
+        assert rules.source == "rule" and rules.kernel.name != mid_wgmma
+    finally:
+        dispatch.cache_clear()
+        binding_library.reload()

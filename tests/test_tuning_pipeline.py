@@ -61,7 +61,7 @@ def library(case, monkeypatch):
     monkeypatch.setattr(tuning, "gpu_identity", lambda: GPU)
     monkeypatch.setattr(tuning.torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(tuning.torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    monkeypatch.setattr(tuning, "make_problem", lambda cls, m, n, k, seed=0: (m, n, k, noise))
+    monkeypatch.setattr(tuning, "make_problem", lambda cls, m, shape, seed=0: (m, shape.n, shape.k, noise))
     monkeypatch.setattr(tuning, "time_candidate", lambda c, p, cls: fake_time(c, p))
     return lib, calls
 

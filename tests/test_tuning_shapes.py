@@ -43,8 +43,22 @@ shapes:
 """
 
 
+# MoE expert layers: (model, n, k, experts, top_k) of each file's one layer (w13: gate and up)
+EXPECTED_MOE = {"moe_mixtral_8x7b": ("Mixtral-8x7B (MoE)", 28672, 4096, 8, 2),
+                "moe_qwen3_30b_a3b": ("Qwen3-30B-A3B (MoE)", 1536, 2048, 128, 8),
+                "moe_deepseek_v2_lite": ("DeepSeek-V2-Lite (MoE)", 2816, 2048, 64, 6)}
+
+
 def test_shipped_files_are_exactly_the_expected_models():
-    assert sorted(p.stem for p in SHAPES_DIR.glob("*.yaml")) == sorted(EXPECTED)
+    assert sorted(p.stem for p in SHAPES_DIR.glob("*.yaml")) == sorted([*EXPECTED, *EXPECTED_MOE])
+
+
+@pytest.mark.parametrize("stem", sorted(EXPECTED_MOE))
+def test_shipped_moe_file_names_its_experts(stem):
+    model, n, k, experts, top_k = EXPECTED_MOE[stem]
+    (shape,) = load_shapes(SHAPES_DIR / f"{stem}.yaml")
+    assert (shape.model, shape.name, shape.n, shape.k, shape.experts, shape.top_k) == (
+        model, "w13", n, k, experts, top_k)
 
 
 @pytest.mark.parametrize("stem", sorted(EXPECTED))

@@ -127,7 +127,7 @@ def scripted(case, monkeypatch):
     monkeypatch.setattr(tuning, "libraries", lambda: (lib,))
     monkeypatch.setattr(tuning, "gpu_identity", lambda: ("NVIDIA H200", 132))
     monkeypatch.setattr(tuning.torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(tuning, "make_problem", lambda cls, m, n, k, seed=0: m)
+    monkeypatch.setattr(tuning, "make_problem", lambda cls, m, shape, seed=0: m)
     monkeypatch.setattr(tuning, "time_candidate", fake_time)
     return lib, calls
 

@@ -1,4 +1,7 @@
-"""Weight shapes to tune for: the per-model (N, K) files of manifests/shapes/, and the M grid."""
+"""Weight shapes to tune for: the per-model (N, K) files of manifests/shapes/, and the M grid.
+
+A shape of an MoE expert layer also names its `experts` and `top_k` (both or neither): the MoE
+family's tuner builds each point's routing from them (gemmgen/families/moe/tuning.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +22,15 @@ DEFAULT_M_GRID: tuple[int, ...] = (
     1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512,
     640, 768, 896, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 
+# MoE expert layers (an m of rows: tokens x top-k): the decode steps of top-2, top-6 and top-8
+# models, then batches up to 8192 rows
+MOE_M_GRID: tuple[int, ...] = (2, 6, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
+                               1024, 1536, 2048, 3072, 4096, 6144, 8192)
+
 _TOP_KEYS = ("model", "shapes")
 _SHAPE_KEYS = ("name", "n", "k")
+_MOE_KEYS = ("experts", "top_k")  # optional, together: an MoE expert layer
+_MAX_EXPERTS = 65535  # the MoE kernels' launch grid
 # int8/fp8 rows of N or K elements must be 16-byte aligned for CUTLASS's vectorized loads.
 _ALIGNMENT = 16
 
@@ -34,18 +44,22 @@ class WeightShape:
     k: int
     model: str
     origin: str
+    experts: int = 0  # an MoE expert layer: its number of experts and of experts a token picks
+    top_k: int = 0
 
 
 def _check_keys(path: str, node: Any, key: str, where: str, allowed: tuple[str, ...],
-                line: int) -> LocatedDict:
-    """`node` (the value of `key`, at `line`) as a mapping with exactly the `allowed` keys."""
+                line: int, optional: tuple[str, ...] = ()) -> LocatedDict:
+    """`node` (the value of `key`, at `line`) as a mapping with every `allowed` key and perhaps
+    the `optional` ones."""
     if not isinstance(node, LocatedDict):
         raise ManifestError(path, line, key,
                             f"expected a mapping, got {type(node).__name__} {node!r}")
     for given in node:
-        if given not in allowed:
+        if given not in allowed and given not in optional:
             raise ManifestError(path, node.line_of(given), str(given),
-                                f"expected one of {', '.join(allowed)}, got unknown key {given!r}")
+                                f"expected one of {', '.join(allowed + optional)}, got unknown "
+                                f"key {given!r}")
     for wanted in allowed:
         if wanted not in node:
             raise ManifestError(path, node.line, wanted,
@@ -94,16 +108,40 @@ def load_shapes(path: str | Path) -> list[WeightShape]:
     first_line: dict[tuple[int, int], tuple[int, str]] = {}
     for i, item in enumerate(items):
         line = items.line_of(i)
-        node = _check_keys(path, item, "shapes", "shape", _SHAPE_KEYS, line)
+        node = _check_keys(path, item, "shapes", "shape", _SHAPE_KEYS, line, _MOE_KEYS)
         name, n, k = _name(path, node, "name"), _dim(path, node, "n"), _dim(path, node, "k")
+        experts, top_k = _moe_facts(path, node)
         if (n, k) in first_line:
             earlier, earlier_name = first_line[(n, k)]
             raise ManifestError(path, line, "shapes",
                                 f"expected each (n, k) once, got {n}x{k} ({name}) again after "
                                 f"line {earlier} ({earlier_name})")
         first_line[(n, k)] = (line, name)
-        shapes.append(WeightShape(name, n, k, model, f"{path}:{line}"))
+        shapes.append(WeightShape(name, n, k, model, f"{path}:{line}", experts, top_k))
     return shapes
+
+
+def _moe_facts(path: str, node: LocatedDict) -> tuple[int, int]:
+    """(experts, top_k) of an MoE expert layer's shape, (0, 0) for a plain linear layer."""
+    given = [key for key in _MOE_KEYS if key in node]
+    if not given:
+        return 0, 0
+    if len(given) == 1:
+        missing = next(key for key in _MOE_KEYS if key not in node)
+        raise ManifestError(path, node.line, missing,
+                            f"expected {missing!r} beside {given[0]!r} (an MoE layer names both)")
+    values = []
+    for key in _MOE_KEYS:
+        value = node[key]
+        if type(value) is not int or not 1 <= value <= _MAX_EXPERTS:
+            raise ManifestError(path, node.line_of(key), key,
+                                f"expected an integer in [1, {_MAX_EXPERTS}], got {value!r}")
+        values.append(value)
+    experts, top_k = values
+    if top_k > experts:
+        raise ManifestError(path, node.line_of("top_k"), "top_k",
+                            f"expected at most experts ({experts}), got {top_k}")
+    return experts, top_k
 
 
 def available_stems() -> list[str]:
@@ -123,13 +161,15 @@ def resolve_shapes_arg(value: str) -> Path:
 
 
 def load_many(values: list[str]) -> list[WeightShape]:
-    """Load every file or stem in `values`, in order, keeping the first shape of each (n, k)."""
-    seen: set[tuple[int, int]] = set()
+    """Load every file or stem in `values`, in order, keeping the first shape of each (n, k) of
+    a linear layer and of an MoE expert layer (the two are measured by different families)."""
+    seen: set[tuple[int, int, bool]] = set()
     result: list[WeightShape] = []
     for value in values:
         for shape in load_shapes(resolve_shapes_arg(value)):
-            if (shape.n, shape.k) not in seen:
-                seen.add((shape.n, shape.k))
+            key = (shape.n, shape.k, shape.experts > 0)
+            if key not in seen:
+                seen.add(key)
                 result.append(shape)
     return result
 

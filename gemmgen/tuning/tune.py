@@ -116,9 +116,17 @@ def hooks_of(cls: MeasuredClass):
     return registry.for_op(cls[0]).tuner
 
 
-def make_problem(cls: MeasuredClass, m: int, n: int, k: int, seed: int = 0):
-    """Seeded inputs of one point (the family builds them)."""
-    return hooks_of(cls).make_problem(cls, m, n, k, seed=seed)
+def make_problem(cls: MeasuredClass, m: int, shape: WeightShape, seed: int = 0):
+    """Seeded inputs of one point (the family builds them; `shape` also carries the model's
+    facts a family may need, e.g. an MoE layer's experts and top-k)."""
+    return hooks_of(cls).make_problem(cls, m, shape.n, shape.k, seed=seed, shape=shape)
+
+
+def shapes_for(cls: MeasuredClass, shapes: list[WeightShape]) -> list[WeightShape]:
+    """The shapes a class is measured on: those its family's tuner accepts (the MoE family:
+    expert layers, which name their experts and top-k)."""
+    accepts = getattr(hooks_of(cls), "accepts_shape", None)
+    return [s for s in shapes if accepts is None or accepts(s)]
 
 
 def time_candidate(candidate: Candidate, problem, cls: MeasuredClass) -> float:
@@ -138,9 +146,9 @@ def classes_of(library: Library, options: TuneOptions) -> list[MeasuredClass]:
         reasons = []
         if family.tuner is None:
             reasons.append("no tuner hooks yet")
-        if family.variables[:3] != ("m", "n", "k"):
-            reasons.append(f"dispatch variables {', '.join(family.variables)}: the tuner "
-                           "measures m, n, k")
+        if not family.has_tables:
+            reasons.append(f"dispatch variables {', '.join(family.variables)}: no (m, n, k) "
+                           "of a tuned table")
         if reasons:
             untunable.append(f"{name} ({'; '.join(reasons)})")
             continue
@@ -177,12 +185,12 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
     """Time every candidate at every point not already in the store (`progress`: a bar)."""
     classes = classes_of(library, options)
     sm_count = gpu_identity()[1]
-    bar = _progress(len(classes) * len(shapes) * len(options.m_grid), position,
-                    f"tune {torch.cuda.current_device()}", disable=not progress)
+    bar = _progress(sum(len(shapes_for(cls, shapes)) for cls in classes) * len(options.m_grid),
+                    position, f"tune {torch.cuda.current_device()}", disable=not progress)
     for cls in classes:
         kernels = kernels_of(library, cls)
         hooks = hooks_of(cls)
-        for shape in shapes:
+        for shape in shapes_for(cls, shapes):
             for m in options.m_grid:
                 problem = None
 
@@ -192,7 +200,7 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
                     if stored is not None:
                         return math.inf if stored.us is None else stored.us
                     if problem is None:
-                        problem = make_problem(cls, m, shape.n, shape.k, seed=options.seed)
+                        problem = make_problem(cls, m, shape, seed=options.seed)
                     try:
                         us, error = time_candidate(c, problem, cls), None
                     except GemmgenError as exc:  # cannot implement this problem
@@ -215,7 +223,7 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
                 ties = near_ties(store, cls, shape.n, shape.k, m, options.tolerance)
                 if len(ties) > 1 and not all(store.get(cls, shape.n, shape.k, m, c).settled for c in ties):
                     if problem is None:
-                        problem = make_problem(cls, m, shape.n, shape.k, seed=options.seed)
+                        problem = make_problem(cls, m, shape, seed=options.seed)
                     try:
                         settled = retime_side_by_side(ties, lambda c: time_candidate(c, problem, cls))
                     except (GemmgenError, torch.OutOfMemoryError):
@@ -262,10 +270,12 @@ def build_tables(library: Library, store: Store, options: TuneOptions,
                  allowed: set[str] | None = None) -> list[ClassTable]:
     """Winners per point → M buckets per shape, for every tuned class (only `allowed` kernels)."""
     rank = candidate_rank(library)
-    wanted = {(s.n, s.k) for s in options.shapes}
     grid = set(options.m_grid)
     tables = []
     for cls in classes_of(library, options):
+        wanted = {(s.n, s.k) for s in shapes_for(cls, options.shapes)}
+        if not wanted:
+            continue  # e.g. an MoE class when only linear layers were tuned
         times = store.times(cls, wanted)
         entries = []
         for n, k in sorted(wanted):
@@ -332,9 +342,13 @@ def manifest_of(library: Library) -> Path:
     return Path(next(iter(library.kernels.values())).spec.origin.file).resolve()
 
 
-def _header(library: Library, options: TuneOptions, what: str) -> list[str]:
+def _header(library: Library, options: TuneOptions, what: str,
+            tables: list[ClassTable] = ()) -> list[str]:
+    families = sorted({registry.for_op(t.key[0]).name for t in tables})
+    counts = [f"m counts {registry.get(f).table_m} ({f} classes)" for f in families
+              if registry.get(f).table_m != "M"]
     return [f"{what} for library {library.name} ({library.arch}), written by `gemmgen tune`.",
-            f"Command: {options.command}" if options.command else "",
+            f"Command: {options.command}" if options.command else "", *counts,
             "Do not edit: re-run `gemmgen tune` on the target GPU; `gemmgen build` publishes it."]
 
 
@@ -358,9 +372,9 @@ def write_atomic(path: Path, text: str) -> None:
 
 def write_table(library: Library, store: Store, options: TuneOptions) -> Path:
     path = Path(options.out) if options.out else table_path_for(manifest_of(library), gpu_identity()[0])
-    text = render_table(metadata(library, options, library.kernel_set),
-                        build_tables(library, store, options),
-                        [h for h in _header(library, options, "Tuned dispatch table") if h])
+    tables = build_tables(library, store, options)
+    text = render_table(metadata(library, options, library.kernel_set), tables,
+                        [h for h in _header(library, options, "Tuned dispatch table", tables) if h])
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, text)
     return path

@@ -1086,3 +1086,39 @@ def test_a8w4_argument_errors_on_gpu():
         if kernels:
             with pytest.raises(ValueError, match=error_pattern("kernel")):
                 op(w=w_arg, ws=None, kernel=kernels[0].name, **extra)
+
+
+def test_tune_measures_moe_layers_and_its_winners_are_correct(tmp_path):
+    """`gemmgen tune` on the MoE library, end to end on a small expert layer (E = 8, top-2):
+    every int8-activation class measured at 2 and 128 rows (1 and 64 tokens), a table of the layer
+    with buckets over rows, each bucket's kernel the fastest within the tie tolerance of
+    the store's times; each winner, forced, matches the reference on fresh data."""
+    from gemmgen.tuning import tune as tuning
+    from gemmgen.tuning.measure import Candidate, Store
+    from gemmgen.tuning.shapes import WeightShape
+    from gemmgen.tuning.table import load_table
+
+    library = tuning.choose_library(None, "moe")
+    layer = WeightShape("w13", 1024, 512, "test", "test:1", experts=8, top_k=2)
+    grid = (2, 128)
+    options = tuning.TuneOptions(shapes=[layer], m_grid=grid, library=library.name,
+                                 dtypes=("int8",), fresh=True, out=str(tmp_path / "moe.tuned.yaml"))
+    table = load_table(tuning.tune(options), known_kernels=library.kernels)
+    assert table.metadata["kernel_set"] == library.kernel_set
+    store = Store(tuning.store_path(library, options))
+    classes = tuning.classes_of(library, options)
+    assert set(table.classes) == set(classes) and all(c[1] == "int8" for c in classes)
+    for key, ctable in table.classes.items():
+        times = store.times(key, {(layer.n, layer.k)})
+        for m in grid:
+            hit = ctable.lookup(m, layer.n, layer.k)
+            assert hit.exact_shape
+            row = times[(layer.n, layer.k, m)]
+            fastest = min(us for us in row.values() if us is not None)
+            chosen = row[Candidate.of(library.kernels[hit.bucket.kernel])]
+            assert chosen <= fastest * (1 + table.metadata["tie_tolerance"]) + 1e-9, (key, m)
+            kernel = library.kernels[hit.bucket.kernel]
+            check_forced_kernel(kernel, variant_of(kernel.spec), layer.k,
+                                GROUP if key[3] == "group" else 0, layer.n,
+                                [m // layer.experts + 1] * layer.experts,
+                                f"tuned {kernel.name} at m={m}")

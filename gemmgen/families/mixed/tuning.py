@@ -41,7 +41,7 @@ def classes(built: set[tuple[str, ...]], options) -> list[tuple[str, ...]]:
 
 
 def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
-                 l2_bytes: int | None = None) -> Problem:
+                 l2_bytes: int | None = None, shape=None) -> Problem:
     """Full-range random packed weights (every nibble/byte value occurs), scales in
     [1e-3, 1e-2], zeros for the zero-point scheme; group size 128 (K if K < 128)."""
     _, a, w, scheme = cls

@@ -10,10 +10,17 @@ Files: `configs.py` (configs, spec, naming), `schema.py` (manifest keys and lega
 `grouping.py` (group lists: offsets and checks), `packing.py` (the packed weight layout),
 `templates/` + `include/` (sources: group setup on the device, the CUTLASS grouped GEMM, the direct
 and wgmma kernels, SwiGLU + quant),
-`abi.py` (argument struct), `ops.py` (argument checks, torch op).
+`abi.py` (argument struct), `ops.py` (argument checks, torch op), `tuning.py` (how the tuner
+builds and times a point).
 
 Dispatch class: (op, x, w, scales). Dispatch variables: `tokens_per_expert` (ceil(M / E), the mean rows per expert: the per-expert
-counts live on the device and are never read by the host), `experts` (E), `n`, `k`.
+counts live on the device and are never read by the host), `experts` (E), `n`, `k`, `rows` (M,
+tokens × top-k). A tuned table (`gemmgen tune` on the shapes of manifests/shapes/moe_*.yaml)
+lists an expert layer's (n, k) with buckets over rows, measured at that layer's experts and
+top-k: for one layer, rows tell a decode step (top-k rows in top-k experts) from a batch with the
+same tokens per expert (Qwen3: 1 token and 16 tokens both have one row an expert, in 8 and in
+~80 experts); it serves listed layers only (another model's layer goes to the rules, not to the
+nearest listed one).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ class MoeFamily(OpFamily):
     ops = ("grouped_matmul_swiglu_quant",)
     api_ops = ("grouped_matmul_swiglu_quant",)
     arches = ("sm90a",)
-    variables = ("tokens_per_expert", "experts", "n", "k")
+    variables = ("tokens_per_expert", "experts", "n", "k", "rows")
     spec_type = MoeSpec
     family_keys = schema.FAMILY_KEYS
     required_family_keys = schema.REQUIRED_FAMILY_KEYS
@@ -47,6 +54,19 @@ class MoeFamily(OpFamily):
     args = ArgsAbi("gemmgen_moe_args", "gemmgen/moe/moe_args.h", MoeArgs)
     ops_module = "gemmgen.families.moe.ops"
     public_api = ("grouped_matmul_swiglu_quant", "pack_moe_weights", "MoeWeight")
+    table_nearest_shape = False
+    table_m = ("rows M (tokens x top-k), measured at each layer's experts and top-k "
+               "(manifests/shapes/moe_*.yaml)")
+
+    @property
+    def tuner(self):
+        from . import tuning  # imports torch: only when a tune runs
+        return tuning
+
+    def table_point(self, values: tuple[int, ...]) -> tuple[int, int, int]:
+        """(rows, n, k): a table's m is the rows M of x."""
+        _tokens_per_expert, _experts, n, k, rows = values
+        return rows, n, k
 
     # manifest
     def read_variants(self, reader, family_node, arch: str) -> tuple[Variant, ...]:
@@ -100,7 +120,7 @@ class MoeFamily(OpFamily):
             raise ValueError("per-group weight scales are A8W4's only (weight_bits=4)")
         tokens_per_expert = max(1, -(-m // experts))
         return ((op, x, "int4" if weight_bits == 4 else x, "group" if per_group else "channel"),
-                (tokens_per_expert, experts, n, k))
+                (tokens_per_expert, experts, n, k, max(1, m)))
 
     def describe_class(self, key) -> str:
         op, x, w, scales = key

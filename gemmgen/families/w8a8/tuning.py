@@ -51,7 +51,7 @@ def autotune_options(key: tuple[str, ...]):
 
 
 def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
-                 l2_bytes: int | None = None) -> Problem:
+                 l2_bytes: int | None = None, shape=None) -> Problem:
     """Seeded inputs for (m, n, k): per-token scale_a, per-channel scale_b, a bias if the
     epilogue takes one; enough operand pairs to exceed twice the L2 (2..64 pairs); full-range
     random data (int8 uniform over [-128, 127], e4m3 from a normal)."""

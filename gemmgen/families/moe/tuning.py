@@ -1,0 +1,131 @@
+"""How the tuner measures the MoE family: the classes it tunes, seeded inputs for one point (an
+expert layer's weights and a routed batch), one timed call of a candidate, and its knobs.
+
+A point's m is the rows M of x (the `rows` dispatch variable; tables bucket over it), its (n, k)
+the layer's weight shape; the layer's experts and top-k come from the shape file (`experts`,
+`top_k`, manifests/shapes/moe_*.yaml). The batch is T = max(1, m // top_k) tokens (T · top_k rows),
+each routed to top-k distinct experts drawn uniformly (seeded), as bench_moe.py routes them.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+
+import torch
+
+from ...errors import GemmgenError
+from ...tuning.measure import Candidate, gpu_time_us
+from . import ops
+from .packing import pack_moe_weights
+
+TORCH_DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn}
+GROUP_SIZE = 128  # per-group A8W4: the checkpoints' common group
+
+
+@dataclass
+class Problem:
+    """Weight copies and routed batches to rotate through, and the outputs."""
+
+    pool: list[tuple]  # (x, x_scale, weight, weight_scale): weights shared between items
+    group_list: torch.Tensor
+    weight_bits: int
+    q: torch.Tensor
+    q_scale: torch.Tensor
+
+
+def tokens_for(m: int, top_k: int) -> int:
+    """The tokens of the batch measured for m rows: the most whole tokens whose rows fit, and
+    one token (top-k rows) below that."""
+    return max(1, m // top_k)
+
+
+def routing_counts(tokens: int, experts: int, top_k: int, seed: int) -> list[int]:
+    """Rows per expert: each token picks top_k distinct experts uniformly (seeded)."""
+    gen = torch.Generator().manual_seed(seed)
+    picks = torch.multinomial(torch.ones(experts).repeat(tokens, 1), top_k, replacement=False,
+                              generator=gen)
+    return torch.bincount(picks.flatten(), minlength=experts).tolist()
+
+
+def accepts_shape(shape) -> bool:
+    """Expert layers only (their shape files name experts and top_k)."""
+    return shape.experts > 0
+
+
+def classes(built: set[tuple[str, ...]], options) -> list[tuple[str, ...]]:
+    """Every built (op, x, w, scales) class, filtered by `--dtypes` (x dtypes: int8, e4m3)."""
+    return sorted(c for c in built if not options.dtypes or c[1] in options.dtypes)
+
+
+def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
+                 l2_bytes: int | None = None, shape=None) -> Problem:
+    """Full-range random weights (int8 -128..127, int4 -8..7, e4m3 from a normal), scales
+    around 1/(std·K^¼), per group (group 128) for a per-group class; one routed batch a pool
+    item, and enough weight copies that one pass reads more than twice the L2."""
+    _, x_name, w_name, scales = cls
+    experts, top_k = (shape.experts, shape.top_k) if shape is not None else (0, 0)
+    if experts < 1:
+        raise GemmgenError(f"the shape {getattr(shape, 'name', '?')} ({getattr(shape, 'origin', '?')}) "
+                           "names no experts and top_k: the MoE tuner needs an expert layer's "
+                           "(manifests/shapes/moe_*.yaml)")
+    l2 = l2_bytes or torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    bits = 4 if w_name == "int4" else 8
+    weight_bytes = experts * n * k * bits // 8
+    copies = max(1, min(8, math.ceil(2 * l2 / weight_bytes)))
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{seed}:{cls}:{m}:{n}:{k}".encode()))
+    tokens = tokens_for(m, top_k)
+    counts = routing_counts(tokens, experts, top_k, zlib.crc32(f"{seed}:{tokens}:{experts}".encode()))
+    rows = sum(counts)
+    weights = []
+    for _ in range(copies):
+        if w_name == "int4":
+            w = torch.randint(-8, 8, (experts, k, n), dtype=torch.int8, device="cuda", generator=gen)
+        elif w_name == "int8":
+            w = torch.randint(-128, 128, (experts, k, n), dtype=torch.int8, device="cuda", generator=gen)
+        else:
+            w = torch.randn(experts, k, n, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        groups = (k // GROUP_SIZE,) if scales == "group" else ()
+        s = torch.rand(experts, *groups, n, device="cuda", generator=gen) * 0.01 + 0.005
+        packed = pack_moe_weights(w, s, weight_bits=bits)
+        del w
+        weights.append((packed.weight, packed.scale))
+    pool = []
+    for i in range(max(2, copies)):
+        if x_name == "int8":
+            x = torch.randint(-128, 128, (rows, k), dtype=torch.int8, device="cuda", generator=gen)
+        else:
+            x = torch.randn(rows, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        x_scale = torch.rand(rows, device="cuda", generator=gen) * 0.01 + 0.005
+        pool.append((x, x_scale, *weights[i % copies]))
+    group_list = torch.tensor(counts, dtype=torch.int64, device="cuda")
+    q = torch.empty(rows, n // 2, dtype=TORCH_DTYPES[x_name], device="cuda")
+    q_scale = torch.empty(rows, dtype=torch.float32, device="cuda")
+    return Problem(pool, group_list, bits, q, q_scale)
+
+
+def time_candidate(candidate: Candidate, problem: Problem) -> float:
+    p = problem
+    knobs = candidate.knobs
+
+    def call(i: int) -> None:
+        x, x_scale, w, w_scale = p.pool[i]
+        ops._gmm_swiglu_quant_out_impl(p.q, p.q_scale, x, w, w_scale, x_scale, p.group_list,
+                                       "count", p.weight_bits, False, candidate.kernel, knobs)
+    return gpu_time_us(call, len(p.pool))
+
+
+def knob_variants(kernel) -> list[Candidate]:
+    """The manifest's knobs only: the configs are the choice (the CUTLASS kernels' raster and
+    swizzle matter little over the few tiles an expert has)."""
+    return [Candidate.of(kernel)]
+
+
+def knobs_worth_trying(kernel, m: int, n: int, sm_count: int) -> bool:
+    return False
+
+
+def output_tiles(kernel, m: int, n: int) -> int:
+    tile_m, tile_n = kernel.config.tile[0], kernel.config.tile[1]
+    return math.ceil(n / tile_m) * math.ceil(m / tile_n)
