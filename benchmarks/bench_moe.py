@@ -36,9 +36,10 @@ It prints µs, the speed-ups of gemmgen over both torch pipelines, gemmgen / flo
 targets evaluated (PASS/FAIL counts, worst case); --markdown PATH appends the tables to PATH.
 
 NOTES (timing method): each impl's calls for `R` rotations (weight copy i % pools, x copy i) are
-captured in one CUDA graph (eager when capture fails: said in the output); the graph's replays are
-timed with gemmgen.tuning.measure.gpu_time_us (a spin kernel hides the host, a warm-up batch, then
---reps batches of ~300 µs back to back, the median) and divided by R. R and the number of weight
+captured in one CUDA graph (eager when capture fails: said in the output) and the replays timed
+(gemmgen.tuning.measure.graph_time_us, which `gemmgen tune` uses for the MoE family too: a spin
+kernel hides the host, a warm-up batch, then --reps batches of ~300 µs back to back, the median)
+and divided by R. R and the number of weight
 copies are chosen so that the bytes one replay reads (active experts' weights as gemmgen reads
 them, int4 at half a byte, + x) exceed twice the L2 (Mixtral's experts are 117 MB each: one
 copy). Before timing a point, gemmgen's q_scale is compared with the torch per-expert pipeline's
@@ -76,7 +77,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
 from bench_mixed_mm import copy_bandwidth, geomean  # noqa: E402  (helpers only: no side effects)
-from gemmgen.tuning.measure import gpu_time_us  # noqa: E402
+from gemmgen.tuning.measure import graph_time_us  # noqa: E402
 
 OP = "grouped_matmul_swiglu_quant"
 
@@ -364,21 +365,7 @@ class Timer:
         self.stream = torch.cuda.Stream()
 
     def __call__(self, fn, rotations: int) -> tuple[float, str]:
-        self.stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self.stream):  # warm-up on the capture stream (cuBLAS workspaces)
-            for i in range(rotations):
-                fn(i)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph, stream=self.stream):
-                for i in range(rotations):
-                    fn(i)
-        except Exception as exc:  # noqa: BLE001 - e.g. a host sync inside a torch op
-            torch.cuda.synchronize()
-            return gpu_time_us(fn, rotations, self.reps), f"eager ({type(exc).__name__})"
-        # the graph (and its memory pool) is freed on return
-        return gpu_time_us(lambda _: graph.replay(), 1, self.reps) / rotations, "graph"
+        return graph_time_us(fn, rotations, self.reps, self.stream)
 
 
 def first_line(exc: Exception) -> str:

@@ -90,6 +90,31 @@ def gpu_time_us(call: Callable[[int], None], pool_size: int, repeats: int = 7) -
                              for r in range(repeats))
 
 
+def graph_time_us(call: Callable[[int], None], pool_size: int, repeats: int = 7,
+                  stream: torch.cuda.Stream | None = None) -> tuple[float, str]:
+    """(median per-call GPU time of `call(0 .. pool_size - 1)` captured in one CUDA graph and
+    replayed, "graph"), as an application that runs its decode steps in graphs sees it (the
+    launches of a call's kernels and their programmatic dependent launch as replayed); eager
+    `gpu_time_us` and "eager (<exception>)" when the calls cannot be captured (e.g. a host sync).
+    """
+    stream = stream or torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up on the capture stream (workspaces, attributes)
+        for i in range(pool_size):
+            call(i)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, stream=stream):
+            for i in range(pool_size):
+                call(i)
+    except Exception as exc:  # noqa: BLE001 - capture refused: time the calls eagerly
+        torch.cuda.synchronize()
+        return gpu_time_us(call, pool_size, repeats), f"eager ({type(exc).__name__})"
+    # the graph (and its memory pool) is freed on return
+    return gpu_time_us(lambda _: graph.replay(), 1, repeats) / pool_size, "graph"
+
+
 @dataclass(frozen=True)
 class Record:
     """One stored measurement: `us` is None when the candidate could not run (`error` says why)."""

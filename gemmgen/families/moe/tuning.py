@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ...errors import GemmgenError
-from ...tuning.measure import Candidate, gpu_time_us
+from ...tuning.measure import Candidate, graph_time_us
 from . import ops
 from .packing import pack_moe_weights
 
@@ -61,9 +61,10 @@ def classes(built: set[tuple[str, ...]], options) -> list[tuple[str, ...]]:
 
 def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
                  l2_bytes: int | None = None, shape=None) -> Problem:
-    """Full-range random weights (int8 -128..127, int4 -8..7, e4m3 from a normal), scales
-    around 1/(std·K^¼), per group (group 128) for a per-group class; one routed batch a pool
-    item, and enough weight copies that one pass reads more than twice the L2."""
+    """Full-range random weights (int8 -128..127, int4 -8..7, e4m3 from a normal), scales in
+    [0.005, 0.015] (per group of 128 for a per-group class); one routed batch a pool
+    item, and enough weight copies (up to 16) that one pass over the pool reads more than twice
+    the L2 (as bench_moe.py: a decode step's few experts would otherwise stay in the L2)."""
     _, x_name, w_name, scales = cls
     experts, top_k = (shape.experts, shape.top_k) if shape is not None else (0, 0)
     if experts < 1:
@@ -72,12 +73,14 @@ def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
                            "(manifests/shapes/moe_*.yaml)")
     l2 = l2_bytes or torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     bits = 4 if w_name == "int4" else 8
-    weight_bytes = experts * n * k * bits // 8
-    copies = max(1, min(8, math.ceil(2 * l2 / weight_bytes)))
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{seed}:{cls}:{m}:{n}:{k}".encode()))
     tokens = tokens_for(m, top_k)
     counts = routing_counts(tokens, experts, top_k, zlib.crc32(f"{seed}:{tokens}:{experts}".encode()))
     rows = sum(counts)
+    # weight copies: a call reads its active experts' weights only (a decode step: top-k of
+    # them), so enough copies that rotating through them reads more than twice the L2
+    active = sum(1 for c in counts if c)
+    copies = max(1, min(16, math.ceil(2 * l2 / (active * n * k * bits // 8))))
     weights = []
     for _ in range(copies):
         if w_name == "int4":
@@ -106,6 +109,8 @@ def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
 
 
 def time_candidate(candidate: Candidate, problem: Problem) -> float:
+    """µs per call, the pool's calls replayed from a CUDA graph as bench_moe.py times them (and
+    as engines run decode): a decode step's three launches cost what they cost in a graph."""
     p = problem
     knobs = candidate.knobs
 
@@ -113,7 +118,7 @@ def time_candidate(candidate: Candidate, problem: Problem) -> float:
         x, x_scale, w, w_scale = p.pool[i]
         ops._gmm_swiglu_quant_out_impl(p.q, p.q_scale, x, w, w_scale, x_scale, p.group_list,
                                        "count", p.weight_bits, False, candidate.kernel, knobs)
-    return gpu_time_us(call, len(p.pool))
+    return graph_time_us(call, len(p.pool))[0]
 
 
 def knob_variants(kernel) -> list[Candidate]:
