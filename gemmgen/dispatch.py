@@ -27,8 +27,9 @@ Rules are numbered from 1 in messages, as they stand in the manifest (`Choice.ru
 
 Generic over op families: the op's family turns the keyword problem description into a
 dispatch class (op, *class fields) and the values of its dispatch variables; rules are matched
-over those variables. Tuned tables are keyed by (n, k) and bucketed over m, so they serve the
-families whose variables start with m, n, k.
+over those variables. Tuned tables are keyed by (n, k) and bucketed over m; a family's
+`table_point` maps its values there (W8A8 and mixed-input: (m, n, k) themselves; MoE: (rows, n,
+k), listed layers only).
 """
 
 from __future__ import annotations

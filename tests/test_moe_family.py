@@ -1239,8 +1239,8 @@ def _library_of_shipped_manifest():
 
 def test_the_tuner_measures_every_moe_class_on_expert_layers_only():
     """`gemmgen tune` on the MoE library: its four classes, each measured on the shapes that name
-    experts and top_k (a linear layer's shape is not an MoE problem); a table's m counts tokens
-    per expert (the table_point of the dispatch values)."""
+    experts and top_k (a linear layer's shape is not an MoE problem), at the grid's row counts of
+    one token's rows or more; a table's m counts rows (the table_point of the dispatch values)."""
     from gemmgen.tuning import tune as tuning
     from gemmgen.tuning.shapes import load_many
     from gemmgen.tuning.tune import TuneOptions
@@ -1254,7 +1254,33 @@ def test_the_tuner_measures_every_moe_class_on_expert_layers_only():
     measured = tuning.shapes_for(classes[0], shapes)
     assert [(s.n, s.k, s.experts, s.top_k) for s in measured] == [(1536, 2048, 128, 8),
                                                                    (28672, 4096, 8, 2)]
+    assert tuning.grid_for(classes[0], measured[0], (2, 6, 8, 16)) == (8, 16)  # top-8
+    w8a8 = ("scaled_mm", "int8", "bf16", "ScaledEpilogueBias")
+    assert [s.experts for s in tuning.shapes_for(w8a8, shapes)] == [0, 0, 0, 0]  # linear layers
     assert FAMILY.has_tables and FAMILY.table_point((5, 128, 1536, 2048, 600)) == (600, 1536, 2048)
+
+
+def test_the_tuner_refuses_what_cannot_give_an_moe_table(tmp_path):
+    """Before anything is measured: no expert layer among the shapes, or --select (whose pruned
+    rules are over m); two expert layers of one (n, k) with other experts or top-k clash."""
+    from gemmgen.errors import GemmgenError
+    from gemmgen.tuning import tune as tuning
+    from gemmgen.tuning.shapes import load_many
+    from gemmgen.tuning.tune import TuneOptions
+
+    lib = _library_of_shipped_manifest()
+    with pytest.raises(GemmgenError, match="none of the 4 shapes is measured by library 'moe' "
+                                           r"\(moe\): the MoE family's tuner takes expert layers"):
+        tuning.check_plan(lib, TuneOptions(shapes=load_many(["llama3_8b"]), m_grid=(8,)))
+    with pytest.raises(GemmgenError, match="--select writes a pruned manifest with rules over m; "
+                                           "the moe family's rules are over tokens_per_expert"):
+        tuning.check_plan(lib, TuneOptions(shapes=load_many(["moe_mixtral_8x7b"]), m_grid=(8,),
+                                           select=True))
+    other = tmp_path / "other.yaml"
+    other.write_text("model: Other\nshapes:\n  - {name: w13, n: 2816, k: 2048, experts: 60, top_k: 4}\n")
+    with pytest.raises(ManifestError, match=r"other\.yaml:3: shapes: expected one expert layer per "
+                                            r"\(n, k\); 2816x2048 has 60 experts, top 4 here and 64, top 6"):
+        load_many(["moe_deepseek_v2_lite", str(other)])
 
 
 @pytest.mark.parametrize("experts,top_k", [(8, 2), (128, 8), (64, 6), (4, 4)])

@@ -163,14 +163,23 @@ def resolve_shapes_arg(value: str) -> Path:
 def load_many(values: list[str]) -> list[WeightShape]:
     """Load every file or stem in `values`, in order, keeping the first shape of each (n, k) of
     a linear layer and of an MoE expert layer (the two are measured by different families)."""
-    seen: set[tuple[int, int, bool]] = set()
+    seen: dict[tuple[int, int, bool], WeightShape] = {}
     result: list[WeightShape] = []
     for value in values:
         for shape in load_shapes(resolve_shapes_arg(value)):
             key = (shape.n, shape.k, shape.experts > 0)
-            if key not in seen:
-                seen.add(key)
+            first = seen.get(key)
+            if first is None:
+                seen[key] = shape
                 result.append(shape)
+            elif (first.experts, first.top_k) != (shape.experts, shape.top_k):
+                # tables and the tune's store know an expert layer by (n, k) alone
+                path, _, line = shape.origin.rpartition(":")
+                raise ManifestError(path, int(line) if line.isdigit() else None, "shapes",
+                                    f"expected one expert layer per (n, k); {shape.n}x{shape.k} "
+                                    f"has {shape.experts} experts, top {shape.top_k} here and "
+                                    f"{first.experts}, top {first.top_k} at {first.origin}: "
+                                    "tune the two models separately (their tables would clash)")
     return result
 
 

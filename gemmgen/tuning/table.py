@@ -71,7 +71,7 @@ ClassKey = tuple[str, ...]  # (op, *the op family's class fields), e.g. (op, a, 
 def class_fields(op: str) -> tuple[str, ...]:
     """The keys naming a problem class of `op` in a table: `op` and its family's class fields
     (the W8A8 family: a, d, epilogue). Tables are keyed by the GEMM shape (n, k) and bucketed
-    over m, so a family tunes through them when its dispatch variables start with m, n, k."""
+    over m (what m counts is the family's: `OpFamily.table_point`, `table_m`)."""
     from .. import families as registry
     family = registry.for_op(op)
     if family is None:

@@ -124,9 +124,36 @@ def make_problem(cls: MeasuredClass, m: int, shape: WeightShape, seed: int = 0):
 
 def shapes_for(cls: MeasuredClass, shapes: list[WeightShape]) -> list[WeightShape]:
     """The shapes a class is measured on: those its family's tuner accepts (the MoE family:
-    expert layers, which name their experts and top-k)."""
+    expert layers, which name their experts and top-k; by default linear layers, which do not)."""
     accepts = getattr(hooks_of(cls), "accepts_shape", None)
-    return [s for s in shapes if accepts is None or accepts(s)]
+    return [s for s in shapes if (accepts(s) if accepts is not None else not s.experts)]
+
+
+def grid_for(cls: MeasuredClass, shape: WeightShape, m_grid: tuple[int, ...]) -> tuple[int, ...]:
+    """The M values a class is measured at on a shape (the MoE family: not below one token's
+    rows, which no batch has)."""
+    points = getattr(hooks_of(cls), "grid_for", None)
+    return tuple(points(shape, m_grid)) if points is not None else tuple(m_grid)
+
+
+def check_plan(library: Library, options: TuneOptions) -> None:
+    """Refuse, before anything is measured or written, a tune that cannot give a table: no shape
+    any class is measured on, or --select for a family whose rules are not over m (the pruned
+    manifest's rules are M buckets)."""
+    classes = classes_of(library, options)
+    if not any(shapes_for(cls, options.shapes) for cls in classes):
+        families = sorted({registry.for_op(c[0]).name for c in classes})
+        raise GemmgenError(
+            f"none of the {len(options.shapes)} shapes is measured by library {library.name!r} "
+            f"({', '.join(families)}): the MoE family's tuner takes expert layers (shape files "
+            "naming experts and top_k, e.g. moe_mixtral_8x7b), the other families linear layers")
+    if options.select:
+        for cls in classes:
+            family = registry.for_op(cls[0])
+            if family.variables[:3] != ("m", "n", "k"):
+                raise GemmgenError(f"--select writes a pruned manifest with rules over m; the "
+                                   f"{family.name} family's rules are over "
+                                   f"{', '.join(family.variables)}: tune it without --select")
 
 
 def time_candidate(candidate: Candidate, problem, cls: MeasuredClass) -> float:
@@ -185,13 +212,14 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
     """Time every candidate at every point not already in the store (`progress`: a bar)."""
     classes = classes_of(library, options)
     sm_count = gpu_identity()[1]
-    bar = _progress(sum(len(shapes_for(cls, shapes)) for cls in classes) * len(options.m_grid),
+    bar = _progress(sum(len(grid_for(cls, s, options.m_grid)) for cls in classes
+                        for s in shapes_for(cls, shapes)),
                     position, f"tune {torch.cuda.current_device()}", disable=not progress)
     for cls in classes:
         kernels = kernels_of(library, cls)
         hooks = hooks_of(cls)
         for shape in shapes_for(cls, shapes):
-            for m in options.m_grid:
+            for m in grid_for(cls, shape, options.m_grid):
                 problem = None
 
                 def timed(c: Candidate) -> float:
@@ -199,11 +227,11 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
                     stored = store.get(cls, shape.n, shape.k, m, c)
                     if stored is not None:
                         return math.inf if stored.us is None else stored.us
-                    if problem is None:
-                        problem = make_problem(cls, m, shape, seed=options.seed)
                     try:
+                        if problem is None:
+                            problem = make_problem(cls, m, shape, seed=options.seed)
                         us, error = time_candidate(c, problem, cls), None
-                    except GemmgenError as exc:  # cannot implement this problem
+                    except (GemmgenError, ValueError) as exc:  # cannot implement this problem
                         us, error = None, str(exc)
                     except torch.OutOfMemoryError as exc:  # e.g. split-K partials of a huge problem
                         torch.cuda.empty_cache()
@@ -222,11 +250,11 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
                         timed(c)
                 ties = near_ties(store, cls, shape.n, shape.k, m, options.tolerance)
                 if len(ties) > 1 and not all(store.get(cls, shape.n, shape.k, m, c).settled for c in ties):
-                    if problem is None:
-                        problem = make_problem(cls, m, shape, seed=options.seed)
                     try:
+                        if problem is None:
+                            problem = make_problem(cls, m, shape, seed=options.seed)
                         settled = retime_side_by_side(ties, lambda c: time_candidate(c, problem, cls))
-                    except (GemmgenError, torch.OutOfMemoryError):
+                    except (GemmgenError, ValueError, torch.OutOfMemoryError):
                         settled = {}  # keep the first-pass times; retried on resume
                     for c, us in settled.items():
                         store.put(Record(cls, shape.n, shape.k, m, c.kernel, c.raster, c.swizzle,
@@ -483,6 +511,7 @@ def tune(options: TuneOptions) -> Path:
     if not options.shapes:
         raise GemmgenError("no shapes to tune: give --shapes, or --from-cache once tuning at first "
                            "use recorded some (gemmgen.autotune(), GEMMGEN_AUTOTUNE=1)")
+    check_plan(library, options)
     path = store_path(library, options)
     if options.fresh:
         for old in Store(path).siblings():

@@ -60,7 +60,7 @@ def test_two_tunes_choose_within_the_tolerance(tuned):
                 if picks[0] == picks[1]:
                     continue
                 differing += 1
-                problem = tuning.make_problem(key, m, shape.n, shape.k)
+                problem = tuning.make_problem(key, m, shape)
                 us = tuning.retime_side_by_side(picks, lambda c: tuning.time_candidate(c, problem, key))
                 a, b = us[picks[0]], us[picks[1]]
                 assert max(a, b) <= min(a, b) * (1 + tolerance + margin), (

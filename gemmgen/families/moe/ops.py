@@ -249,7 +249,7 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     where S / q_scale lies within rounding distance of a tie, and q_scale by a few float32 ulps.
     Non-finite values: a row whose S holds a NaN gets q_scale NaN, an infinite S q_scale +inf
     (q of that row unspecified); int8 K is limited to 131056 (A8W4: 2097120; int32 accumulation). kernel: force a kernel by name (default: dispatch picks by
-    tokens per expert, E, N and K).
+    tokens per expert, E, N, K and rows: a tuned table's entry for the layer, else the rules).
     """
     if weight_bits is not None and (type(weight_bits) is not int or weight_bits not in (8, 4)):
         raise _fail("weight_bits", "None, 8 or 4", repr(weight_bits))

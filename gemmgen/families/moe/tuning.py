@@ -54,6 +54,11 @@ def accepts_shape(shape) -> bool:
     return shape.experts > 0
 
 
+def grid_for(shape, m_grid) -> list[int]:
+    """The grid's row counts a batch of the layer can have: one token's top-k rows at least."""
+    return [m for m in m_grid if m >= shape.top_k]
+
+
 def classes(built: set[tuple[str, ...]], options) -> list[tuple[str, ...]]:
     """Every built (op, x, w, scales) class, filtered by `--dtypes` (x dtypes: int8, e4m3)."""
     return sorted(c for c in built if not options.dtypes or c[1] in options.dtypes)
@@ -71,6 +76,9 @@ def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
         raise GemmgenError(f"the shape {getattr(shape, 'name', '?')} ({getattr(shape, 'origin', '?')}) "
                            "names no experts and top_k: the MoE tuner needs an expert layer's "
                            "(manifests/shapes/moe_*.yaml)")
+    if scales == "group" and (k % GROUP_SIZE or k // GROUP_SIZE < 2):
+        raise GemmgenError(f"per-group scales of {GROUP_SIZE} need K a multiple of {GROUP_SIZE} "
+                           f"with two groups or more; got K = {k}")
     l2 = l2_bytes or torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     bits = 4 if w_name == "int4" else 8
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{seed}:{cls}:{m}:{n}:{k}".encode()))
@@ -88,7 +96,8 @@ def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
         elif w_name == "int8":
             w = torch.randint(-128, 128, (experts, k, n), dtype=torch.int8, device="cuda", generator=gen)
         else:
-            w = torch.randn(experts, k, n, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+            w = torch.randn(experts, k, n, dtype=torch.bfloat16, device="cuda",
+                            generator=gen).to(torch.float8_e4m3fn)
         groups = (k // GROUP_SIZE,) if scales == "group" else ()
         s = torch.rand(experts, *groups, n, device="cuda", generator=gen) * 0.01 + 0.005
         packed = pack_moe_weights(w, s, weight_bits=bits)
@@ -99,7 +108,8 @@ def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
         if x_name == "int8":
             x = torch.randint(-128, 128, (rows, k), dtype=torch.int8, device="cuda", generator=gen)
         else:
-            x = torch.randn(rows, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+            x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda",
+                            generator=gen).to(torch.float8_e4m3fn)
         x_scale = torch.rand(rows, device="cuda", generator=gen) * 0.01 + 0.005
         pool.append((x, x_scale, *weights[i % copies]))
     group_list = torch.tensor(counts, dtype=torch.int64, device="cuda")
@@ -118,7 +128,11 @@ def time_candidate(candidate: Candidate, problem: Problem) -> float:
         x, x_scale, w, w_scale = p.pool[i]
         ops._gmm_swiglu_quant_out_impl(p.q, p.q_scale, x, w, w_scale, x_scale, p.group_list,
                                        "count", p.weight_bits, False, candidate.kernel, knobs)
-    return graph_time_us(call, len(p.pool))[0]
+    us, how = graph_time_us(call, len(p.pool))
+    if how != "graph":  # the op is capturable: a failure is not a time to compare with the others
+        raise GemmgenError(f"{candidate.kernel}: its calls could not be captured in a CUDA graph "
+                           f"({how})")
+    return us
 
 
 def knob_variants(kernel) -> list[Candidate]:
