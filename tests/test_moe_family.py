@@ -508,11 +508,12 @@ def test_dispatch_request_values():
     family = registry.for_api_op(OP)
     assert family is FAMILY and family.variables == ("tokens_per_expert", "experts", "n", "k", "rows")
     for dtype, bits, cls in ((INT8, 8, I8), (FP8, 8, E4M3), (INT8, 4, A8W4)):
-        for m, e, tokens in ((0, 8, 1), (1, 8, 1), (8, 8, 1), (9, 8, 2), (1000, 3, 334),
-                             (2**31 - 1, 1, 2**31 - 1)):
+        for m, e, tokens, rows in ((0, 8, 1, 2), (1, 8, 1, 2), (8, 8, 1, 8), (9, 8, 2, 16),
+                                   (1000, 3, 334, 1024), (8193, 2, 4097, 16384),
+                                   (2**31 - 1, 1, 2**31 - 1, 2**31 - 1)):
             key, values = FAMILY.dispatch_request(OP, x_dtype=dtype, m=m, experts=e, n=4096, k=7168,
                                                   weight_bits=bits)
-            assert key == cls and values == (tokens, e, 4096, 7168, max(1, m))
+            assert key == cls and values == (tokens, e, 4096, 7168, rows)
     assert FAMILY.dispatch_request(OP, x_dtype=FP8, m=1, experts=1, n=8, k=16)[0] == E4M3  # 8 bits
 
 

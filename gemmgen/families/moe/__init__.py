@@ -15,7 +15,7 @@ builds and times a point).
 
 Dispatch class: (op, x, w, scales). Dispatch variables: `tokens_per_expert` (ceil(M / E), the mean rows per expert: the per-expert
 counts live on the device and are never read by the host), `experts` (E), `n`, `k`, `rows` (M,
-tokens × top-k). A tuned table (`gemmgen tune` on the shapes of manifests/shapes/moe_*.yaml)
+tokens × top-k, rounded up to the tuner's row grid: `rows_key`). A tuned table (`gemmgen tune` on the shapes of manifests/shapes/moe_*.yaml)
 lists an expert layer's (n, k) with buckets over rows, measured at that layer's experts and
 top-k: for one layer, rows tell a decode step (top-k rows in top-k experts) from a batch with the
 same tokens per expert (Qwen3: 1 token and 16 tokens both have one row an expert, in 8 and in
@@ -36,6 +36,19 @@ from .configs import ELEMENTS, MoeSpec
 
 _HERE = Path(__file__).resolve().parent
 _INT32_MAX = 2**31 - 1
+
+
+def rows_key(m: int) -> int:
+    """The `rows` dispatch variable of M rows: M rounded up to the next point of the tuner's row
+    grid (gemmgen.tuning.shapes.MOE_M_GRID; past its last point, to a multiple of it, at most
+    2^31 - 1, the largest value a dispatch variable takes). A table
+    tuned on that grid buckets at its points, so the rounding never moves a problem to another
+    bucket; and a process that sees every prefill length memoizes a few dozen decisions an
+    expert layer, not one per length."""
+    from ...tuning.shapes import MOE_M_GRID
+    if m > MOE_M_GRID[-1]:
+        return min(-(-m // MOE_M_GRID[-1]) * MOE_M_GRID[-1], _INT32_MAX)
+    return next(point for point in MOE_M_GRID if point >= m)
 
 
 class MoeFamily(OpFamily):
@@ -120,7 +133,7 @@ class MoeFamily(OpFamily):
             raise ValueError("per-group weight scales are A8W4's only (weight_bits=4)")
         tokens_per_expert = max(1, -(-m // experts))
         return ((op, x, "int4" if weight_bits == 4 else x, "group" if per_group else "channel"),
-                (tokens_per_expert, experts, n, k, max(1, m)))
+                (tokens_per_expert, experts, n, k, rows_key(m)))
 
     def describe_class(self, key) -> str:
         op, x, w, scales = key
