@@ -206,7 +206,8 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
     proxy = "" if exact_class else (f", measured as {' '.join(ctable.key[1:])} and applied to the "
                                     f"same config's {' '.join(key[2:])} kernel")
     knobs = hit.bucket.knobs
-    reason = (f"tuned table ({where}): {shape}, bucket m <= {hit.bucket.m_max}{proxy}; raster "
+    variable = family.table_m_name if family is not None else "m"
+    reason = (f"tuned table ({where}): {shape}, bucket {variable} <= {hit.bucket.m_max}{proxy}; raster "
               f"{knobs.raster}, swizzle {knobs.swizzle}"
               + (f", split_k {knobs.split_k_slices}" if knobs.split_k_slices != 1 else ""))
     own = identity is None or tuple(identity) == table.gpu

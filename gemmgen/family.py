@@ -92,6 +92,7 @@ class OpFamily(ABC):
     # not list takes the nearest listed shape's winner (else the manifest's rules serve it).
     table_nearest_shape: ClassVar[bool] = True
     table_m: ClassVar[str] = "M"  # what a table's m counts, in words (for its header)
+    table_m_name: ClassVar[str] = "m"  # its dispatch variable (in dispatch's reasons)
 
     def table_point(self, values: tuple[int, ...]) -> tuple[int, int, int] | None:
         """(m, n, k) of a problem's dispatch values in a tuned table: the values themselves for

@@ -1344,7 +1344,7 @@ def test_a_tuned_moe_table_serves_its_listed_layers_only(tmp_path, monkeypatch):
         a8w4 = dict(x_dtype=torch.int8, weight_bits=4, manifests=[path])
         choice = dispatch.choose("grouped_matmul_swiglu_quant", m=2, experts=8, n=28672, k=4096, **a8w4)
         assert choice.source == "table" and choice.kernel.name == mid_wgmma
-        assert "bucket m <= 8" in choice.reason and "moe_sm90.tuned.h200.yaml" in choice.reason
+        assert "bucket rows <= 8" in choice.reason and "moe_sm90.tuned.h200.yaml" in choice.reason
         # 9 rows and more: the second bucket, though 9 rows make 2 tokens per expert as 16 do
         for rows in (9, 16, 100000):
             assert dispatch.choose("grouped_matmul_swiglu_quant", m=rows, experts=8, n=28672,
