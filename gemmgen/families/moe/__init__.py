@@ -15,21 +15,23 @@ builds and times a point).
 
 Dispatch class: (op, x, w, scales). Dispatch variables: `tokens_per_expert` (ceil(M / E), the mean rows per expert: the per-expert
 counts live on the device and are never read by the host), `experts` (E), `n`, `k`, `rows` (M,
-tokens × top-k, rounded up to the tuner's row grid: `rows_key`). A tuned table (`gemmgen tune` on the shapes of manifests/shapes/moe_*.yaml)
-lists an expert layer's (n, k) with buckets over rows, measured at that layer's experts and
-top-k: for one layer, rows tell a decode step (top-k rows in top-k experts) from a batch with the
-same tokens per expert (Qwen3: 1 token and 16 tokens both have one row an expert, in 8 and in
-~80 experts); it serves listed layers only (another model's layer goes to the rules, not to the
-nearest listed one).
+tokens × top-k, rounded up to the tuner's row grid: `rows_key`). A tuned table (`gemmgen tune`
+on the shapes of manifests/shapes/moe_*.yaml) lists an expert layer's (n, k) with buckets over
+rows, measured at that layer's experts and top-k: for one layer, rows tell a decode step
+(top-k rows in top-k experts) from a batch with the same tokens per expert (Qwen3: 1 token and
+16 tokens both have one row an expert, in 8 and in ~80 experts); it serves listed layers only
+(another model's layer goes to the rules, not to the nearest listed one).
 """
 
 from __future__ import annotations
 
+import bisect
 from pathlib import Path
 from typing import Any
 
 from ...family import ArgsAbi, OpFamily, Variant
 from ...generator.kernel_config import ConfigEntry, Origin
+from ...tuning.shapes import MOE_M_GRID
 from . import schema
 from .abi import MoeArgs
 from .configs import ELEMENTS, MoeSpec
@@ -45,10 +47,9 @@ def rows_key(m: int) -> int:
     tuned on that grid buckets at its points, so the rounding never moves a problem to another
     bucket; and a process that sees every prefill length memoizes a few dozen decisions an
     expert layer, not one per length."""
-    from ...tuning.shapes import MOE_M_GRID
     if m > MOE_M_GRID[-1]:
         return min(-(-m // MOE_M_GRID[-1]) * MOE_M_GRID[-1], _INT32_MAX)
-    return next(point for point in MOE_M_GRID if point >= m)
+    return MOE_M_GRID[bisect.bisect_left(MOE_M_GRID, m)]
 
 
 class MoeFamily(OpFamily):

@@ -144,7 +144,3 @@ def knob_variants(kernel) -> list[Candidate]:
 def knobs_worth_trying(kernel, m: int, n: int, sm_count: int) -> bool:
     return False
 
-
-def output_tiles(kernel, m: int, n: int) -> int:
-    tile_m, tile_n = kernel.config.tile[0], kernel.config.tile[1]
-    return math.ceil(n / tile_m) * math.ceil(m / tile_n)
