@@ -37,7 +37,7 @@ namespace gemmgen::mixed::sm90 {
 // weight type (cutlass::int4b_t or int8_t); WithZero: the scale + zero mainloop.
 template <class ElementA_, class ElementW_, bool WithZero_, class TileShape_, class ClusterShape_,
           class KernelSchedule_, class EpilogueSchedule_, int Stages_ /* 0 = auto */,
-          class TileScheduler_>
+          class TileScheduler_, bool ShuffledWeight_ = false>
 struct MixedMmConfig {
   using ElementA = ElementA_;
   using ElementW = ElementW_;
@@ -48,7 +48,18 @@ struct MixedMmConfig {
   using EpilogueSchedule = EpilogueSchedule_;
   static constexpr int Stages = Stages_;
   using TileScheduler = TileScheduler_;
+  static constexpr bool ShuffledWeight = ShuffledWeight_;
 };
+
+// The 4-bit weight layout in MMA fragment order (packing.py, layout version 2): per block of 16
+// rows and 64 k (512 bytes), lane (g, q) of wgmma's A fragment owns 16 contiguous bytes holding
+// rows g and g + 8, k slots 2q, 2q + 1, 2q + 8, 2q + 9 of the four 16-k steps; within a step's
+// word the nibbles hold the fragment's values in the order [0, 2, 4, 6, 1, 3, 5, 7]. Value
+// (row r0 + 8 r1, k k0 + 2 k1 + 8 k2 + 16 j) sits at nibble 128 r0 + r1 + 4 k0 + 32 k1 + 2 k2 + 8 j
+// of its block; blocks are ordered row block fastest (the order of cute::tile_to_shape).
+using FragmentOrderAtom =
+    cute::Layout<cute::Shape<cute::Shape<cute::_8, cute::_2>, cute::Shape<cute::_2, cute::_4, cute::_2, cute::_4>>,
+                 cute::Stride<cute::Stride<cute::_128, cute::_1>, cute::Stride<cute::_4, cute::_32, cute::_2, cute::_8>>>;
 
 template <class Config>
 struct MixedMm {
@@ -61,7 +72,11 @@ struct MixedMm {
 
   // The kernel's operands (see the file comment): A = weight [N, K] row-major (K contiguous),
   // B = activations [M, K] as a column-major [K, M], D = output [M, N] as a column-major [N, M].
-  using LayoutW = cutlass::layout::RowMajor;
+  using LayoutWTag = cutlass::layout::RowMajor;
+  using StrideWPlain = cutlass::detail::TagToStrideA_t<LayoutWTag>;
+  using LayoutWShuffled = decltype(cute::tile_to_shape(
+      FragmentOrderAtom{}, cute::Layout<cute::Shape<int, int, int>, StrideWPlain>{}));
+  using LayoutW = cute::conditional_t<Config::ShuffledWeight, LayoutWShuffled, LayoutWTag>;
   using LayoutX = cutlass::layout::ColumnMajor;
   using LayoutD = cutlass::layout::ColumnMajor;
   static constexpr int AlignW = 128 / cutlass::sizeof_bits<ElementW>::value;
@@ -113,7 +128,13 @@ struct MixedMm {
     int const group = static_cast<int>(p.group_size);
     int const scale_k = (k + group - 1) / group;
 
-    StrideW stride_w = cutlass::make_cute_packed_stride(StrideW{}, cute::make_shape(n, k, 1));
+    StrideW stride_w = [&] {
+      if constexpr (Config::ShuffledWeight) {
+        return cute::tile_to_shape(FragmentOrderAtom{}, cute::make_shape(n, k, 1));
+      } else {
+        return cutlass::make_cute_packed_stride(StrideW{}, cute::make_shape(n, k, 1));
+      }
+    }();
     StrideX stride_x = cutlass::make_cute_packed_stride(StrideX{}, cute::make_shape(m, k, 1));
     cute::get<0>(stride_x) = p.lda;
     StrideD stride_d = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(n, m, 1));
