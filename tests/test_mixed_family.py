@@ -275,8 +275,10 @@ def test_wgmma_refuses_int8_weights(tmp_path):
 @pytest.mark.parametrize("text,library_name,kernel,arch", [
     (MANIFEST, "onemixed", KERNEL, "sm90a"),            # a CUTLASS 3.x mixed-input kernel
     (DIRECT_MANIFEST, "onedirect", DIRECT_KERNEL, "sm80"),  # the direct kernel: seconds to build
+    (DIRECT_MANIFEST.replace("w: int8", "w: int4"), "onedirect", DIRECT_KERNEL.replace("_i8_", "_i4_"),
+     "sm80"),  # its int4 path (the fragment-order weights) is another instantiation
     (WGMMA_MANIFEST.replace("scale, scale_zero", "scale"), "onewgmma", WGMMA_KERNELS[0], "sm90a"),
-], ids=["cutlass_sm90a", "direct_sm80", "wgmma_sm90a"])
+], ids=["cutlass_sm90a", "direct_sm80", "direct_int4_sm80", "wgmma_sm90a"])
 def test_mixed_kernel_compiles_and_loads(tmp_path, text, library_name, kernel, arch):
     """One real kernel of each template: builds, loads (ABI size check), refuses to run without a
     GPU of its arch."""

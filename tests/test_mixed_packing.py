@@ -33,6 +33,21 @@ Q_DTYPES = {  # integer dtypes that hold every logical value of the type
 }
 
 
+def nibble(packed, n: int, k: int) -> int:
+    """The 4-bit field holding element (n, k) of a packed 4-bit weight, located by the layout
+    version 2 formula of packing.py's docstring (written out here, independently of the packer's
+    reshapes): block [k // 64, n // 16], nibble 128 r0 + r1 + 4 k0 + 32 k1 + 2 k2 + 8 j."""
+    rb, r = divmod(n, 16)
+    r1, r0 = divmod(r, 8)
+    kb, kk = divmod(k, 64)
+    j, rest = divmod(kk, 16)
+    k2, rest = divmod(rest, 8)
+    k1, k0 = divmod(rest, 2)
+    index = 128 * r0 + r1 + 4 * k0 + 32 * k1 + 2 * k2 + 8 * j
+    byte = int(packed.qweight[kb, rb, index // 2])
+    return (byte >> (4 * (index % 2))) & 0xF
+
+
 def bits16(t: torch.Tensor) -> torch.Tensor:
     """The raw bits of a float16 / bfloat16 tensor (compare exactly, -0.0 included)."""
     return t.contiguous().view(torch.int16)
@@ -88,7 +103,7 @@ def check_round_trip(c, device):
         (c["weight_type"], c["group"], k, n)
     assert (packed.bits, packed.layout_version, packed.arch) == (bits, LAYOUT_VERSION, "sm90a")
     assert packed.device == q.device and packed.scale_dtype == c["scale_dtype"]
-    want_q = (torch.uint8, (n, k // 2)) if bits == 4 else (torch.int8, (n, k))
+    want_q = (torch.uint8, (k // 64, -(-n // 16), 512)) if bits == 4 else (torch.int8, (n, k))
     assert (packed.qweight.dtype, tuple(packed.qweight.shape)) == want_q
     assert tuple(packed.scales.shape) == (groups, n) and packed.scales.is_contiguous()
     assert packed.qweight.is_contiguous()
@@ -122,27 +137,48 @@ def test_round_trip_cuda(c):
 
 # ---------------------------------------------------------------- the layout, by hand
 
-def test_nibble_order_uint4b8_by_hand():
+def test_fragment_order_uint4b8_by_hand():
     q = torch.full((8, 64), 8, dtype=torch.int32)      # stored 0 everywhere else
     q[0, :16] = torch.arange(16)
-    q[3, 62], q[3, 63] = 15, 0                        # last byte of row 3
+    q[3, 63] = 15
     packed = pack_weights(q, torch.ones(8, 1, dtype=torch.float16), weight_type="uint4b8",
                           group_size=64)
+    assert tuple(packed.qweight.shape) == (1, 1, 512)  # one block: 16 rows (8 of them padding)
     # stored = q - 8 as two's-complement int4: q=0 -> 0x8, 1 -> 0x9, ..., 7 -> 0xF, 8 -> 0x0 ...
-    # byte j = element 2j in the low nibble, 2j+1 in the high nibble.
-    assert packed.qweight[0, :8].tolist() == [0x98, 0xBA, 0xDC, 0xFE, 0x10, 0x32, 0x54, 0x76]
-    assert packed.qweight[0, 8:].tolist() == [0] * 24
-    assert packed.qweight[3, 31].item() == 0x87 and packed.qweight[3, :31].tolist() == [0] * 31
-    assert packed.qweight[1:3].eq(0).all() and packed.qweight[4:].eq(0).all()
+    # Lane 0 (row 0, k slots 0, 1, 8, 9 of each 16-k step) owns bytes 0-15; word 0 (bytes 0-3)
+    # holds step 0: nibble i = fragment value [0, 2, 4, 6, 1, 3, 5, 7][i], value 2r + h the
+    # register r's half h: nibble 0 = (row 0, k 0), 1 = (row 8, k 0), 2 = (row 0, k 8),
+    # 3 = (row 8, k 8), 4 = (row 0, k 1), 5 = (row 8, k 1), 6 = (row 0, k 9), 7 = (row 8, k 9).
+    assert packed.qweight[0, 0, :4].tolist() == [0x08, 0x00, 0x09, 0x01]
+    # lane 1 (q = 1: k slots 2, 3, 10, 11) owns bytes 16-31
+    assert packed.qweight[0, 0, 16:20].tolist() == [0x0A, 0x02, 0x0B, 0x03]
+    # lanes 2 and 3: k 4, 5, 12, 13 and 6, 7, 14, 15
+    assert packed.qweight[0, 0, 32:36].tolist() == [0x0C, 0x04, 0x0D, 0x05]
+    assert packed.qweight[0, 0, 48:52].tolist() == [0x0E, 0x06, 0x0F, 0x07]
+    # row 3, k 63: lane 4 * 3 + 3 = 15, step 3 (word 3: bytes 12-15), slot 15 = 2q + 9: nibble 6
+    assert packed.qweight[0, 0, 15 * 16 + 12 + 3].item() == 0x07
+    nonzero = {0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35, 48, 49, 50, 51, 15 * 16 + 15}
+    assert all(packed.qweight[0, 0, i].item() == 0 for i in range(512) if i not in nonzero)
 
 
-def test_nibble_order_int4_by_hand():
-    q = torch.zeros(8, 64, dtype=torch.int8)
+def test_fragment_order_int4_by_hand():
+    q = torch.zeros(24, 128, dtype=torch.int8)
     q[0, :6] = torch.tensor([-8, 7, -1, 0, 3, -5])
-    packed = pack_weights(q, torch.ones(8, dtype=torch.bfloat16), weight_type="int4",
+    q[17, 64 + 16 + 9] = -3                   # block [1, 1]: row 1 of it, step 1, slot 9
+    packed = pack_weights(q, torch.ones(24, dtype=torch.bfloat16), weight_type="int4",
                           group_size=None)
-    assert packed.qweight[0, :3].tolist() == [0x78, 0x0F, 0xB3]
-    assert packed.group_size == 64
+    assert packed.group_size == 128 and tuple(packed.qweight.shape) == (2, 2, 512)
+    # k 0, 1 (lane 0: nibbles 0, 4), 2, 3 (lane 1), 4, 5 (lane 2)
+    assert packed.qweight[0, 0, 0].item() == 0x08 and packed.qweight[0, 0, 2].item() == 0x07
+    assert packed.qweight[0, 0, 16].item() == 0x0F and packed.qweight[0, 0, 18].item() == 0x00
+    assert packed.qweight[0, 0, 32].item() == 0x03 and packed.qweight[0, 0, 34].item() == 0x0B
+    # row 17 = block row 1 (r0 = 1, r1 = 0), k 89 = block k 25: step 1, slot 9 = 2q + 9 with
+    # q = 0: lane 4, word 1, fragment value 5 (register 2, high half): nibble 6 of the word, the
+    # low nibble of its byte 3
+    assert packed.qweight[1, 1, 4 * 16 + 4 + 3].item() == 0x0D
+    assert nibble(packed, 17, 89) == 0xD and nibble(packed, 0, 1) == 0x7
+    # rows 24..31 of the second row block are padding: zero
+    assert int(packed.qweight.count_nonzero()) == 6
 
 
 def test_eight_bit_stored_values_by_hand():
@@ -175,9 +211,9 @@ def test_zero_points_by_hand_float16():
     assert zp[1, 1].item() == 0x4C00            # group 1, n 1
     assert zp[1, 0].item() == 0 and (zp[:, 2:] == 0).all()   # zero 8 -> zp 0
     assert packed.scales[0, 0].item() == 0.5 and packed.scales[1, 1].item() == 2.0
-    # stored 3-8 = -5 -> 0xB (low), 12-8 = 4 -> 0x4 (high); q = 0 -> 0x8
-    assert packed.qweight[0, 0].item() == 0x4B and packed.qweight[0, 1].item() == 0x88
-    assert packed.qweight[1, 32].item() == 0x87
+    # stored 3-8 = -5 -> 0xB, 12-8 = 4 -> 0x4; q = 0 -> 0x8; 15 -> 0x7
+    assert (nibble(packed, 0, 0), nibble(packed, 0, 1), nibble(packed, 0, 2)) == (0xB, 0x4, 0x8)
+    assert nibble(packed, 1, 64) == 0x7 and nibble(packed, 1, 65) == 0x8
     # what the kernel computes, stored * scale + zp, is scale * (q - zero) here (no rounding)
     assert (3 - 8) * 0.5 + 2.5 == 0.5 * (3 - 3)
 
@@ -278,7 +314,7 @@ def test_packed_weight_is_a_plain_object():
     assert p.to("cpu") is p and p.to(torch.device("cpu")) is p
     text = p.describe()
     assert "\n" not in text
-    for part in ("uint4", "N=16", "K=128", "group 64", "zero points", "bfloat16", "sm90a", "v1", "cpu"):
+    for part in ("uint4", "N=16", "K=128", "group 64", "zero points", "bfloat16", "sm90a", "v2", "cpu"):
         assert part in text
     assert "per-channel" in small_packed("int8", torch.float16, 128).describe()
     assert small_packed("int8").bits == 8 and small_packed("int4").bits == 4
@@ -305,7 +341,7 @@ def test_packed_weight_checks_its_fields():
 
     assert "argument 'weight_type'" in broken(weight_type="uint3")
     assert "argument 'arch'" in broken(arch="sm100")
-    assert "argument 'layout_version'" in broken(layout_version=2)
+    assert "argument 'layout_version'" in broken(layout_version=1)
     assert "argument 'k'" in broken(k=0)
     assert "argument 'group_size'" in broken(group_size=48)
     assert "argument 'qweight'" in broken(qweight=p.qweight.to(torch.int8))
@@ -423,7 +459,7 @@ def test_unpack_and_dequantize_want_a_packed_weight(function):
 
 def test_module_constants():
     assert WEIGHT_TYPES == ("int4", "uint4b8", "uint4", "int8", "uint8b128")
-    assert LAYOUT_VERSION == 1 and ARCH_LAYOUTS == ("sm90a", "sm80")
+    assert LAYOUT_VERSION == 2 and ARCH_LAYOUTS == ("sm90a", "sm80")
     assert packing.q_range("uint8b128") == (0, 255) and packing.bits_of("uint4") == 4
 
 

@@ -17,11 +17,12 @@ class MixedMmArgs(ctypes.Structure):
         ("lda", ctypes.c_int64), ("ldd", ctypes.c_int64), ("group_size", ctypes.c_int64),
         ("raster_order", ctypes.c_int32), ("max_swizzle_size", ctypes.c_int32),
         ("split_k_slices", ctypes.c_int32), ("launch_flags", ctypes.c_int32),
+        ("layout_version", ctypes.c_int32),
     ]
 
 
-# 6 pointers, 6 int64, 4 int32.
-ARGS_LAYOUT = struct.Struct("=QQQQQQqqqqqqiiii")
+# 6 pointers, 6 int64, 5 int32, 4 bytes of padding (the struct's 8-byte alignment).
+ARGS_LAYOUT = struct.Struct("=QQQQQQqqqqqqiiiii4x")
 assert ARGS_LAYOUT.size == ctypes.sizeof(MixedMmArgs)
 
 RASTER_CODES = {"heuristic": 0, "along_m": 1, "along_n": 2}

@@ -17,8 +17,8 @@ from ...dtypes import dtype_name
 from ...generator.kernel_config import RuntimeKnobs
 from .abi import ARGS_LAYOUT, RASTER_CODES, MixedMmArgs
 from .configs import KERNEL_FOR_WEIGHT_TYPE
-from .packing import (ARCH_LAYOUTS, LAYOUT_VERSION, PackedWeight, pack_weights,  # noqa: F401 (gemmgen.*)
-                      same_layout, unpack_weights)
+from .packing import (ARCH_LAYOUTS, LAYOUT_VERSION, PackedWeight, Sm90Layout,  # noqa: F401 (gemmgen.*)
+                      pack_weights, same_layout, unpack_weights)
 from .schema import TILE_K
 
 _ACTIVATIONS = (torch.bfloat16, torch.float16)
@@ -59,13 +59,12 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor,
                          "elements (16-byte TMA alignment)", _describe(a))
     if weight_type not in KERNEL_FOR_WEIGHT_TYPE:
         raise _fail("packed", f"a weight_type in {', '.join(KERNEL_FOR_WEIGHT_TYPE)}", repr(weight_type))
-    bits = 4 if KERNEL_FOR_WEIGHT_TYPE[weight_type][0] == "int4" else 8
     if k % TILE_K or n % 8:
         raise _fail("packed", f"K a multiple of {TILE_K} and N a multiple of 8", f"K={k}, N={n}")
     if not (group_size == k or (group_size > 0 and group_size % TILE_K == 0 and k % group_size == 0)):
         raise _fail("packed", f"group_size a multiple of {TILE_K} dividing K={k}, or K "
                               "(the kernels' tile K is 64)", group_size)
-    want = (torch.uint8, (n, k // 2)) if bits == 4 else (torch.int8, (n, k))
+    want = Sm90Layout.qweight_spec(weight_type, n, k)
     if (qweight.dtype, tuple(qweight.shape)) != want or not qweight.is_contiguous():
         raise _fail("packed.qweight", f"a contiguous {want[0]} tensor of shape {list(want[1])}",
                     _describe(qweight))
@@ -133,7 +132,7 @@ def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, g
                           _ptr(zeros), _ptr(bias), out.data_ptr(), m, n, k,
                           a.stride(0) if m > 1 else k, out.stride(0) if m > 1 else n, group_size,
                           RASTER_CODES[knobs.raster], knobs.swizzle, knobs.split_k_slices,
-                          launch.launch_flags())
+                          launch.launch_flags(), LAYOUT_VERSION)
     launch.raise_on_status(launch.launch(chosen, buffer, device), chosen)
     launch.mark_written(out)
 

@@ -18,17 +18,31 @@ The semantics (what a packed weight means, whatever the layout)::
 Per-channel quantization is one group spanning K (`group_size=None` or `group_size == K`; the
 packed weight stores group_size = K).
 
-Packed layout, version 1 (N = output features, K = input features, G = K / group_size). Every
-kernel of the family reads it: the CUTLASS 3.x sm90a kernels and the direct mma.sync kernel (in
-sm90a and sm80 libraries alike), so archs "sm90a" and "sm80" both name this one layout:
+Packed layout, version 2 (N = output features, K = input features, G = K / group_size). Every
+kernel of the family reads it: the CUTLASS 3.x sm90a kernels, the family's wgmma kernel and the
+direct mma.sync kernel (in sm90a and sm80 libraries alike), so archs "sm90a" and "sm80" both name
+this one layout:
 
 - stored value (a signed int that the kernel converts to the activation dtype):
   int4 -> q; uint4b8 -> q - 8; uint4 -> q - 8; int8 -> q; uint8b128 -> q - 128.
   Every 4-bit type stores -8..7 and every 8-bit type -128..127.
-- `qweight`: 4-bit types: torch.uint8 [N, K/2]; row n holds k = 0..K-1 of output feature n;
-  byte j holds element (n, 2j) in its LOW nibble and (n, 2j+1) in its HIGH nibble, each nibble
-  the two's-complement int4 of the stored value. 8-bit types: torch.int8 [N, K], the stored
-  value. Contiguous (K fastest): the kernel's B operand is K-major.
+- `qweight`, 4-bit types: torch.uint8 [K/64, ceil(N/16), 512], in the 16-bit MMA's fragment
+  order (`fragment_order` below; CUTLASS's "shuffled" mixed-input layout, example 55's
+  `compute_memory_reordering_atom` with four MMA atoms along K and the value order
+  [0, 2, 4, 6, 1, 3, 5, 7]). Block [kb, rb] holds rows 16 rb .. 16 rb + 15 and k = 64 kb ..
+  64 kb + 63 (rows past N are zero). In it, lane (g, q) of the MMA's A fragment (g = lane / 4,
+  q = lane % 4) owns the 16 bytes at 16 * lane: rows g and g + 8, and per 16-k step j the k slots
+  2q, 2q+1, 2q+8, 2q+9 (k = 64 kb + 16 j + slot). The 32-bit word j of those 16 bytes holds step
+  j's eight values, nibble i (bits 4i..4i+3, each the two's-complement int4 of the stored value)
+  holding fragment value [0, 2, 4, 6, 1, 3, 5, 7][i] of the step, where fragment value 2r + h is
+  register r's half h: register 0 (row g, slots 2q, 2q+1), 1 (row g + 8, the same slots), 2 (row
+  g, slots 2q+8, 2q+9), 3 (row g + 8, those). So a lane gets a 16-k step's four MMA registers
+  from one word with a shift and a mask each (no byte permutes), and a row block's 64-k step
+  from one 16-byte load. Element (n, k) is nibble 128 r0 + r1 + 4 k0 + 32 k1 + 2 k2 + 8 j of its
+  block, with n = 16 rb + 8 r1 + r0 and k = 64 kb + 16 j + 8 k2 + 2 k1 + k0; nibble 2i is the
+  low nibble of byte i.
+- `qweight`, 8-bit types: torch.int8 [N, K], the stored value, K contiguous (unchanged from
+  version 1).
 - `scales`: [G, N] contiguous (N fastest), in the scale dtype (float16 or bfloat16: the dtype of
   the activations this weight serves).
 - `zeros` (uint4 only, else None): [G, N] contiguous in the scale dtype, holding
@@ -42,14 +56,20 @@ sm90a and sm80 libraries alike), so archs "sm90a" and "sm80" both name this one 
   (subnormal scales included: zp is then an exact multiple of the same subnormal step).
   Scales that are 0 (zero unrecoverable) or make zp overflow are refused when packing uint4.
 
-Alignment (checked by `pack_weights`): K a multiple of 64 (the sm90a kernels' tile K for 16-bit
-activations; this also makes K even for the 4-bit types), N a multiple of 8 (16-byte TMA alignment
-of the scales, zeros and the output rows in a 16-bit dtype), group_size a multiple of 64 that
-divides K, or K itself.
+Alignment (checked by `pack_weights`): K a multiple of 64 (the kernels' tile K for 16-bit
+activations and the 4-bit blocks' K; this also makes K even), N a multiple of 8 (16-byte TMA
+alignment of the scales, zeros and the output rows in a 16-bit dtype), group_size a multiple of 64
+that divides K, or K itself.
 
-Why no sm80-specific (TRT-LLM interleaved) layout: the direct kernel maps the MMA's k slots to
-the chunk's k values so that each lane's weights are contiguous in this K-major layout (see
-include/gemmgen/mixed/direct_mixed_mm.cuh), which is what the interleave buys on sm80.
+Version 1 (before) stored 4-bit weights [N, K/2] K-major, even k in the low nibble. The fragment
+order made CUTLASS's mixed-input kernels 10-25% faster (benchmarks/RESULTS.md, session 16) and
+lets the family's own kernels load a lane's weights with one wide load and convert them without
+byte permutes. Weights packed with version 1 are refused: re-pack them from the logical values
+(`pack_weights`) or the checkpoint (`PackedWeight.from_gptq` / `from_awq`).
+
+Why no sm80-specific (TRT-LLM interleaved) layout: the fragment order is the mma.sync m16n8k16
+A fragment's as well (wgmma's register A operand repeats it per warp), which is what the
+interleave buys on sm80.
 """
 
 from __future__ import annotations
@@ -64,11 +84,13 @@ from ... import arch as arch_policy
 from ...errors import argument_error, describe_argument
 
 WEIGHT_TYPES = ("int4", "uint4b8", "uint4", "int8", "uint8b128")
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 ARCH_LAYOUTS = ("sm90a", "sm80")
 
 TILE_K = 64          # the sm90a kernels' tile K for 16-bit activations: K and group_size multiples
 N_ALIGN = 8          # 16 bytes of a 16-bit dtype: TMA alignment of scales / zeros / output rows
+BLOCK_ROWS = 16      # a 4-bit block: 16 rows (the MMA's M a warp) x 64 k, 512 bytes
+BLOCK_BYTES = BLOCK_ROWS * TILE_K // 2
 
 _SCALE_DTYPES = (torch.float16, torch.bfloat16)
 _INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
@@ -129,11 +151,37 @@ def _check_arch(where: str, arch) -> str:
     return arch
 
 
-class Sm90Layout:
-    """Layout version 1 (see the module docstring), for archs "sm90a" and "sm80": the one
-    definition that `pack_weights` writes, `unpack_weights` reads, and the C++ kernels consume."""
+def fragment_order(stored: torch.Tensor) -> torch.Tensor:
+    """4-bit stored values [N, K] (any integer dtype, -8..7) -> the packed bytes of layout
+    version 2, uint8 [K/64, ceil(N/16), 512] (the module docstring)."""
+    n, k = stored.shape
+    blocks = -(-n // BLOCK_ROWS)
+    padded = torch.zeros((blocks * BLOCK_ROWS, k), dtype=torch.int16, device=stored.device)
+    padded[:n] = stored.to(torch.int16)
+    # n = 16 rb + 8 r1 + r0; k = 64 kb + 16 j + 8 k2 + 2 k1 + k0
+    v = padded.reshape(blocks, 2, 8, k // TILE_K, 4, 2, 4, 2)  # rb r1 r0 kb j k2 k1 k0
+    # nibble = 128 r0 + 32 k1 + 8 j + 4 k0 + 2 k2 + r1: most significant first
+    nibbles = (v.permute(3, 0, 2, 6, 4, 7, 5, 1) & 0xF).reshape(k // TILE_K, blocks, 2 * BLOCK_BYTES)
+    return (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).to(torch.uint8).contiguous()
 
-    version = 1
+
+def from_fragment_order(qweight: torch.Tensor, n: int) -> torch.Tensor:
+    """The inverse of `fragment_order`: the stored values, int32 [N, K] (sign-extended)."""
+    k_blocks, blocks, _ = qweight.shape
+    b = qweight.to(torch.int32)
+    nibbles = torch.stack((b & 0xF, (b >> 4) & 0xF), dim=-1)          # byte i -> nibbles 2i, 2i+1
+    v = nibbles.reshape(k_blocks, blocks, 8, 4, 4, 2, 2, 2)            # kb rb r0 k1 j k0 k2 r1
+    v = v.permute(1, 7, 2, 0, 4, 6, 3, 5).reshape(blocks * BLOCK_ROWS, k_blocks * TILE_K)
+    return ((v ^ 8) - 8)[:n]                                            # sign-extend int4
+
+
+class Sm90Layout:
+    """Layout version 2 (see the module docstring), for archs "sm90a" and "sm80": the one
+    definition that `pack_weights` writes, `unpack_weights` reads, and the C++ kernels consume
+    (gemmgen/mixed/sm90_mixed_mm.hpp spells the 4-bit block as a CuTe layout, the family's own
+    kernels address it by hand)."""
+
+    version = 2
     arch = "sm90a"
 
     @staticmethod
@@ -142,9 +190,11 @@ class Sm90Layout:
         return _TYPES[weight_type][3]
 
     @staticmethod
-    def qweight_spec(weight_type: str, n: int, k: int) -> tuple[torch.dtype, tuple[int, int]]:
+    def qweight_spec(weight_type: str, n: int, k: int) -> tuple[torch.dtype, tuple[int, ...]]:
         """(dtype, shape) of the packed qweight."""
-        return (torch.uint8, (n, k // 2)) if bits_of(weight_type) == 4 else (torch.int8, (n, k))
+        if bits_of(weight_type) == 8:
+            return torch.int8, (n, k)
+        return torch.uint8, (k // TILE_K, -(-n // BLOCK_ROWS), BLOCK_BYTES)
 
     @staticmethod
     def pack_q(q: torch.Tensor, weight_type: str) -> torch.Tensor:
@@ -152,19 +202,15 @@ class Sm90Layout:
         stored = q.to(torch.int16) - Sm90Layout.offset(weight_type)
         if bits_of(weight_type) == 8:
             return stored.to(torch.int8).contiguous()
-        nibbles = stored & 0xF                                  # two's-complement int4
-        return (nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)).to(torch.uint8).contiguous()
+        return fragment_order(stored)
 
     @staticmethod
-    def unpack_q(qweight: torch.Tensor, weight_type: str) -> torch.Tensor:
+    def unpack_q(qweight: torch.Tensor, weight_type: str, n: int) -> torch.Tensor:
         """qweight -> logical q, int32 [N, K]."""
         offset = Sm90Layout.offset(weight_type)
         if bits_of(weight_type) == 8:
             return qweight.to(torch.int32) + offset
-        b = qweight.to(torch.int32)
-        low, high = b & 0xF, (b >> 4) & 0xF
-        both = torch.stack((low, high), dim=-1).reshape(qweight.shape[0], -1)   # k = 2j, 2j+1
-        return ((both ^ 8) - 8) + offset                        # sign-extend int4, undo offset
+        return from_fragment_order(qweight, n) + offset
 
     @staticmethod
     def zp_from_zero(zero: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -410,7 +456,7 @@ def unpack_weights(packed: PackedWeight
     if not isinstance(packed, PackedWeight):
         raise _error("unpack_weights", "packed", "a PackedWeight", _describe(packed))
     layout = _LAYOUTS[packed.arch]
-    q = layout.unpack_q(packed.qweight, packed.weight_type)
+    q = layout.unpack_q(packed.qweight, packed.weight_type, packed.n)
     zeros = None
     if packed.zeros is not None:
         zeros = layout.zero_from_zp(packed.zeros, packed.scales).t().contiguous()

@@ -13,6 +13,7 @@ import torch
 from ...generator.kernel_config import RASTER_ORDERS, SWIZZLES
 from ...tuning.measure import Candidate, gpu_time_us
 from . import ops
+from .packing import Sm90Layout
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 WEIGHT_TYPE_FOR = {("int4", "scale"): "int4", ("int4", "scale_zero"): "uint4",
@@ -52,13 +53,14 @@ def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
     per_item = weight_bytes + 2 * m * k
     count = max(2, min(64, math.ceil(2 * l2 / per_item) + 1))
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{seed}:{cls}:{m}:{n}:{k}".encode()))
+    _, q_shape = Sm90Layout.qweight_spec(WEIGHT_TYPE_FOR[(w, scheme)], n, k)
     pool = []
     for _ in range(count):
         x = torch.randn(m, k, device="cuda", generator=gen).to(dtype)
-        if w == "int4":
-            q = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda", generator=gen)
+        if w == "int4":  # random bytes in the packed layout's shape: every nibble value occurs
+            q = torch.randint(0, 256, q_shape, dtype=torch.uint8, device="cuda", generator=gen)
         else:
-            q = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda", generator=gen)
+            q = torch.randint(-128, 128, q_shape, dtype=torch.int8, device="cuda", generator=gen)
         scales = (torch.rand(k // group, n, device="cuda", generator=gen) * 9e-3 + 1e-3).to(dtype)
         zeros = ((torch.rand(k // group, n, device="cuda", generator=gen) - 0.5) * 0.1).to(dtype) \
             if scheme == "scale_zero" else None

@@ -1,8 +1,8 @@
 /*
  * gemmgen/mixed/direct_mixed_mm.cuh — the mixed-input family's "direct" kernel: a weight-streaming
  * GEMM on mma.sync (sm80 and later, so also sm90a) for few tokens, where the weight read is the
- * whole cost. It reads the same packed weight as the CUTLASS 3.x kernels (layout version 1:
- * [N, K] K-major, int4 two per byte or int8).
+ * whole cost. It reads the same packed weight as the CUTLASS 3.x kernels (layout version 2:
+ * int4 in blocks of 16 rows x 64 k in the MMA's fragment order, int8 [N, K] K-major).
  *
  * Work split. A warp owns 16 or 32 output features (RowTiles MMA tiles of 16, the MMA's M; two
  * tiles share the tokens' fragments, the Σx MMAs and the loop's overhead) and one contiguous
@@ -19,15 +19,20 @@
  * partial sums are added in a fixed order through shared memory: results are bit-identical run
  * to run.
  *
- * K order inside a step. The MMA sums over its 16 k slots, so any bijection between slots and
- * the step's 64 k values gives the same sum if both operands use it. This kernel maps, for the
- * lane with q = lane % 4, MMA j ∈ 0..3 and fragment slots {2q, 2q+1, 2q+8, 2q+9} to
- * k = 16q + 4j + {0, 1, 2, 3}: each lane's 16 k values of a weight row, and of a token, are
- * contiguous (one 8- or 16-byte shared-memory load each). No offline reordering is needed.
+ * K order inside a step. int4 weights come packed in the MMA's fragment order (packing.py): a
+ * lane's 16 bytes of a row block's 64-K step are its A registers of the step's four MMAs, rows
+ * g and g + 8 (one 16-byte shared-memory load); its tokens' B registers are read in natural k
+ * order (two ldmatrix.x4 a token tile, conflict-free through the 128-byte swizzle). int8
+ * weights are K-major, and the MMA sums over its 16 k slots, so any bijection between slots and
+ * the step's 64 k values gives the same sum if both operands use it: for the lane with
+ * q = lane % 4, MMA j ∈ 0..3 and fragment slots {2q, 2q+1, 2q+8, 2q+9} map to
+ * k = 16q + 4j + {0, 1, 2, 3}, so each lane's 16 k values of a weight row, and of a token, are
+ * contiguous (one 16-byte shared-memory load each).
  *
- * int4 conversion. One byte permute and one LOP3 put a nibble pair under the exponent of the
- * 16-bit float B = 128 (bf16) or 1024 (fp16), whose spacing there is 1, XOR-ing each nibble with
- * 8 (int4 → unsigned): B + 8 + stored, exact. With scales alone one packed FMA then subtracts
+ * int4 conversion. A shift and one LOP3 put a register's nibble pair (nibbles i and i + 4 of the
+ * step's word) under the exponent of the 16-bit float B = 128 (bf16) or 1024 (fp16), whose
+ * spacing there is 1, XOR-ing each nibble with 8 (int4 → unsigned): B + 8 + stored, exact
+ * (layout version 1 needed a byte permute a register more). With scales alone one packed FMA then subtracts
  * B + 8. With zero points the MMA takes B + 8 + stored as it is: the kernel already sums x per
  * token for the zero point (one more MMA a k16 step, against a ones fragment), so (B + 8)·Σx
  * joins the zero point's term and the subtraction goes (with scales alone, computing Σx for it
@@ -138,7 +143,6 @@ inline int check_args(gemmgen_mixed_mm_args const& a, bool with_zero, char const
 // Shared memory by 32-bit address (gemmgen/shared_memory.cuh), shared with wgmma_mixed_mm.cuh.
 using smem::cp_async16;
 using smem::lds128;
-using smem::lds64;
 
 template <class Config>
 struct DirectMixedMm {
@@ -185,9 +189,12 @@ struct DirectMixedMm {
                                   cute::SM80_16x8x16_F32F16F16F32_TN>;
   using Converter = cutlass::NumericArrayConverter<ElementA, ElementW, 16>;
 
+  static constexpr bool kInt4 = kWeightBits == 4;
+  static constexpr int kBlockBytes = 512;  // int4: a row block's 64-K step (16 rows, fragment order)
   static constexpr int kSegsPerStep = kWeightRowBytes / 16;         // a weight row's, 2 or 4
   static constexpr int kSegsPerRow = kSteps * kSegsPerStep;           // in a chunk
-  static constexpr int kWeightCopies = kRows * kSegsPerRow / 32;      // per lane and chunk: 1 to 4
+  // per lane and chunk: 1 to 4 (int4: one 16-byte piece of each row block and step)
+  static constexpr int kWeightCopies = kRows * kSegsPerRow / 32;
   static constexpr int kActSegsPerRow = kSteps * 8;                   // a token's, in a chunk
   static constexpr int kActSegs = kTokens * kActSegsPerRow;
   // per thread of the K group and chunk (the last round may leave threads idle)
@@ -198,8 +205,10 @@ struct DirectMixedMm {
   // This thread's share of every chunk's copies, computed once: a global source at chunk
   // c_begin that advances by one chunk of K per chunk, a destination offset in the ring slot,
   // and the bytes to read (0 where the row does not exist: weight rows past N and token rows
-  // past M are zero-filled, their source a row that exists). Weights: the warp's kRows rows,
-  // 16-byte segments in row order, by its 32 lanes (copy j is rows 32/kSegsPerRow·j further).
+  // past M are zero-filled, their source a row that exists). int8 weights: the warp's kRows
+  // rows, 16-byte segments in row order, by its 32 lanes (copy j is rows 32/kSegsPerRow·j
+  // further). int4 weights: copy j is row block j % kRowTiles of step j / kRowTiles, lane l's
+  // 16 bytes at 16·l of the block (stored in the slot as in global memory: the fragment order).
   // Tokens: the CTA's rows, by the K group's threads (`member` 0 .. 32·WarpsN - 1; a copy past
   // the segments is skipped), each row's eight 16-byte segments of a step XOR-swizzled by
   // (token % 8) so that the lanes' fragment loads are free of bank conflicts. With 128-K chunks
@@ -211,7 +220,8 @@ struct DirectMixedMm {
     unsigned char const* w_src[kWeightCopies];
     unsigned char const* a_src[kActCopies];
     uint32_t a_dst[kActCopies];
-    uint32_t w_dst;  // copy j: + j · kWeightRowsPerCopy rows
+    uint32_t w_dst;  // copy j: + j · kWeightRowsPerCopy rows (int4: + the copy's block offset)
+    int64_t w_chunk_bytes;  // how far a weight source advances a chunk
     uint32_t w_bytes[kWeightCopies], a_bytes[kActCopies];
     int tail_ahead;
     bool a_mine[kActCopies];
@@ -222,16 +232,33 @@ struct DirectMixedMm {
       tail_ahead = steps % kSteps != 0 ? (steps - 1) / kSteps - c_begin : -1;
       w_tail = (lane % kSegsPerRow) / kSegsPerStep >= steps % kSteps;
       a_tail = (member % kActSegsPerRow) / 8 >= steps % kSteps;
-      int const seg = lane % kSegsPerRow;
-      w_dst = (seg / kSegsPerStep) * kWeightStepBytes + (lane / kSegsPerRow) * kWeightRowBytes +
-              (seg % kSegsPerStep) * 16;
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kWeightCopies; ++j) {
-        int const n = n0 + lane / kSegsPerRow + kWeightRowsPerCopy * j;
-        bool const ok = n < p.n;
-        w_bytes[j] = ok ? 16 : 0;
-        w_src[j] = p.w + (int64_t(ok ? n : 0) * p.k + int64_t(c_begin) * kChunkK) * kWeightBits / 8 +
-                   seg * 16;
+      if constexpr (kInt4) {
+        // blocks [K/64][ceil(N/16)] of 512 bytes; rows past N inside a block are zero
+        int64_t const row_blocks = (p.n + 15) / 16;
+        w_chunk_bytes = kSteps * row_blocks * kBlockBytes;
+        w_dst = lane * 16;
+        w_tail = true;  // (unused: a copy's step is j / kRowTiles)
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kWeightCopies; ++j) {
+          int const r = j % kRowTiles, h = j / kRowTiles;
+          bool const ok = n0 + 16 * r < p.n;
+          w_bytes[j] = ok ? 16 : 0;
+          w_src[j] = p.w + ((int64_t(c_begin) * kSteps + h) * row_blocks + (ok ? n0 / 16 + r : 0)) *
+                               kBlockBytes + lane * 16;
+        }
+      } else {
+        int const seg = lane % kSegsPerRow;
+        w_chunk_bytes = kSegsPerRow * 16;
+        w_dst = (seg / kSegsPerStep) * kWeightStepBytes + (lane / kSegsPerRow) * kWeightRowBytes +
+                (seg % kSegsPerStep) * 16;
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kWeightCopies; ++j) {
+          int const n = n0 + lane / kSegsPerRow + kWeightRowsPerCopy * j;
+          bool const ok = n < p.n;
+          w_bytes[j] = ok ? 16 : 0;
+          w_src[j] = p.w + (int64_t(ok ? n : 0) * p.k + int64_t(c_begin) * kChunkK) +
+                     seg * 16;
+        }
       }
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kActCopies; ++j) {
@@ -253,9 +280,12 @@ struct DirectMixedMm {
       bool const in_tail = kSteps > 1 && ahead == tail_ahead;  // a step past K: zero-filled
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kWeightCopies; ++j) {
-        bool const cut = in_tail && w_tail;
-        cp_async16(weight_slot + w_dst + j * kWeightRowsPerCopy * kWeightRowBytes,
-                   cut ? w_src[j] : w_src[j] + int64_t(ahead) * (kSegsPerRow * 16),
+        // int4: the copy's step is j / kRowTiles, past K in the tail chunk when it is the second
+        bool const cut = in_tail && (kInt4 ? j / kRowTiles > 0 : w_tail);
+        uint32_t const dst = kInt4 ? (j / kRowTiles) * kWeightStepBytes + (j % kRowTiles) * kBlockBytes
+                                   : j * kWeightRowsPerCopy * kWeightRowBytes;
+        cp_async16(weight_slot + w_dst + dst,
+                   cut ? w_src[j] : w_src[j] + int64_t(ahead) * w_chunk_bytes,
                    cut ? 0u : w_bytes[j]);
       }
       CUTLASS_PRAGMA_UNROLL
@@ -282,55 +312,58 @@ struct DirectMixedMm {
   }
   static_assert(kWarpsN == 1 || kWarpsK <= 15, "one named barrier a K group: at most 15");
 
-  static constexpr bool kInt4 = kWeightBits == 4;
   // Biased only where Σx is computed anyway, for the zero points (see the file's comment).
   static constexpr bool kBiased = kInt4 && kWithZero;
   static constexpr float kBias = !kBiased ? 0.f : kIsBf16 ? 136.f : 1032.f;
   // 1.0 in both halves, bf16 or fp16: the A fragment whose MMA sums the tokens' x
   static constexpr uint32_t kOnes = kIsBf16 ? 0x3F803F80u : 0x3C003C00u;
 
-  // One weight row's 16 values of this lane (k = 16q .. 16q+15 of the step; `addr` their shared
-  // address) as 8 words of two 16-bit floats, word i holding values 2i and 2i+1 (biased by kBias).
-  static __device__ void load_row(uint32_t addr, uint32_t (&out)[8]) {
-    if constexpr (kInt4) {
-      uint2 const stored = lds64(addr);
-      // the exponent of 128 (bf16) or 1024 (fp16), and 8: the nibble's XOR to unsigned
-      constexpr uint32_t kMagic = kIsBf16 ? 0x43084308u : 0x64086408u;
-      uint32_t const words[2] = {stored.x, stored.y};
+  // int4: a row block's step of this lane (`addr` its 16 bytes in shared memory: word j holds
+  // MMA j's A registers, register i in nibbles i and i + 4) as rows g (`lo`) and g + 8 (`hi`),
+  // 8 words of two 16-bit floats each, in the order the MMA loop takes them: lo[2j], hi[2j],
+  // lo[2j + 1], hi[2j + 1] are MMA j's registers 0-3 (biased by kBias).
+  static __device__ void load_block(uint32_t addr, uint32_t (&lo)[8], uint32_t (&hi)[8]) {
+    uint4 const stored = lds128(addr);
+    // the exponent of 128 (bf16) or 1024 (fp16), and 8: the nibble's XOR to unsigned
+    constexpr uint32_t kMagic = kIsBf16 ? 0x43084308u : 0x64086408u;
+    uint32_t const words[4] = {stored.x, stored.y, stored.z, stored.w};
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      uint32_t regs[4];
       CUTLASS_PRAGMA_UNROLL
-      for (int h = 0; h < 2; ++h) {
-        uint32_t const w = words[h], shifted = w >> 4;
-        CUTLASS_PRAGMA_UNROLL
-        for (int b = 0; b < 4; ++b) {
-          // byte b's low nibble (value 2b) to bits 0-3, its high nibble (2b + 1) to bits 16-19
-          uint32_t const pair = __byte_perm(w, shifted, 0x0400 + 0x0101 * b);
-          // (pair & 0x000F000F) ^ kMagic as one LOP3 (the compiler emits an AND and an XOR)
-          asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(out[4 * h + b]) : "r"(pair), "n"(0x000F000F),
-              "n"(kMagic));
-          if constexpr (!kBiased) {  // subtract the magic: the stored value itself
-            if constexpr (kIsBf16) {
-              // x · 1 − magic (sub.bf16x2 needs sm90; fma.rn.bf16x2 is sm80's)
-              asm("fma.rn.bf16x2 %0, %0, %1, %2;"
-                  : "+r"(out[4 * h + b])
-                  : "r"(kOnes), "r"(kMagic ^ 0x80008000u));
-            } else {
-              asm("sub.f16x2 %0, %0, %1;" : "+r"(out[4 * h + b]) : "r"(kMagic));
-            }
+      for (int i = 0; i < 4; ++i) {
+        // (word >> 4i & 0x000F000F) ^ kMagic: the shift, then one LOP3
+        asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(regs[i]) : "r"(words[j] >> (4 * i)),
+            "n"(0x000F000F), "n"(kMagic));
+        if constexpr (!kBiased) {  // subtract the magic: the stored value itself
+          if constexpr (kIsBf16) {
+            // x · 1 − magic (sub.bf16x2 needs sm90; fma.rn.bf16x2 is sm80's)
+            asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(regs[i]) : "r"(kOnes), "r"(kMagic ^ 0x80008000u));
+          } else {
+            asm("sub.f16x2 %0, %0, %1;" : "+r"(regs[i]) : "r"(kMagic));
           }
         }
       }
-    } else {
-      using Packed = cutlass::Array<ElementW, 16>;
-      uint4 const raw = lds128(addr);
-      Packed stored;
-      static_assert(sizeof(stored) == sizeof(raw));
-      memcpy(&stored, &raw, sizeof(raw));
-      auto const converted = Converter::convert(stored);
-      static_assert(sizeof(converted) == sizeof(out));
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < 8; ++i) {
-        out[i] = reinterpret_cast<uint32_t const*>(&converted)[i];
-      }
+      lo[2 * j] = regs[0];
+      hi[2 * j] = regs[1];
+      lo[2 * j + 1] = regs[2];
+      hi[2 * j + 1] = regs[3];
+    }
+  }
+
+  // int8: one weight row's 16 values of this lane (k = 16q .. 16q+15 of the step; `addr` their
+  // shared address) as 8 words of two 16-bit floats, word i holding values 2i and 2i+1.
+  static __device__ void load_row(uint32_t addr, uint32_t (&out)[8]) {
+    using Packed = cutlass::Array<ElementW, 16>;
+    uint4 const raw = lds128(addr);
+    Packed stored;
+    static_assert(sizeof(stored) == sizeof(raw));
+    memcpy(&stored, &raw, sizeof(raw));
+    auto const converted = Converter::convert(stored);
+    static_assert(sizeof(converted) == sizeof(out));
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      out[i] = reinterpret_cast<uint32_t const*>(&converted)[i];
     }
   }
 
@@ -360,11 +393,22 @@ struct DirectMixedMm {
     uint32_t const smem_base = cute::cast_smem_ptr_to_uint(smem);
     uint32_t const weight_ring = smem_base + warp * kWeightRingBytes;
     uint32_t const act_ring = smem_base + kWarps * kWeightRingBytes + wk * kActRingBytes;
-    // this lane's fragments in a step: its 16 k of weight rows group_id and group_id + 8, and of
-    // token rows group_id + 8t (two 16-byte segments, swizzled as the copies are)
-    uint32_t const weight_lane = group_id * kWeightRowBytes + q * (kWeightRowBytes / 4);
+    // this lane's fragments in a step: int4, its 16 bytes of each row block; int8, its 16 k of
+    // weight rows group_id and group_id + 8, and of token rows group_id + 8t (two 16-byte
+    // segments, swizzled as the copies are)
+    uint32_t const weight_lane =
+        kInt4 ? lane * 16 : group_id * kWeightRowBytes + q * (kWeightRowBytes / 4);
     uint32_t const act_lane0 = group_id * kActRowBytes + (((2 * q) ^ group_id) * 16);
     uint32_t const act_lane1 = group_id * kActRowBytes + (((2 * q + 1) ^ group_id) * 16);
+    // int4: the tokens' B registers in natural k order by ldmatrix: MMA j's are the 8 x 8 b16
+    // matrices of 16-byte segments 2j and 2j + 1 (k 16j .. 16j + 15) of the tile's 8 token rows,
+    // which ldmatrix hands out as the MMA wants them (lane (g, q): token g, k 2q and 2q + 1 of
+    // the segment). Each ldmatrix.x4 reads four segments: this lane gives the address of row
+    // lane % 8 of segment 4h + lane / 8 (swizzled as the copies are). With fewer than 8 tokens
+    // the rows past them read the last token again (their MMA columns are never stored).
+    int const ldm_row = kTokens >= 8 ? lane % 8 : min(lane % 8, kTokens - 1);
+    uint32_t const ldm_lane0 = ldm_row * kActRowBytes + (((lane / 8) ^ ldm_row) * 16);
+    uint32_t const ldm_lane1 = ldm_row * kActRowBytes + (((4 + lane / 8) ^ ldm_row) * 16);
 
     float acc[kRowTiles][kTokenTiles][4] = {};   // scaled sum over finished segments
     float part[kRowTiles][kTokenTiles][4] = {};  // this segment's unscaled sum
@@ -473,15 +517,20 @@ struct DirectMixedMm {
         uint32_t x[kTokenTiles][8];
         CUTLASS_PRAGMA_UNROLL
         for (int t = 0; t < kTokenTiles; ++t) {
-          uint4 x0 = {0, 0, 0, 0}, x1 = {0, 0, 0, 0};  // fewer than 8 tokens: the rest are zero
-          if (kTokens >= 8 || group_id < kTokens) {
-            x0 = lds128(act + act_lane0 + t * 8 * kActRowBytes);
-            x1 = lds128(act + act_lane1 + t * 8 * kActRowBytes);
-          }
-          uint32_t const words[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-          CUTLASS_PRAGMA_UNROLL
-          for (int i = 0; i < 8; ++i) {
-            x[t][i] = words[i];
+          if constexpr (kInt4) {
+            smem::ldmatrix_x4(act + ldm_lane0 + t * 8 * kActRowBytes, x[t][0], x[t][1], x[t][2], x[t][3]);
+            smem::ldmatrix_x4(act + ldm_lane1 + t * 8 * kActRowBytes, x[t][4], x[t][5], x[t][6], x[t][7]);
+          } else {
+            uint4 x0 = {0, 0, 0, 0}, x1 = {0, 0, 0, 0};  // fewer than 8 tokens: the rest are zero
+            if (kTokens >= 8 || group_id < kTokens) {
+              x0 = lds128(act + act_lane0 + t * 8 * kActRowBytes);
+              x1 = lds128(act + act_lane1 + t * 8 * kActRowBytes);
+            }
+            uint32_t const words[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            CUTLASS_PRAGMA_UNROLL
+            for (int i = 0; i < 8; ++i) {
+              x[t][i] = words[i];
+            }
           }
           if constexpr (kWithZero) {
             CUTLASS_PRAGMA_UNROLL
@@ -496,8 +545,12 @@ struct DirectMixedMm {
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRowTiles; ++r) {
           uint32_t w_lo[8], w_hi[8];
-          load_row(weights + 16 * r * kWeightRowBytes, w_lo);
-          load_row(weights + (16 * r + 8) * kWeightRowBytes, w_hi);
+          if constexpr (kInt4) {
+            load_block(weights + r * kBlockBytes, w_lo, w_hi);
+          } else {
+            load_row(weights + 16 * r * kWeightRowBytes, w_lo);
+            load_row(weights + (16 * r + 8) * kWeightRowBytes, w_hi);
+          }
           CUTLASS_PRAGMA_UNROLL
           for (int t = 0; t < kTokenTiles; ++t) {
             CUTLASS_PRAGMA_UNROLL

@@ -4,8 +4,10 @@
  * library exports gemmgen_mixed_mm_args_size() and the loader compares it with the mirror.
  *
  * out[M,N] = a[M,K] · dequant(w)[K,N] (+ bias[N]); dequant(w)[k,n] = stored[n,k] · scale[g,n]
- * (+ zero[g,n]), g = k / group_size. The packed layout (gemmgen/families/mixed/packing.py):
- *   w      [N, K] K-major: int4 two per byte (even k in the low nibble), or int8
+ * (+ zero[g,n]), g = k / group_size. The packed layout (gemmgen/families/mixed/packing.py,
+ * version GEMMGEN_MIXED_LAYOUT_VERSION):
+ *   w      int4: [K/64][ceil(N/16)] blocks of 16 rows x 64 k (512 bytes) in the MMA's fragment
+ *          order (sm90_mixed_mm.hpp's FragmentOrderAtom); int8: [N, K] K-major
  *   scale  [K/group, N] (N contiguous), activation dtype
  *   zero   [K/group, N] (N contiguous), activation dtype: −scale·(zero − 8), or NULL
  */
@@ -19,7 +21,7 @@ extern "C" {
 
 typedef struct gemmgen_mixed_mm_args {
   const void* a;          /* [M, K] activations (bf16/fp16), row stride lda */
-  const void* w;          /* packed weight [N, K], K-major, contiguous */
+  const void* w;          /* packed weight (layout above), contiguous */
   const void* scale;      /* [K/group, N] */
   const void* zero;       /* [K/group, N] or NULL (scale-only kernels) */
   const void* bias;       /* [N] in the output dtype, or NULL */
@@ -31,7 +33,11 @@ typedef struct gemmgen_mixed_mm_args {
   int32_t max_swizzle_size;
   int32_t split_k_slices; /* stream-K kernels: >1 runs a split-K decomposition */
   int32_t launch_flags;   /* GEMMGEN_LAUNCH_PDL: the direct kernel as a programmatic dependent launch */
+  int32_t layout_version; /* the packed weight's layout: GEMMGEN_MIXED_LAYOUT_VERSION, else refused */
 } gemmgen_mixed_mm_args;
+
+/* The packed layout these kernels read (packing.py's LAYOUT_VERSION). */
+#define GEMMGEN_MIXED_LAYOUT_VERSION 2
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,10 @@
  * gemmgen/mixed/sm90_mixed_mm.hpp — one sm90 (CUTLASS 3.x) mixed-input GEMM kernel behind the C ABI.
  *
  * The quantized weight goes through the register file and is converted (and scaled, and shifted
- * by its zero) in front of the 16-bit wgmma. CUTLASS's mixed-input mainloop wants the narrow type
+ * by its zero) in front of the 16-bit wgmma. 4-bit weights are read in the MMA's fragment order
+ * (FragmentOrderAtom below): a thread's values of a 64-k tile sit in 16 contiguous bytes, one
+ * shared-memory load, in the nibble order CUTLASS's cheapest int4 converter wants (10-25% faster
+ * than K-major at 16-256 tokens, benchmarks/RESULTS.md, session 16). CUTLASS's mixed-input mainloop wants the narrow type
  * as the kernel's A operand so that the TMA epilogue can be used, so every kernel computes
  *   Dᵀ[N, M] = W[N, K] · Aᵀ      (the weight is the kernel's A, the activations its B):
  * the kernel's M is the weight's N, and its N is the number of tokens, so a decode step (small M)
@@ -37,7 +40,7 @@ namespace gemmgen::mixed::sm90 {
 // weight type (cutlass::int4b_t or int8_t); WithZero: the scale + zero mainloop.
 template <class ElementA_, class ElementW_, bool WithZero_, class TileShape_, class ClusterShape_,
           class KernelSchedule_, class EpilogueSchedule_, int Stages_ /* 0 = auto */,
-          class TileScheduler_, bool ShuffledWeight_ = false>
+          class TileScheduler_, bool FragmentOrderWeight_>
 struct MixedMmConfig {
   using ElementA = ElementA_;
   using ElementW = ElementW_;
@@ -48,10 +51,13 @@ struct MixedMmConfig {
   using EpilogueSchedule = EpilogueSchedule_;
   static constexpr int Stages = Stages_;
   using TileScheduler = TileScheduler_;
-  static constexpr bool ShuffledWeight = ShuffledWeight_;
+  // 4-bit weights come in the MMA's fragment order (packed layout version 2), 8-bit K-major
+  static constexpr bool FragmentOrderWeight = FragmentOrderWeight_;
 };
 
-// The 4-bit weight layout in MMA fragment order (packing.py, layout version 2): per block of 16
+// The 4-bit weight layout in MMA fragment order (packing.py, layout version 2; CUTLASS's
+// "shuffled" mixed-input layout, as compute_memory_reordering_atom builds it for a 16-bit MMA with
+// four atoms along K and the value order [0, 2, 4, 6, 1, 3, 5, 7]): per block of 16
 // rows and 64 k (512 bytes), lane (g, q) of wgmma's A fragment owns 16 contiguous bytes holding
 // rows g and g + 8, k slots 2q, 2q + 1, 2q + 8, 2q + 9 of the four 16-k steps; within a step's
 // word the nibbles hold the fragment's values in the order [0, 2, 4, 6, 1, 3, 5, 7]. Value
@@ -69,14 +75,16 @@ struct MixedMm {
   using ElementScale = ElementA;
   using ElementAcc = float;
   using TileShape = typename Config::TileShape;
+  static_assert(Config::FragmentOrderWeight == (cutlass::sizeof_bits<ElementW>::value == 4),
+                "4-bit weights are packed in fragment order, 8-bit ones K-major (packing.py)");
 
   // The kernel's operands (see the file comment): A = weight [N, K] row-major (K contiguous),
   // B = activations [M, K] as a column-major [K, M], D = output [M, N] as a column-major [N, M].
   using LayoutWTag = cutlass::layout::RowMajor;
   using StrideWPlain = cutlass::detail::TagToStrideA_t<LayoutWTag>;
-  using LayoutWShuffled = decltype(cute::tile_to_shape(
+  using LayoutWFragmentOrder = decltype(cute::tile_to_shape(
       FragmentOrderAtom{}, cute::Layout<cute::Shape<int, int, int>, StrideWPlain>{}));
-  using LayoutW = cute::conditional_t<Config::ShuffledWeight, LayoutWShuffled, LayoutWTag>;
+  using LayoutW = cute::conditional_t<Config::FragmentOrderWeight, LayoutWFragmentOrder, LayoutWTag>;
   using LayoutX = cutlass::layout::ColumnMajor;
   using LayoutD = cutlass::layout::ColumnMajor;
   static constexpr int AlignW = 128 / cutlass::sizeof_bits<ElementW>::value;
@@ -129,7 +137,7 @@ struct MixedMm {
     int const scale_k = (k + group - 1) / group;
 
     StrideW stride_w = [&] {
-      if constexpr (Config::ShuffledWeight) {
+      if constexpr (Config::FragmentOrderWeight) {
         return cute::tile_to_shape(FragmentOrderAtom{}, cute::make_shape(n, k, 1));
       } else {
         return cutlass::make_cute_packed_stride(StrideW{}, cute::make_shape(n, k, 1));

@@ -2,8 +2,8 @@
  * gemmgen/mixed/wgmma_mixed_mm.cuh — the mixed-input family's sm90a kernel for a few dozen to a
  * few hundred tokens: the int4 weights dequantized in registers and fed to wgmma as its register
  * operand A, the tokens' activations read by wgmma from shared memory as B. It reads the same
- * packed weight as the other kernels (layout version 1: [N, K] K-major, two int4 a byte, even k
- * in the low nibble), so dispatch can pick it per M.
+ * packed weight as the other kernels (layout version 2: blocks of 16 rows x 64 k in the MMA's
+ * fragment order), so dispatch can pick it per M.
  *
  * Why. The direct kernel (direct_mixed_mm.cuh) runs mma.sync, whose rate on Hopper is about half
  * of wgmma's: past ~32 tokens its MMAs cost more than the weight read. CUTLASS's mixed-input
@@ -16,10 +16,10 @@
  * streams through a cp.async ring of Stages chunks filled by all the CTA's threads.
  *
  * Registers. wgmma's A fragment gives lane (g, q) of warp w rows 16w+g and 16w+g+8 and, per 16-K
- * step j, k = 16j+2q, 16j+2q+1 (a byte of the packed row) and k+8, k+9 (the byte 4 further). The
- * lane reads its two rows' 32 bytes each of the chunk (four 16-byte loads) and one byte permute per
- * register picks byte q of a word and puts its nibbles in bits 0-3 and 16-19 (the permute the
- * direct kernel needs anyway, so the gather is free); one LOP3 puts them under the exponent of
+ * step j, k = 16j+2q, 16j+2q+1 and k+8, k+9. The packed layout holds exactly these values of a
+ * row block's 64-K chunk in the lane's 16 bytes of the block (one 16-byte load), step j's four
+ * registers in word j, register i in nibbles i and i + 4: a shift puts them in bits 0-3 and 16-19
+ * (layout version 1 took four loads and a byte permute a register); one LOP3 puts them under the exponent of
  * 128 (bf16) or 1024 (fp16), XOR-ing each with 8: B + 8 + stored, exact; one packed FMA (bf16)
  * or subtraction (fp16) takes B + 8 off (stored, exact) and one packed multiply or FMA applies
  * the group's scale (and
@@ -106,6 +106,7 @@ struct WgmmaMixedMm {
   static constexpr int kRows = 64 * kWarpGroups;  // features a CTA
   static constexpr int kStepK = 64;               // K a chunk
   static constexpr int kWeightRowBytes = kStepK / 2;
+  static constexpr int kBlockBytes = 16 * kWeightRowBytes;  // a row block's chunk: 16 rows
   static constexpr int kWeightStageBytes = kRows * kWeightRowBytes;
   static constexpr int kActRowBytes = kStepK * 2;  // one 128-byte swizzle row a token
   static constexpr int kActStageBytes = kTokens * kActRowBytes;  // a multiple of 1024
@@ -142,12 +143,12 @@ struct WgmmaMixedMm {
     return v;
   }
 
-  // One register of the A fragment: byte `q` of `word` (two int4 of one row), dequantized to
-  // two 16-bit floats: scale · stored (+ zero term), `scale2`/`zero2` the row's in both halves.
-  static __device__ uint32_t dequant(uint32_t word, uint32_t selector, uint32_t scale2,
-                                     uint32_t zero2) {
-    uint32_t x = __byte_perm(word, word >> 4, selector);
-    asm("lop3.b32 %0, %0, %1, %2, 0x6a;" : "+r"(x) : "n"(0x000F000F), "n"(kMagic));
+  // One register of the A fragment, its two int4 in bits 0-3 and 16-19 of `pair` (the word
+  // shifted), dequantized to two 16-bit floats: scale · stored (+ zero term), `scale2`/`zero2`
+  // the row's in both halves.
+  static __device__ uint32_t dequant(uint32_t pair, uint32_t scale2, uint32_t zero2) {
+    uint32_t x;
+    asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(x) : "r"(pair), "n"(0x000F000F), "n"(kMagic));
     if constexpr (kIsBf16) {
       asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(x) : "r"(kOnes), "r"(kMagic ^ 0x80008000u));
       if constexpr (kWithZero) {
@@ -199,13 +200,16 @@ struct WgmmaMixedMm {
     int const c_end = static_cast<int>(int64_t(chunks) * (rank + 1) / splits);
     int const count = c_end - c_begin;
 
-    // This thread's copies a chunk: one 16-byte piece of a weight row, kActCopies of the tokens
-    // (rows past N or M zero-filled, their source a row that exists).
-    int const w_row = tid / 2;
-    bool const w_ok = n0 + w_row < p.n;
-    unsigned char const* w_src = p.w + int64_t(w_ok ? n0 + w_row : 0) * (p.k / 2) +
-                                 int64_t(c_begin) * kWeightRowBytes + (tid % 2) * 16;
-    uint32_t const w_dst = w_row * kWeightRowBytes + (tid % 2) * 16;
+    // This thread's copies a chunk: one 16-byte piece of a weight row block (blocks [K/64]
+    // [ceil(N/16)] of 512 bytes, stored in the slot as in global memory), kActCopies of the
+    // tokens (blocks past N and rows past M zero-filled, their source one that exists).
+    int const w_block = tid / 32;
+    int64_t const row_blocks = (p.n + 15) / 16;
+    bool const w_ok = n0 + 16 * w_block < p.n;
+    unsigned char const* w_src =
+        p.w + (int64_t(c_begin) * row_blocks + (w_ok ? n0 / 16 + w_block : 0)) * kBlockBytes +
+        (tid % 32) * 16;
+    uint32_t const w_dst = w_block * kBlockBytes + (tid % 32) * 16;
     unsigned char const* a_src[kActCopies];
     uint32_t a_dst[kActCopies], a_bytes[kActCopies];
     bool a_mine[kActCopies];
@@ -236,7 +240,7 @@ struct WgmmaMixedMm {
     // Queue the next chunk's copies into ring slot `slot` (the sources advance a chunk a call).
     auto issue = [&](int slot) {
       cp_async16(weight_ring + slot * kWeightStageBytes + w_dst, w_src, w_ok ? 16u : 0u);
-      w_src += kWeightRowBytes;
+      w_src += row_blocks * kBlockBytes;
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kActCopies; ++j) {
         if (a_mine[j]) {
@@ -266,7 +270,6 @@ struct WgmmaMixedMm {
     // This lane's rows (tile-local): 16w + g and 16w + g + 8 of its warpgroup's 64.
     int const row_lo = 16 * warp + g;  // warp counts over both warpgroups: 64·wg + 16·(warp % 4)
     int const n_lo = n0 + row_lo, n_hi = n_lo + 8;
-    uint32_t const selector_lo = q | ((4 + q) << 8);  // byte q and byte q of word >> 4
 
     float acc[kAccRegs];
     CUTLASS_PRAGMA_UNROLL
@@ -274,7 +277,7 @@ struct WgmmaMixedMm {
       acc[r] = 0.f;
       cute::warpgroup_fence_operand(acc[r]);
     }
-    uint32_t const weight_lane = weight_ring + row_lo * kWeightRowBytes;
+    uint32_t const weight_lane = weight_ring + warp * kBlockBytes + lane * 16;  // its block: warp's
     // The pipeline. wgmma reads its A registers while it runs, and a register it reads may be
     // rewritten only after a wait_group that retires it; the compiler keeps two chunks' A
     // fragments in distinct registers only if the code says so. So chunks alternate between two
@@ -292,12 +295,8 @@ struct WgmmaMixedMm {
       }
       cute::cp_async_fence();
       write_slot = write_slot + 1 == kStages ? 0 : write_slot + 1;
-      uint32_t const weights = weight_lane + read_slot * kWeightStageBytes;
-      uint4 const lo0 = lds128(weights), lo1 = lds128(weights + 16);
-      uint4 const hi0 = lds128(weights + 8 * kWeightRowBytes);
-      uint4 const hi1 = lds128(weights + 8 * kWeightRowBytes + 16);
-      uint32_t const lo[8] = {lo0.x, lo0.y, lo0.z, lo0.w, lo1.x, lo1.y, lo1.z, lo1.w};
-      uint32_t const hi[8] = {hi0.x, hi0.y, hi0.z, hi0.w, hi1.x, hi1.y, hi1.z, hi1.w};
+      uint4 const packed = lds128(weight_lane + read_slot * kWeightStageBytes);
+      uint32_t const words[kSteps] = {packed.x, packed.y, packed.z, packed.w};
       // this lane's rows' factors of the chunk's group, in both halves of a word
       uint32_t const factor_slot = factor_ring + read_slot * kFactorStageBytes + row_lo * 2;
       uint32_t const scale_lo = lds16(factor_slot) * 0x10001u;
@@ -309,11 +308,11 @@ struct WgmmaMixedMm {
       }
       read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kSteps; ++j) {
-        a[j][0] = dequant(lo[2 * j], selector_lo, scale_lo, zero_lo);
-        a[j][1] = dequant(hi[2 * j], selector_lo, scale_hi, zero_hi);
-        a[j][2] = dequant(lo[2 * j + 1], selector_lo, scale_lo, zero_lo);
-        a[j][3] = dequant(hi[2 * j + 1], selector_lo, scale_hi, zero_hi);
+      for (int j = 0; j < kSteps; ++j) {  // registers 0, 2: row g; 1, 3: row g + 8
+        a[j][0] = dequant(words[j], scale_lo, zero_lo);
+        a[j][1] = dequant(words[j] >> 4, scale_hi, zero_hi);
+        a[j][2] = dequant(words[j] >> 8, scale_lo, zero_lo);
+        a[j][3] = dequant(words[j] >> 12, scale_hi, zero_hi);
       }
     };
     // Issue chunk i's wgmmas (its slot: the one before read_slot) and retire chunk i − 1's.
