@@ -5,6 +5,7 @@ float16 / bfloat16 scale, dequantize against the formula, and every argument err
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 
@@ -342,6 +343,7 @@ def test_packed_weight_checks_its_fields():
     assert "argument 'weight_type'" in broken(weight_type="uint3")
     assert "argument 'arch'" in broken(arch="sm100")
     assert "argument 'layout_version'" in broken(layout_version=1)
+    assert "argument 'k'" in broken(k=96, group_size=96)   # the packed blocks are 64 k
     assert "argument 'k'" in broken(k=0)
     assert "argument 'group_size'" in broken(group_size=48)
     assert "argument 'qweight'" in broken(qweight=p.qweight.to(torch.int8))
@@ -356,6 +358,17 @@ def test_packed_weight_checks_its_fields():
     meta = dataclasses.replace(p, qweight=p.qweight.to("meta"), scales=p.scales.to("meta"),
                                zeros=p.zeros.to("meta"))
     assert meta.device.type == "meta"
+
+
+def test_unpack_refuses_a_weight_of_another_layout_version():
+    """An unpickled PackedWeight of layout version 1 (4-bit weights [N, K/2] K-major) skips the
+    constructor's checks: unpacking it says to re-pack instead of misreading its bytes."""
+    old = copy.copy(small_packed())
+    object.__setattr__(old, "layout_version", 1)
+    with pytest.raises(ValueError, match=r"argument 'packed'.*layout version 2.*re-pack.*layout version 1"):
+        unpack_weights(old)
+    with pytest.raises(ValueError, match=r"layout version 1"):
+        dequantize(old)
 
 
 def test_default_arch_and_arch_argument():

@@ -66,8 +66,9 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor,
                               "(the kernels' tile K is 64)", group_size)
     want = Sm90Layout.qweight_spec(weight_type, n, k)
     if (qweight.dtype, tuple(qweight.shape)) != want or not qweight.is_contiguous():
-        raise _fail("packed.qweight", f"a contiguous {want[0]} tensor of shape {list(want[1])}",
-                    _describe(qweight))
+        raise _fail("packed.qweight", f"a contiguous {want[0]} tensor of shape {list(want[1])} "
+                                      f"(packed layout version {LAYOUT_VERSION}: re-pack with "
+                                      "gemmgen.pack_weights)", _describe(qweight))
     groups = k // group_size
     for name, t in (("packed.scales", scales), ("packed.zeros", zeros)):
         if t is None:

@@ -130,7 +130,7 @@ def default_arch(device=None) -> str:
 
     `device`: the device of the weight; a CPU tensor (or None) asks about the current CUDA
     device, if any. Capability 9.0 -> "sm90a"; 8.x -> "sm80"; no GPU (or one without a layout
-    here) -> "sm90a". Both name layout version 1 today (see the module docstring).
+    here) -> "sm90a". Both name layout version 2 today (see the module docstring).
     """
     device = torch.device(device) if device is not None else None
     capability = None
@@ -265,6 +265,8 @@ class PackedWeight:
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise _error(where, name, "a positive int", repr(value))
         k, n, g = self.k, self.n, self.group_size
+        if k % TILE_K:
+            raise _error(where, "k", f"a multiple of {TILE_K} (the packed blocks' K)", k)
         if k % g:
             raise _error(where, "group_size", f"a divisor of k={k}", g)
         dtype, shape = _LAYOUTS[self.arch].qweight_spec(self.weight_type, n, k)
@@ -455,6 +457,10 @@ def unpack_weights(packed: PackedWeight
     """
     if not isinstance(packed, PackedWeight):
         raise _error("unpack_weights", "packed", "a PackedWeight", _describe(packed))
+    if packed.layout_version != LAYOUT_VERSION:  # e.g. unpickled from an older gemmgen
+        raise _error("unpack_weights", "packed", f"a weight packed with layout version "
+                     f"{LAYOUT_VERSION} (re-pack it from the logical values or the checkpoint)",
+                     f"layout version {packed.layout_version}")
     layout = _LAYOUTS[packed.arch]
     q = layout.unpack_q(packed.qweight, packed.weight_type, packed.n)
     zeros = None

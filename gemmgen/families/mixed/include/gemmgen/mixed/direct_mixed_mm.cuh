@@ -7,8 +7,8 @@
  * Work split. A warp owns 16 or 32 output features (RowTiles MMA tiles of 16, the MMA's M; two
  * tiles share the tokens' fragments, the Σx MMAs and the loop's overhead) and one contiguous
  * range of K; a CTA has WarpsN × WarpsK warps (WarpsN feature blocks, each K split WarpsK ways) and Tokens tokens
- * (the MMA's N, 8 per tile; with 1, 2 or 4 tokens at decode the ring holds only those rows and
- * the MMA's other rows are zero). The WarpsN warps that share a K range (a "K group") stream it
+ * (the MMA's N, 8 per tile; with 1, 2 or 4 tokens at decode the ring holds only those rows, and
+ * the MMA's other columns are zero (int8) or repeat the last token (int4), never stored). The WarpsN warps that share a K range (a "K group") stream it
  * in chunks of ChunkK (64 or 128: one or two 64-K "steps") through cp.async rings of Stages
  * chunks: each warp its own 16 weight rows, the K group one shared ring of the tokens'
  * activations (read from L2 once per CTA, not once per warp), with one barrier of the K group's
@@ -52,9 +52,9 @@
  * Measured (H100 and H200, benchmarks/RESULTS.md): at one token the loop issues an instruction
  * on ~80% of cycles, so instructions per weight byte bound int4; int8 reaches ~95% of the copy
  * bandwidth on large weights. 32 features a warp cut the instructions a weight byte by ~25%: 13%
- * faster at 16 tokens, and 20% with zero points at 1-8 tokens (not faster with scales alone at
- * 1-8 tokens, where fewer, heavier warps hide less latency). Tried and dropped: Σx for scales
- * alone (above), deeper rings, fewer registers for more CTAs an SM (`ctas_per_sm`), a token ring
+ * faster at 16 tokens, and 20% with zero points at 1-8 tokens; with scales alone at 1-8 tokens
+ * level on the H100 and 5% faster on the H200 since layout version 2 (session 16). Tried and
+ * dropped: Σx for scales alone (above; again in session 16), deeper rings, fewer registers for more CTAs an SM (`ctas_per_sm`), a token ring
  * sized to one token, and 128-K chunks: none faster on the Llama shapes (the last three stay as
  * manifest knobs).
  */

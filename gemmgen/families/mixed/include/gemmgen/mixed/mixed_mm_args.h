@@ -38,6 +38,7 @@ typedef struct gemmgen_mixed_mm_args {
 
 /* The packed layout these kernels read (packing.py's LAYOUT_VERSION). */
 #define GEMMGEN_MIXED_LAYOUT_VERSION 2
+#define GEMMGEN_MIXED_LAYOUT_VERSION_TEXT "2"  /* the same, for messages */
 
 #ifdef __cplusplus
 }

@@ -36,13 +36,14 @@
  * i + 1's slot is waited for (cp.async, proxy fence, barrier) and chunk i + Stages − 1 queued
  * into the slot of chunk i − 1, retired by then in every warpgroup.
  *
- * Measured (H100, benchmarks/RESULTS.md, session 12): correct and deterministic, but not yet
- * faster than what dispatch has: 1.26x bf16 mm at 32-64 tokens with [128, 64] tiles, 1.52x at 32
- * with [128, 32] (CUTLASS stream-K 1.28x at 64; the direct kernel 1.83x at 32, 2.3x at 16); the
- * best K split per shape (the tuner's split knob) would make [128, 64] 1.41x at 64. ncu at 64
- * tokens (28672 x 4096, no split): an instruction issued on 55% of cycles, the tensor pipe 38%
- * busy, ~185 instructions a warp and chunk (84 of them converting); 136+ registers at 128
- * tokens a tile leave one CTA an SM.
+ * Measured (benchmarks/RESULTS.md): with layout version 2 (session 16) 1.50x bf16 mm at 16-64
+ * tokens with [128, 64] tiles on the H100 (1.15x on the H200), level with CUTLASS stream-K
+ * (1.52x / 1.16x), so no rule picks it; it was 1.26x before, with four loads and a byte permute
+ * a register (session 12, when ncu at 64 tokens counted ~185 instructions a warp and chunk, 84
+ * of them converting). Session 12 measured that the best K split per shape (the tuner's split
+ * knob) gains ~12% at 64 tokens over the launch-time rule below. ncu on the H200 at 64 tokens
+ * (57344 x 8192): 33% of DRAM bandwidth, an instruction issued on 61% of cycles. 136+
+ * registers at 128 tokens a tile leave one CTA an SM.
  *
  * K split. Few feature tiles (N = 4096 makes 32 of 128 features) would leave most SMs idle, so
  * the K range is split over the CTAs of a thread-block cluster (1, 1, S), S chosen at launch for
