@@ -284,8 +284,10 @@ struct DirectMixedMm {
         bool const cut = in_tail && (kInt4 ? j / kRowTiles > 0 : w_tail);
         uint32_t const dst = kInt4 ? (j / kRowTiles) * kWeightStepBytes + (j % kRowTiles) * kBlockBytes
                                    : j * kWeightRowsPerCopy * kWeightRowBytes;
+        // a cut copy reads nothing; its source is still one that exists (int4: the same row
+        // block's first step of the range, whose second step may lie past the weight's end)
         cp_async16(weight_slot + w_dst + dst,
-                   cut ? w_src[j] : w_src[j] + int64_t(ahead) * w_chunk_bytes,
+                   cut ? w_src[kInt4 ? j % kRowTiles : j] : w_src[j] + int64_t(ahead) * w_chunk_bytes,
                    cut ? 0u : w_bytes[j]);
       }
       CUTLASS_PRAGMA_UNROLL
