@@ -58,6 +58,13 @@ def gpu_ready() -> None:
         pytest.skip(reason)
 
 
+@pytest.fixture(scope="session")
+def w8a8_built(gpu_ready) -> None:
+    """For the tests that need the W8A8 family's kernels (its tuner's), whatever else is built."""
+    if not any(k.spec.family == "w8a8" for k in gemmgen.list_kernels()):
+        pytest.skip("no W8A8 kernel built (these tests tune or dispatch the int8 scaled_mm)")
+
+
 @pytest.fixture(autouse=True)
 def _gpu_test_environment(request):
     reason = gpu_skip_reason()

@@ -45,9 +45,7 @@ def _check(out, a, b, scale_a, scale_b, bias):
 
 
 @pytest.fixture
-def cache_dir(tmp_path, monkeypatch, gpu_ready):
-    if not any(k.spec.family == "w8a8" for k in gemmgen.list_kernels()):
-        pytest.skip("no W8A8 kernel built (these tests tune the int8 scaled_mm at first use)")
+def cache_dir(tmp_path, monkeypatch, w8a8_built):
     monkeypatch.setattr(autotune, "cache_path", lambda name, gpu: tmp_path / f"{name}-{gpu[1]}sm.jsonl")
     gemmgen.reload()
     yield tmp_path

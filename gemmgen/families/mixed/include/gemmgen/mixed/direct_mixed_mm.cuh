@@ -225,19 +225,17 @@ struct DirectMixedMm {
     uint32_t w_bytes[kWeightCopies], a_bytes[kActCopies];
     int tail_ahead;
     bool a_mine[kActCopies];
-    bool w_tail, a_tail;
+    bool w_tail = false, a_tail;  // w_tail: int8 only (an int4 copy's step is j / kRowTiles)
 
     __device__ CopyPlan(Params const& p, int c_begin, int n0, int t0, int lane, int member) {
       int const steps = p.k / kStepK;
       tail_ahead = steps % kSteps != 0 ? (steps - 1) / kSteps - c_begin : -1;
-      w_tail = (lane % kSegsPerRow) / kSegsPerStep >= steps % kSteps;
       a_tail = (member % kActSegsPerRow) / 8 >= steps % kSteps;
       if constexpr (kInt4) {
         // blocks [K/64][ceil(N/16)] of 512 bytes; rows past N inside a block are zero
         int64_t const row_blocks = (p.n + 15) / 16;
         w_chunk_bytes = kSteps * row_blocks * kBlockBytes;
         w_dst = lane * 16;
-        w_tail = true;  // (unused: a copy's step is j / kRowTiles)
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < kWeightCopies; ++j) {
           int const r = j % kRowTiles, h = j / kRowTiles;
@@ -248,6 +246,7 @@ struct DirectMixedMm {
         }
       } else {
         int const seg = lane % kSegsPerRow;
+        w_tail = seg / kSegsPerStep >= steps % kSteps;
         w_chunk_bytes = kSegsPerRow * 16;
         w_dst = (seg / kSegsPerStep) * kWeightStepBytes + (lane / kSegsPerRow) * kWeightRowBytes +
                 (seg % kSegsPerStep) * 16;

@@ -5,8 +5,8 @@
  * by its zero) in front of the 16-bit wgmma. 4-bit weights are read in the MMA's fragment order
  * (FragmentOrderAtom below): a thread's values of a 64-k tile sit in 16 contiguous bytes, one
  * shared-memory load, in the nibble order CUTLASS's cheapest int4 converter wants (10-25% faster
- * than K-major at 16-256 tokens, benchmarks/RESULTS.md, session 16). CUTLASS's mixed-input mainloop wants the narrow type
- * as the kernel's A operand so that the TMA epilogue can be used, so every kernel computes
+ * than K-major at 16-256 tokens, benchmarks/RESULTS.md, session 16). CUTLASS's mixed-input
+ * mainloop wants the narrow type as the kernel's A operand so that the TMA epilogue can be used, so every kernel computes
  *   Dᵀ[N, M] = W[N, K] · Aᵀ      (the weight is the kernel's A, the activations its B):
  * the kernel's M is the weight's N, and its N is the number of tokens, so a decode step (small M)
  * is a narrow tile N. The epilogue adds the optional bias, one value per weight row.
@@ -40,7 +40,7 @@ namespace gemmgen::mixed::sm90 {
 // weight type (cutlass::int4b_t or int8_t); WithZero: the scale + zero mainloop.
 template <class ElementA_, class ElementW_, bool WithZero_, class TileShape_, class ClusterShape_,
           class KernelSchedule_, class EpilogueSchedule_, int Stages_ /* 0 = auto */,
-          class TileScheduler_, bool FragmentOrderWeight_>
+          class TileScheduler_>
 struct MixedMmConfig {
   using ElementA = ElementA_;
   using ElementW = ElementW_;
@@ -51,8 +51,6 @@ struct MixedMmConfig {
   using EpilogueSchedule = EpilogueSchedule_;
   static constexpr int Stages = Stages_;
   using TileScheduler = TileScheduler_;
-  // 4-bit weights come in the MMA's fragment order (packed layout version 2), 8-bit K-major
-  static constexpr bool FragmentOrderWeight = FragmentOrderWeight_;
 };
 
 // The 4-bit weight layout in MMA fragment order (packing.py, layout version 2; CUTLASS's
@@ -75,8 +73,8 @@ struct MixedMm {
   using ElementScale = ElementA;
   using ElementAcc = float;
   using TileShape = typename Config::TileShape;
-  static_assert(Config::FragmentOrderWeight == (cutlass::sizeof_bits<ElementW>::value == 4),
-                "4-bit weights are packed in fragment order, 8-bit ones K-major (packing.py)");
+  // 4-bit weights come in the MMA's fragment order (packed layout version 2), 8-bit K-major
+  static constexpr bool kFragmentOrderWeight = cutlass::sizeof_bits<ElementW>::value == 4;
 
   // The kernel's operands (see the file comment): A = weight [N, K] row-major (K contiguous),
   // B = activations [M, K] as a column-major [K, M], D = output [M, N] as a column-major [N, M].
@@ -84,7 +82,7 @@ struct MixedMm {
   using StrideWPlain = cutlass::detail::TagToStrideA_t<LayoutWTag>;
   using LayoutWFragmentOrder = decltype(cute::tile_to_shape(
       FragmentOrderAtom{}, cute::Layout<cute::Shape<int, int, int>, StrideWPlain>{}));
-  using LayoutW = cute::conditional_t<Config::FragmentOrderWeight, LayoutWFragmentOrder, LayoutWTag>;
+  using LayoutW = cute::conditional_t<kFragmentOrderWeight, LayoutWFragmentOrder, LayoutWTag>;
   using LayoutX = cutlass::layout::ColumnMajor;
   using LayoutD = cutlass::layout::ColumnMajor;
   static constexpr int AlignW = 128 / cutlass::sizeof_bits<ElementW>::value;
@@ -137,7 +135,7 @@ struct MixedMm {
     int const scale_k = (k + group - 1) / group;
 
     StrideW stride_w = [&] {
-      if constexpr (Config::FragmentOrderWeight) {
+      if constexpr (kFragmentOrderWeight) {
         return cute::tile_to_shape(FragmentOrderAtom{}, cute::make_shape(n, k, 1));
       } else {
         return cutlass::make_cute_packed_stride(StrideW{}, cute::make_shape(n, k, 1));
