@@ -114,9 +114,10 @@ def chosen_kernel(op: str, device: int, arches: tuple[str, ...], key: tuple,
 
 
 # Programmatic dependent launch for the kernels that support it (sm90 W8A8, the MoE direct
-# kernels, the sm90a mixed-input direct kernel): each launch may start
-# its prologue while the stream's previous kernel finishes; the kernel waits on the GPU before
-# its first global read (so results do not change). GEMMGEN_PDL=0 turns it off (read at import);
+# kernels, the mixed-input direct and wgmma kernels): each launch may start its prologue while
+# the stream's previous kernel finishes; the kernel waits on the GPU before its first read of
+# anything a kernel may have written (the mixed-input kernels queue their constant packed
+# weights' first copies before the wait) and before its first write (so results do not change). GEMMGEN_PDL=0 turns it off (read at import);
 # `set_programmatic_dependent_launch` at run time.
 _pdl = os.environ.get("GEMMGEN_PDL", "1").strip().lower() not in ("0", "false", "no", "off")
 LAUNCH_PDL = 1  # GEMMGEN_LAUNCH_PDL of gemmgen/c_api.h, in a family struct's `launch_flags`

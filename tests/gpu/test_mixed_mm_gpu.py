@@ -11,6 +11,7 @@ import torch
 import gemmgen
 import gemmgen.families.mixed.ops  # noqa: F401  (registers torch.ops.gemmgen.mixed_mm_out)
 from gemmgen import reference
+from gemmgen.bindings import launch
 from gemmgen.families.mixed.configs import WEIGHT_TYPES_FOR_KERNEL as WEIGHT_TYPES_FOR
 from gemmgen.families.mixed.packing import q_range
 
@@ -90,6 +91,38 @@ def test_own_kernels_are_deterministic_and_stay_in_bounds(built_mixed_kernel):
         outside = big.clone()
         outside[1:m + 1, :n] = 0
         assert outside.isnan().sum() == big.numel() - m * n, "wrote outside the output view"
+
+
+def test_own_kernels_chained_under_pdl(built_mixed_kernel):
+    """Back-to-back calls as a model's layers make them, with programmatic dependent launch on:
+    each call reads the activations the call before wrote, and writes over the activations the
+    call before read (the family's kernels queue their weight copies before the PDL wait, their
+    activation copies and stores after it). Each step is checked against the reference of the
+    step's actual input; no host sync between the calls."""
+    spec = built_mixed_kernel.spec
+    if not spec.config.is_own:
+        pytest.skip("a CUTLASS kernel")
+    dtype = DTYPES[spec.a]
+    weight_type = WEIGHT_TYPES_FOR[(spec.w, spec.scheme)][0]
+    width, steps = 1024, 6
+    weights = [random_packed(width, width, weight_type, 128, dtype) for _ in range(2)]
+    before = launch.programmatic_dependent_launch()
+    launch.set_programmatic_dependent_launch(True)
+    try:
+        for m in (1, 37):
+            buffers = [torch.randn(m, width, device="cuda").to(dtype),
+                       torch.full((m, width), float("nan"), dtype=dtype, device="cuda")]
+            inputs = []
+            for i in range(steps):  # buffer i % 2 -> buffer (i + 1) % 2, overwriting step i - 1's input
+                src, dst = buffers[i % 2], buffers[(i + 1) % 2]
+                gemmgen.mixed_mm(src, weights[i % 2], out=dst, kernel=built_mixed_kernel.name)
+                inputs.append(dst.clone())  # a copy on the stream: what step i wrote
+            x = buffers[0] if steps % 2 == 0 else buffers[1]
+            assert inputs[-1].equal(x)
+            for i in range(1, steps):  # each step's output from the previous step's output
+                check(inputs[i], inputs[i - 1], weights[i % 2])
+    finally:
+        launch.set_programmatic_dependent_launch(before)
 
 
 # ------------------------------------------------------------------------- 2. dispatch path

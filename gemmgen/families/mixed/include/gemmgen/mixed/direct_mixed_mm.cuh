@@ -49,13 +49,18 @@
  * group starts and used when it ends, so their latency hides behind its steps (loaded at the
  * end, they were the kernel's largest stall: 10-20% of its time).
  *
+ * PDL. The prologue queues its chunks' weight copies and the first group's factors before
+ * griddepcontrol.wait (the packed weights never come from the kernel before), the tokens' after
+ * it: the weight read overlaps the previous kernel's tail (session 17: 2-7% at 1-16 tokens on the
+ * H100, back to back).
+ *
  * Measured (H100 and H200, benchmarks/RESULTS.md): at one token the loop issues an instruction
  * on ~80% of cycles, so instructions per weight byte bound int4; int8 reaches ~95% of the copy
  * bandwidth on large weights. 32 features a warp cut the instructions a weight byte by ~25%: 13%
  * faster at 16 tokens, and 20% with zero points at 1-8 tokens; with scales alone at 1-8 tokens
  * level on the H100 and 5% faster on the H200 since layout version 2 (session 16). Tried and
- * dropped: Σx for scales alone (above; again in session 16), deeper rings, fewer registers for more CTAs an SM (`ctas_per_sm`), a token ring
- * sized to one token, and 128-K chunks: none faster on the Llama shapes (the last three stay as
+ * dropped: Σx for scales alone (above; again in session 16), deeper rings, fewer registers for
+ * more CTAs an SM (`ctas_per_sm`), a token ring sized to one token, and 128-K chunks: none faster on the Llama shapes (the last three stay as
  * manifest knobs).
  */
 #pragma once
@@ -274,8 +279,13 @@ struct DirectMixedMm {
     }
 
     // Queue chunk `c_begin + ahead`'s copies into the ring slots at shared addresses
-    // `weight_slot` and `act_slot`.
+    // `weight_slot` and `act_slot`: its weights, then its tokens (the prologue queues the
+    // weights before the PDL wait: they never depend on the kernel before).
     __device__ void issue(uint32_t weight_slot, uint32_t act_slot, int ahead) const {
+      issue_weights(weight_slot, ahead);
+      issue_tokens(act_slot, ahead);
+    }
+    __device__ void issue_weights(uint32_t weight_slot, int ahead) const {
       bool const in_tail = kSteps > 1 && ahead == tail_ahead;  // a step past K: zero-filled
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kWeightCopies; ++j) {
@@ -289,6 +299,9 @@ struct DirectMixedMm {
                    cut ? w_src[kInt4 ? j % kRowTiles : j] : w_src[j] + int64_t(ahead) * w_chunk_bytes,
                    cut ? 0u : w_bytes[j]);
       }
+    }
+    __device__ void issue_tokens(uint32_t act_slot, int ahead) const {
+      bool const in_tail = kSteps > 1 && ahead == tail_ahead;
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kActCopies; ++j) {
         if (a_mine[j]) {
@@ -469,28 +482,40 @@ struct DirectMixedMm {
       }
     };
 
-    // Prologue: Stages - 1 chunks in flight (a commit group per chunk, empty past the range).
-    CopyPlan const plan(p, c_begin, n0, t0, lane, wn * 32 + lane);
-    int const count = c_end - c_begin;
-    CUTLASS_PRAGMA_UNROLL
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < count) {
-        plan.issue(weight_ring + s * kWeightStageBytes, act_ring + s * kActStageBytes, s);
-      }
-      cute::cp_async_fence();
-    }
-
     // No division in the loop: ring slots advance by one, the group and segment by countdowns
     // of steps; `left` counts the range's steps still to do.
+    CopyPlan const plan(p, c_begin, n0, t0, lane, wn * 32 + lane);
+    int const count = c_end - c_begin;
     int const s_begin = c_begin * kSteps;
     int left = min(c_end * kSteps, steps) - s_begin;
     int group = s_begin / steps_per_group;
     int const in_group = s_begin - group * steps_per_group;
     int left_in_group = steps_per_group - in_group;
     int left_in_segment = steps_per_segment - in_group % steps_per_segment;
+
+    // Prologue: Stages - 1 chunks in flight, a commit group per chunk (empty past the range).
+    // The weights and the first group's factors never depend on the kernel before (packed
+    // weights are constant): they are queued before the PDL wait, so their read overlaps that
+    // kernel's tail; the first commit group holds every prologue chunk's weights.
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < count) {
+        plan.issue_weights(weight_ring + s * kWeightStageBytes, s);
+      }
+    }
     if (count > 0) {
       load_factors(group);
     }
+    pdl_wait();  // the activations may come from the previous kernel; its reads of our output
+    pdl_release();
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < count) {
+        plan.issue_tokens(act_ring + s * kActStageBytes, s);
+      }
+      cute::cp_async_fence();
+    }
+
     int slot = 0, issue_slot = kStages - 1;
     for (int i = 0; i < count; ++i) {
       cute::cp_async_wait<kStages - 2>();
@@ -637,9 +662,7 @@ __global__ void __launch_bounds__(DirectMixedMm<Config>::kThreads, DirectMixedMm
     direct_mixed_mm_kernel(Params const params) {
   extern __shared__ __align__(128) char smem[];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  pdl_wait();  // the activations may come from the previous kernel; its reads of our output
-  pdl_release();
-  DirectMixedMm<Config>::kernel_body(params, smem);
+  DirectMixedMm<Config>::kernel_body(params, smem);  // it waits for the previous kernel
 #endif
 }
 

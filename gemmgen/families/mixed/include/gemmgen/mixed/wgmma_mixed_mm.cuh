@@ -36,21 +36,26 @@
  * i + 1's slot is waited for (cp.async, proxy fence, barrier) and chunk i + Stages − 1 queued
  * into the slot of chunk i − 1, retired by then in every warpgroup.
  *
- * Measured (benchmarks/RESULTS.md): with layout version 2 (session 16) 1.50x bf16 mm at 16-64
- * tokens with [128, 64] tiles on the H100 (1.15x on the H200), level with CUTLASS stream-K
- * (1.52x / 1.16x), so no rule picks it; it was 1.26x before, with four loads and a byte permute
- * a register (session 12, when ncu at 64 tokens counted ~185 instructions a warp and chunk, 84
- * of them converting). Session 12 measured that the best K split per shape (the tuner's split
- * knob) gains ~12% at 64 tokens over the launch-time rule below. ncu on the H200 at 64 tokens
- * (57344 x 8192): 33% of DRAM bandwidth, an instruction issued on 61% of cycles. 136+
- * registers at 128 tokens a tile leave one CTA an SM.
+ * Measured (benchmarks/RESULTS.md): 1.65x bf16 mm at 64 tokens with [128, 64] tiles on the
+ * H100 (session 17), ahead of CUTLASS stream-K (1.52x), so dispatch picks it at 33-64 tokens; it
+ * was 1.50x before session 17's two changes below (ncu at 64 tokens on 4096 x 4096, K split 5
+ * ways: ~40% of the warps' stall samples were the split's epilogue, each register read from
+ * every CTA with one or two round trips of its own; ~15% the prologue). A [256, 64] tile (four
+ * warpgroups, the tokens' shared-memory traffic halved) measured 1.20x: one CTA an SM hides
+ * less latency than two of [128, 64]. Session 12 measured that the best K split per shape (the
+ * tuner's split knob) gains ~12% at 64 tokens over the launch-time rule below. 136+ registers
+ * at 128 tokens a tile leave one CTA an SM.
+ *
+ * PDL. The prologue queues its chunks' weight and factor copies before griddepcontrol.wait (the
+ * packed weights never come from the kernel before), the tokens' after it; the first commit
+ * group holds every prologue chunk's weights.
  *
  * K split. Few feature tiles (N = 4096 makes 32 of 128 features) would leave most SMs idle, so
  * the K range is split over the CTAs of a thread-block cluster (1, 1, S), S chosen at launch for
  * the fewest tiles' worth of work an SM (or `split_k_slices`). Each CTA leaves its fp32 partial
  * sums in its shared memory; after a cluster barrier CTA r adds slice r of every CTA's sums in
- * rank order (distributed shared memory) and writes it: bit-identical run to run, no workspace,
- * no second kernel.
+ * rank order (distributed shared memory: a 16-byte piece from every CTA at once) and writes it:
+ * bit-identical run to run, no workspace, no second kernel.
  */
 #pragma once
 
@@ -178,12 +183,20 @@ struct WgmmaMixedMm {
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
                  "barrier.cluster.wait.acquire.aligned;" ::: "memory");
   }
-  static __device__ float load_from_cta(uint32_t addr, uint32_t rank) {
+  static __device__ void cluster_sync_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n"
+                 "barrier.cluster.wait.aligned;" ::: "memory");
+  }
+  static __device__ void store_shared4(uint32_t addr, float const* v) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]) : "memory");
+  }
+  // The 16 bytes at shared address `addr` of the cluster's CTA `rank`.
+  static __device__ void load_from_cta4(uint32_t addr, uint32_t rank, float (&v)[4]) {
     uint32_t remote;
-    float v;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(remote) : "memory");
   }
 
   static __device__ void kernel_body(Params const& p, char* smem_raw) {
@@ -238,17 +251,13 @@ struct WgmmaMixedMm {
     uint16_t const* f_src = static_cast<uint16_t const*>(f_zero ? p.zero : p.scale) +
                             (f_ok ? int64_t(issue_group) * p.n + n0 + f_row : 0);
     uint32_t const f_dst = (f_zero ? kRows * 2 : 0) + f_row * 2;
-    // Queue the next chunk's copies into ring slot `slot` (the sources advance a chunk a call).
-    auto issue = [&](int slot) {
+    // Queue the next chunk's copies into ring slot `slot` (the sources advance a chunk a call):
+    // the weights and their group's factors, then the tokens. The first never depend on the
+    // kernel before (packed weights are constant), so the prologue queues them before the PDL
+    // wait and the weight read overlaps the previous kernel's tail.
+    auto issue_weights = [&](int slot) {
       cp_async16(weight_ring + slot * kWeightStageBytes + w_dst, w_src, w_ok ? 16u : 0u);
       w_src += row_blocks * kBlockBytes;
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kActCopies; ++j) {
-        if (a_mine[j]) {
-          cp_async16(act_ring + slot * kActStageBytes + a_dst[j], a_src[j], a_bytes[j]);
-        }
-        a_src[j] += kActRowBytes;
-      }
       if (tid < kFactorSegs) {
         cp_async16(factor_ring + slot * kFactorStageBytes + f_dst, f_src, f_ok ? 16u : 0u);
       }
@@ -260,10 +269,29 @@ struct WgmmaMixedMm {
         }
       }
     };
+    auto issue_tokens = [&](int slot) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kActCopies; ++j) {
+        if (a_mine[j]) {
+          cp_async16(act_ring + slot * kActStageBytes + a_dst[j], a_src[j], a_bytes[j]);
+        }
+        a_src[j] += kActRowBytes;
+      }
+    };
+    // Prologue: kAhead chunks in flight, a commit group each (the first also holds every
+    // prologue chunk's weights: a wait for chunk i still covers its weights).
     CUTLASS_PRAGMA_UNROLL
     for (int s = 0; s < kAhead; ++s) {
       if (s < count) {
-        issue(s);
+        issue_weights(s);
+      }
+    }
+    pdl_wait();  // the activations may come from the previous kernel; its reads of our output
+    pdl_release();
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < kAhead; ++s) {
+      if (s < count) {
+        issue_tokens(s);
       }
       cute::cp_async_fence();
     }
@@ -292,7 +320,8 @@ struct WgmmaMixedMm {
     auto load_chunk = [&](int i, uint32_t (&a)[kSteps][4]) {
       smem::cp_async_wait_for_wgmma<kAhead - 1>();
       if (i + kAhead < count) {
-        issue(write_slot);
+        issue_weights(write_slot);
+        issue_tokens(write_slot);
       }
       cute::cp_async_fence();
       write_slot = write_slot + 1 == kStages ? 0 : write_slot + 1;
@@ -349,17 +378,19 @@ struct WgmmaMixedMm {
     }
 
     // Register r of the accumulator: token tile r / 4, row lo (r % 4 < 2) or hi, token 2q or
-    // 2q + 1 of the tile.
+    // 2q + 1 of the tile. The bias of this lane's two rows is read once.
     ElementA const* bias = static_cast<ElementA const*>(p.bias);
     ElementA* d = static_cast<ElementA*>(p.d);
+    float bias_lo = 0.f, bias_hi = 0.f;
+    if (bias != nullptr) {
+      bias_lo = n_lo < p.n ? static_cast<float>(bias[n_lo]) : 0.f;
+      bias_hi = n_hi < p.n ? static_cast<float>(bias[n_hi]) : 0.f;
+    }
     auto store = [&](int r, float v) {
       int const n = (r % 4 < 2) ? n_lo : n_hi;
       int const token = t0 + 8 * (r / 4) + 2 * q + (r % 2);
       if (n < p.n && token < p.m) {
-        if (bias != nullptr) {
-          v += static_cast<float>(bias[n]);
-        }
-        d[int64_t(token) * p.ldd + n] = ElementA(v);
+        d[int64_t(token) * p.ldd + n] = ElementA(v + ((r % 4 < 2) ? bias_lo : bias_hi));
       }
     };
     if (splits == 1) {
@@ -369,24 +400,45 @@ struct WgmmaMixedMm {
       }
       return;
     }
+    // The K split's sums: each thread leaves its registers in its CTA's shared memory, four
+    // (one token tile) a 16-byte piece, piece j of every thread together; CTA `rank` owns
+    // pieces [j_begin, j_end) and reads each from every CTA at once (one round trip a piece).
     cute::cp_async_wait<0>();
     __syncthreads();  // every warpgroup's wgmmas are done: the ring becomes the partial sums
-    float* partial = reinterpret_cast<float*>(smem_raw + (smem - raw));
+    constexpr int kPieces = kAccRegs / 4;
     CUTLASS_PRAGMA_UNROLL
-    for (int r = 0; r < kAccRegs; ++r) {
-      partial[r * kThreads + tid] = acc[r];
+    for (int j = 0; j < kPieces; ++j) {
+      store_shared4(smem + uint32_t(j * kThreads + tid) * 16u, acc + 4 * j);
     }
     cluster_sync();  // every CTA's partial sums are written
-    int const r_begin = kAccRegs * rank / splits, r_end = kAccRegs * (rank + 1) / splits;
-    for (int r = r_begin; r < r_end; ++r) {
-      uint32_t const addr = smem + uint32_t(r * kThreads + tid) * 4u;
-      float v = 0.f;
-      for (int s = 0; s < splits; ++s) {  // rank order: bit-identical run to run
-        v += load_from_cta(addr, s);
+    int const j_begin = kPieces * rank / splits, j_end = kPieces * (rank + 1) / splits;
+    for (int j = j_begin; j < j_end; ++j) {
+      uint32_t const addr = smem + uint32_t(j * kThreads + tid) * 16u;
+      float parts[kMaxSplits][4];
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < kMaxSplits; ++s) {
+        if (s < splits) {
+          load_from_cta4(addr, s, parts[s]);
+        }
       }
-      store(r, v);
+      float sum[4] = {0.f, 0.f, 0.f, 0.f};
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < kMaxSplits; ++s) {  // rank order: bit-identical run to run
+        if (s < splits) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int i = 0; i < 4; ++i) {
+            sum[i] += parts[s][i];
+          }
+        }
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        store(4 * j + i, sum[i]);
+      }
     }
-    cluster_sync();  // no CTA leaves while another reads its shared memory
+    // no CTA leaves while another reads its shared memory (the reads' values are used above:
+    // no release needed)
+    cluster_sync_relaxed();
   }
 };
 
@@ -395,9 +447,7 @@ __global__ void __launch_bounds__(WgmmaMixedMm<Config>::kThreads, 1)
     wgmma_mixed_mm_kernel(Params const params) {
   extern __shared__ __align__(1024) char smem[];
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  pdl_wait();  // the activations may come from the previous kernel; its reads of our output
-  pdl_release();
-  WgmmaMixedMm<Config>::kernel_body(params, smem);
+  WgmmaMixedMm<Config>::kernel_body(params, smem);  // it waits for the previous kernel
 #endif
 }
 
