@@ -93,44 +93,59 @@ def test_own_kernels_are_deterministic_and_stay_in_bounds(built_mixed_kernel):
         assert outside.isnan().sum() == big.numel() - m * n, "wrote outside the output view"
 
 
-def test_own_kernels_chained_under_pdl(built_mixed_kernel):
-    """Back-to-back calls as a model's layers make them, with programmatic dependent launch on:
-    each call reads the activations the call before wrote, and writes over the activations the
-    call before read (the family's kernels queue their weight copies before the PDL wait, their
-    activation copies and stores after it). Each step is checked against the reference of the
-    step's actual input; no host sync between the calls."""
-    spec = built_mixed_kernel.spec
-    if not spec.config.is_own:
-        pytest.skip("a CUTLASS kernel")
-    dtype = DTYPES[spec.a]
-    weight_type = WEIGHT_TYPES_FOR[(spec.w, spec.scheme)][0]
-    width, steps = 1024, 6
-    # scales ~ 1 / (std(q) sqrt(K)): each step keeps the activations' size (fp16 does not overflow)
+def chain_weights(weight_type: str, width: int, dtype) -> list:
+    """Two [width, width] group-128 weights whose scales keep the activations' size step after
+    step (1 / (std(q - zero) sqrt(K))), so a chain of calls stays finite in fp16."""
     low, high = q_range(weight_type)
-    scale = 1.0 / ((high - low + 1) / 12 ** 0.5 * width ** 0.5)
+    spread = (high - low + 1) / 12 ** 0.5 * (2 ** 0.5 if weight_type == "uint4" else 1.0)
     weights = []
     for _ in range(2):
         q = torch.randint(low, high + 1, (width, width), dtype=torch.int32, device="cuda")
-        scales = ((torch.rand(width, width // 128, device="cuda") + 0.5) * scale).to(dtype)
+        scales = ((torch.rand(width, width // 128, device="cuda") + 0.5)
+                  / (spread * width ** 0.5)).to(dtype)
         zeros = (torch.randint(0, 16, (width, width // 128), dtype=torch.int32, device="cuda")
                  if weight_type == "uint4" else None)
         weights.append(gemmgen.pack_weights(q, scales, zeros, weight_type=weight_type,
                                             group_size=128, arch="sm90a"))
+    return weights
+
+
+def test_own_kernels_chained_under_pdl(built_mixed_kernel):
+    """Back-to-back calls as a model's layers make them, with programmatic dependent launch on
+    and nothing else on the stream between them: each call reads the activations the call before
+    wrote and writes over the activations the call before read (the family's kernels queue their
+    weight copies before the PDL wait, their activation copies and stores after it). The same
+    chain run call by call (PDL off, a sync and a fresh output each step, every step checked
+    against the reference) must give the bit-identical result (the kernels are deterministic)."""
+    spec = built_mixed_kernel.spec
+    if not spec.config.is_own:
+        pytest.skip("a CUTLASS kernel")
+    dtype = DTYPES[spec.a]
+    width, steps = 1024, 6
     before = launch.programmatic_dependent_launch()
-    launch.set_programmatic_dependent_launch(True)
     try:
-        for m in (1, 37):
-            buffers = [torch.randn(m, width, device="cuda").to(dtype),
-                       torch.full((m, width), float("nan"), dtype=dtype, device="cuda")]
-            inputs = []
-            for i in range(steps):  # buffer i % 2 -> buffer (i + 1) % 2, overwriting step i - 1's input
-                src, dst = buffers[i % 2], buffers[(i + 1) % 2]
-                gemmgen.mixed_mm(src, weights[i % 2], out=dst, kernel=built_mixed_kernel.name)
-                inputs.append(dst.clone())  # a copy on the stream: what step i wrote
-            x = buffers[0] if steps % 2 == 0 else buffers[1]
-            assert inputs[-1].equal(x)
-            for i in range(1, steps):  # each step's output from the previous step's output
-                check(inputs[i], inputs[i - 1], weights[i % 2])
+        for weight_type in WEIGHT_TYPES_FOR[(spec.w, spec.scheme)]:
+            weights = chain_weights(weight_type, width, dtype)
+            for m in (1, 37):
+                x0 = torch.randn(m, width, device="cuda").to(dtype)
+                # call by call: every step against the reference of its input
+                launch.set_programmatic_dependent_launch(False)
+                x = x0
+                for i in range(steps):
+                    out = torch.full((m, width), float("nan"), dtype=dtype, device="cuda")
+                    gemmgen.mixed_mm(x, weights[i % 2], out=out, kernel=built_mixed_kernel.name)
+                    torch.cuda.synchronize()
+                    check(out, x, weights[i % 2])
+                    x = out
+                # back to back under PDL: buffer i % 2 -> buffer (i + 1) % 2
+                launch.set_programmatic_dependent_launch(True)
+                buffers = [x0.clone(), torch.full_like(x0, float("nan"))]
+                torch.cuda.synchronize()
+                for i in range(steps):
+                    gemmgen.mixed_mm(buffers[i % 2], weights[i % 2], out=buffers[(i + 1) % 2],
+                                     kernel=built_mixed_kernel.name)
+                assert torch.equal(buffers[steps % 2], x), \
+                    f"{weight_type} m={m}: the chain under PDL differs from the call-by-call chain"
     finally:
         launch.set_programmatic_dependent_launch(before)
 

@@ -112,9 +112,11 @@ int allow_shared_memory_once(KernelFn* kernel, int bytes,
 
 // Programmatic dependent launch (sm90 and later; no-ops before, and for a launch without the
 // attribute). A kernel launched with `launch_maybe_pdl(..., true)` may start while the stream's
-// previous kernel still runs: it must call pdl_wait() before its first global read or write
-// (the wait returns once the previous grid has completed and its writes are visible), and calls
-// pdl_release() to let the next kernel start launching in turn.
+// previous kernel still runs: it must call pdl_wait() before its first global read of anything
+// a kernel may have written and before its first global write (the wait returns once the
+// previous grid has completed and its writes are visible), and calls pdl_release() to let the
+// next kernel start launching in turn. Reads before the wait are for data no kernel writes
+// while the ops run (the mixed-input kernels' packed weights: model constants).
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -431,13 +431,16 @@ struct WgmmaMixedMm {
           }
         }
       }
+      // the sums exist here, whether or not they are stored (tokens past M): every remote read
+      // has returned before the exit barrier below (a volatile asm keeps its place among them)
+      asm volatile("" ::"f"(sum[0]), "f"(sum[1]), "f"(sum[2]), "f"(sum[3]));
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < 4; ++i) {
         store(4 * j + i, sum[i]);
       }
     }
-    // no CTA leaves while another reads its shared memory (the reads' values are used above:
-    // no release needed)
+    // No CTA leaves while another reads its shared memory. Relaxed: the reads have returned
+    // (above), and a release would also wait for this CTA's global stores to drain.
     cluster_sync_relaxed();
   }
 };
