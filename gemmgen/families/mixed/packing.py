@@ -443,9 +443,16 @@ def pack_weights(q: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Te
             raise _error(where, "scales", f"|scale * (8 - zero)| within {scales.dtype}'s range "
                          "(zp = scale * (8 - zero) is stored in the scale dtype)",
                          f"max |scale| {big:g}, which overflows")
-    return PackedWeight(qweight=layout.pack_q(q, weight_type), scales=scales_gn, zeros=zp,
-                        weight_type=weight_type, group_size=group_size, k=k, n=n,
-                        layout_version=layout.version, arch=arch)
+    packed = PackedWeight(qweight=layout.pack_q(q, weight_type), scales=scales_gn, zeros=zp,
+                          weight_type=weight_type, group_size=group_size, k=k, n=n,
+                          layout_version=layout.version, arch=arch)
+    if packed.qweight.is_cuda:
+        # The packing kernels finish before any later kernel runs: the family's kernels read
+        # packed weights before their programmatic-dependent-launch wait (a packed weight is a
+        # constant), which makes only a finished kernel's writes safe to read. (The checks above
+        # synchronize already; packing is a load-time step.)
+        torch.cuda.current_stream(packed.qweight.device).synchronize()
+    return packed
 
 
 def unpack_weights(packed: PackedWeight
