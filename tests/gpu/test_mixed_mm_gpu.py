@@ -18,12 +18,15 @@ from gemmgen.families.mixed.packing import q_range
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def random_packed(n: int, k: int, weight_type: str, group_size: int, dtype: torch.dtype):
-    """Full-range random logical weights, scales ~ 1/sqrt(K)-sized, zeros for uint4."""
+def random_packed(n: int, k: int, weight_type: str, group_size: int, dtype: torch.dtype,
+                  scale_size: float | None = None):
+    """Full-range random logical weights, scales ~ 1/sqrt(K)-sized (or in [0.5, 1.5) ·
+    `scale_size`), zeros for uint4."""
     low, high = q_range(weight_type)
     q = torch.randint(low, high + 1, (n, k), dtype=torch.int32, device="cuda")
     groups = k // group_size
-    scales = (torch.rand(n, groups, device="cuda") * 0.02 + 0.005).to(dtype)
+    scales = (torch.rand(n, groups, device="cuda") * 0.02 + 0.005 if scale_size is None
+              else (torch.rand(n, groups, device="cuda") + 0.5) * scale_size).to(dtype)
     zeros = (torch.randint(0, 16, (n, groups), dtype=torch.int32, device="cuda")
              if weight_type == "uint4" else None)
     return gemmgen.pack_weights(q, scales, zeros, weight_type=weight_type, group_size=group_size,
@@ -98,16 +101,8 @@ def chain_weights(weight_type: str, width: int, dtype) -> list:
     step (1 / (std(q - zero) sqrt(K))), so a chain of calls stays finite in fp16."""
     low, high = q_range(weight_type)
     spread = (high - low + 1) / 12 ** 0.5 * (2 ** 0.5 if weight_type == "uint4" else 1.0)
-    weights = []
-    for _ in range(2):
-        q = torch.randint(low, high + 1, (width, width), dtype=torch.int32, device="cuda")
-        scales = ((torch.rand(width, width // 128, device="cuda") + 0.5)
-                  / (spread * width ** 0.5)).to(dtype)
-        zeros = (torch.randint(0, 16, (width, width // 128), dtype=torch.int32, device="cuda")
-                 if weight_type == "uint4" else None)
-        weights.append(gemmgen.pack_weights(q, scales, zeros, weight_type=weight_type,
-                                            group_size=128, arch="sm90a"))
-    return weights
+    return [random_packed(width, width, weight_type, 128, dtype,
+                          scale_size=1.0 / (spread * width ** 0.5)) for _ in range(2)]
 
 
 def test_own_kernels_chained_under_pdl(built_mixed_kernel):
