@@ -222,7 +222,8 @@ struct DirectMixedMm {
   // are of that step).
   struct CopyPlan {
     static constexpr int kWeightRowsPerCopy = 32 / kSegsPerRow;  // rows between a lane's copies
-    unsigned char const* w_src[kWeightCopies];
+    unsigned char const* w_src[kWeightCopies];   // the range's first chunk
+    unsigned char const* w_next[kWeightCopies];  // the next chunk to queue (a pointer bump a chunk)
     unsigned char const* a_src[kActCopies];
     uint32_t a_dst[kActCopies];
     uint32_t w_dst;  // copy j: + j · kWeightRowsPerCopy rows (int4: + the copy's block offset)
@@ -276,16 +277,22 @@ struct DirectMixedMm {
                        int64_t(sizeof(ElementA));
         a_dst[j] = (a_seg / 8) * kActStepBytes + row * kActRowBytes + (((a_seg % 8) ^ (row & 7)) * 16);
       }
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kWeightCopies; ++j) {
+        w_next[j] = w_src[j];
+      }
     }
 
     // Queue chunk `c_begin + ahead`'s copies into the ring slots at shared addresses
     // `weight_slot` and `act_slot`: its weights, then its tokens (the prologue queues the
     // weights before the PDL wait: they never depend on the kernel before).
-    __device__ void issue(uint32_t weight_slot, uint32_t act_slot, int ahead) const {
+    // Chunks are queued in order, `ahead` = 0, 1, 2, ... (the weights' sources advance a chunk a
+    // call).
+    __device__ void issue(uint32_t weight_slot, uint32_t act_slot, int ahead) {
       issue_weights(weight_slot, ahead);
       issue_tokens(act_slot, ahead);
     }
-    __device__ void issue_weights(uint32_t weight_slot, int ahead) const {
+    __device__ void issue_weights(uint32_t weight_slot, int ahead) {
       bool const in_tail = kSteps > 1 && ahead == tail_ahead;  // a step past K: zero-filled
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kWeightCopies; ++j) {
@@ -295,9 +302,9 @@ struct DirectMixedMm {
                                    : j * kWeightRowsPerCopy * kWeightRowBytes;
         // a cut copy reads nothing; its source is still one that exists (int4: the same row
         // block's first step of the range, whose second step may lie past the weight's end)
-        cp_async16(weight_slot + w_dst + dst,
-                   cut ? w_src[kInt4 ? j % kRowTiles : j] : w_src[j] + int64_t(ahead) * w_chunk_bytes,
+        cp_async16(weight_slot + w_dst + dst, cut ? w_src[kInt4 ? j % kRowTiles : j] : w_next[j],
                    cut ? 0u : w_bytes[j]);
+        w_next[j] += w_chunk_bytes;
       }
     }
     __device__ void issue_tokens(uint32_t act_slot, int ahead) const {
@@ -484,7 +491,7 @@ struct DirectMixedMm {
 
     // No division in the loop: ring slots advance by one, the group and segment by countdowns
     // of steps; `left` counts the range's steps still to do.
-    CopyPlan const plan(p, c_begin, n0, t0, lane, wn * 32 + lane);
+    CopyPlan plan(p, c_begin, n0, t0, lane, wn * 32 + lane);
     int const count = c_end - c_begin;
     int const s_begin = c_begin * kSteps;
     int left = min(c_end * kSteps, steps) - s_begin;
