@@ -239,6 +239,10 @@ def test_ctrl_c_during_ninja_stops_it(fake, manifest, tmp_path):
 
     thread = threading.Thread(target=interrupt)
     toolchain.find_toolchain.cache_clear()
+    # Python's own SIGINT handler, as in a terminal: a process started in the background by a
+    # non-interactive shell (e.g. `nohup pytest &`) inherits SIGINT ignored, and Python then
+    # installs none, so the signal would never arrive as KeyboardInterrupt
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
     thread.start()
     try:
@@ -246,6 +250,7 @@ def test_ctrl_c_during_ninja_stops_it(fake, manifest, tmp_path):
             builder.build_manifest(manifest, root, jobs=2, log=lambda line: None)
     finally:
         thread.join()
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 60
     assert processes_in(root / "one") == []
     assert not (root / "one" / builder.NINJA_STATE).exists()
