@@ -12,9 +12,10 @@ qwen2.5-7b, whose shapes the shipped tuned tables did not see), on the same data
                  that also serves Ampere; here PTX JIT-compiled for Hopper), up to --sm80-max-m
   floor_i4       int4 weights + group-128 scales read once at the measured copy bandwidth
 It prints µs and the speed-ups over bf16 mm; writes results.md (+ --append-results to RESULTS.md).
---kernels REGEX also times every built bf16 kernel whose name matches, forced (on the weight of
-its scheme: uint4b8, uint4 + zeros or int8 per channel), checked against the reference first: a
-side-by-side of configs in one run.
+--dtype fp16 runs the activations, scales and the dense baseline in fp16 (tinygemm: bf16 only).
+--kernels REGEX also times every built kernel of that dtype whose name matches, forced (on the
+weight of its scheme: uint4b8, uint4 + zeros or int8 per channel), checked against the reference
+first: a side-by-side of configs in one run.
 
 NOTES (timing method): gemmgen.tuning.measure.gpu_time_us — a spin kernel hides the host, then a
 warm-up batch and 7 timed batches run back to back; the median per call. Every impl rotates
@@ -22,7 +23,7 @@ through its own pool of weight copies larger than twice the L2 (weights dominate
 small M), full-range random data. Outputs are checked against gemmgen.reference first.
 
     python benchmarks/bench_mixed_mm.py [--m 1 16 128] [--models llama3-8b] [--append-results]
-                                        [--kernels 'wgmma|_sk']
+                                        [--kernels 'wgmma|_sk'] [--dtype fp16]
 """
 
 from __future__ import annotations
@@ -56,12 +57,16 @@ DEFAULT_MODELS = ["llama3-8b", "llama2-70b"]
 DEFAULT_M = [1, 4, 16, 32, 64, 128, 256, 1024, 4096]
 GROUP = 128
 IMPLS = ("bf16_mm", "tinygemm", "gemmgen_i4", "gemmgen_i4z", "gemmgen_i8", "sm80_i4")
+ACT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# the activations' dtype (--dtype): the dense baseline ("bf16_mm", keyed so whatever the dtype),
+# the scales and every kernel run in it
+ACT_NAME, ACT = "bf16", torch.bfloat16
 
 
 def sm80_kernel(m: int, n: int, k: int):
     """The sm80 library's dispatch choice for a uint4b8 weight, or None when it is not built."""
     try:
-        return gemmgen.dispatch.lookup("mixed_mm", arch="sm80", a_dtype=torch.bfloat16,
+        return gemmgen.dispatch.lookup("mixed_mm", arch="sm80", a_dtype=ACT,
                                        weight_type="uint4b8", m=m, n=n, k=k).name
     except (GemmgenError, ValueError):  # no sm80 mixed library built (or none serves it)
         return None
@@ -79,10 +84,10 @@ def make_weight(n: int, k: int, kind: str):
     """One weight of `kind`, full-range random, in every representation the impls need."""
     if kind == "i8":
         q = torch.randint(-128, 128, (n, k), dtype=torch.int32, device="cuda")
-        scales = (torch.rand(n, 1, device="cuda") * 0.002 + 0.0005).to(torch.bfloat16)
+        scales = (torch.rand(n, 1, device="cuda") * 0.002 + 0.0005).to(ACT)
         return gemmgen.pack_weights(q, scales, weight_type="int8", group_size=k)
     q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
-    scales = (torch.rand(n, k // GROUP, device="cuda") * 0.02 + 0.005).to(torch.bfloat16)
+    scales = (torch.rand(n, k // GROUP, device="cuda") * 0.02 + 0.005).to(ACT)
     if kind == "i4z":
         zeros = torch.randint(0, 16, (n, k // GROUP), dtype=torch.int32, device="cuda")
         return gemmgen.pack_weights(q, scales, zeros, weight_type="uint4", group_size=GROUP)
@@ -121,19 +126,20 @@ FORCED_POOL = {("int4", "scale"): "gemmgen_i4", ("int4", "scale_zero"): "gemmgen
 
 
 def forced_kernels(pattern: str | None) -> list:
-    """The built bf16 sm90a mixed_mm kernels whose names match `pattern` (none without one)."""
+    """The built sm90a mixed_mm kernels of the activation dtype whose names match `pattern` (none
+    without one)."""
     if not pattern:
         return []
     regex = re.compile(pattern)
     return [k for k in gemmgen.list_kernels("mixed_mm")
-            if k.spec.a == "bf16" and k.spec.arch == "sm90a" and regex.search(k.name)]
+            if k.spec.a == ACT_NAME and k.spec.arch == "sm90a" and regex.search(k.name)]
 
 
 def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float, sm80_max_m: int,
                 forced: list = ()) -> list[dict]:
     rows = []
     base = {kind: make_weight(n, k, kind) for kind in ("i4", "i4z", "i8")}
-    dense = dequantize(base["i4"]).to(torch.bfloat16).contiguous()  # [K, N]
+    dense = dequantize(base["i4"]).to(ACT).contiguous()  # [K, N]
     pools = {
         "bf16_mm": [dense.clone() for _ in range(pool_size(dense.numel() * 2, l2))],
         "gemmgen_i4": [base["i4"]] + [make_weight(n, k, "i4") for _ in range(pool_size(n * k // 2, l2) - 1)],
@@ -141,14 +147,16 @@ def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float, sm80_m
         "gemmgen_i8": [base["i8"]] + [make_weight(n, k, "i8") for _ in range(pool_size(n * k, l2) - 1)],
     }
     try:
+        if ACT != torch.bfloat16:
+            raise ValueError("torch._weight_int4pack_mm takes bf16 activations only")
         tiny = tinygemm_weight(base["i4"])
         pools["tinygemm"] = [tiny] * 1 + [tinygemm_weight(p) for p in pools["gemmgen_i4"][1:]]
     except Exception as exc:  # torch's int4 kernel is optional; say why it is absent
         print(f"  tinygemm unavailable: {type(exc).__name__}: {exc}")
     floor_us = (n * k / 2 + n * (k // GROUP) * 2) / bandwidth * 1e6
     for m in ms:
-        a_pool = [torch.randn(m, k, device="cuda").to(torch.bfloat16) for _ in range(4)]
-        out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        a_pool = [torch.randn(m, k, device="cuda").to(ACT) for _ in range(4)]
+        out = torch.empty(m, n, dtype=ACT, device="cuda")
         # correctness first: every gemmgen impl against the reference on its first weight
         for impl in ("gemmgen_i4", "gemmgen_i4z", "gemmgen_i8"):
             if impl not in pools:
@@ -214,21 +222,23 @@ def _ratio(a: float, b: float) -> str:
 def summary(rows: list[dict], ms: list[int], device: str) -> str:
     lines = [f"## Mixed-input GEMM (weight-only) on {device}", "",
              f"{datetime.date.today()}; `{shlex.join(['python', *sys.argv])}`; group {GROUP}; µs "
-             "geomean over the shapes; speed-up = bf16 `torch.mm` time / impl time.", "",
-             "| M | bf16 mm µs | gemmgen i4 µs | × bf16 | i4 / floor | tinygemm × bf16 | gemmgen × tinygemm "
-             "| i4+zero × bf16 | i8 per-channel × bf16 | sm80 i4 × bf16 |",
+             f"geomean over the shapes; speed-up = {ACT_NAME} `torch.mm` time / impl time.", "",
+             f"| M | {ACT_NAME} mm µs | gemmgen i4 µs | × {ACT_NAME} | i4 / floor | tinygemm × {ACT_NAME} "
+             f"| gemmgen × tinygemm | i4+zero × {ACT_NAME} | i8 per-channel × {ACT_NAME} "
+             f"| sm80 i4 × {ACT_NAME} |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for m in ms:
         sel = [r for r in rows if r["m"] == m]
         g = {impl: geomean([r.get(impl) for r in sel]) for impl in (*IMPLS, "floor_i4")}
         lines.append(f"| {m} | {g['bf16_mm']:.1f} | {g['gemmgen_i4']:.1f} | "
                      f"{g['bf16_mm'] / g['gemmgen_i4']:.2f} | {g['gemmgen_i4'] / g['floor_i4']:.2f} | "
-                     f"{g['bf16_mm'] / g['tinygemm']:.2f} | {g['tinygemm'] / g['gemmgen_i4']:.2f} | "
+                     f"{_ratio(g['bf16_mm'], g['tinygemm'])} | "
+                     f"{_ratio(g['tinygemm'], g['gemmgen_i4']) if math.isfinite(g['tinygemm']) else '–'} | "
                      f"{_ratio(g['bf16_mm'], g['gemmgen_i4z'])} | {_ratio(g['bf16_mm'], g['gemmgen_i8'])} | "
                      f"{_ratio(g['bf16_mm'], g['sm80_i4'])} |")
     forced = sorted({key for r in rows for key in r if key.startswith("kernel:")})
     if forced:
-        lines += ["", "Forced kernels, speed-up over bf16 `torch.mm` (geomean over the shapes):", "",
+        lines += ["", f"Forced kernels, speed-up over {ACT_NAME} `torch.mm` (geomean over the shapes):", "",
                   "| kernel | " + " | ".join(f"M = {m}" for m in ms) + " |",
                   "|---|" + "---:|" * len(ms)]
         for key in forced:
@@ -250,8 +260,13 @@ def main(argv=None) -> int:
     p.add_argument("--sm80-max-m", type=int, default=256,
                    help="time the sm80 library up to this M (it re-reads weights per token block)")
     p.add_argument("--kernels", default=None,
-                   help="also time every built bf16 sm90a kernel whose name matches this regex, forced")
+                   help="also time every built sm90a kernel of --dtype whose name matches this regex, "
+                        "forced")
+    p.add_argument("--dtype", choices=list(ACT_DTYPES), default="bf16",
+                   help="the activations' dtype (the dense baseline's too; tinygemm: bf16 only)")
     args = p.parse_args(argv)
+    global ACT_NAME, ACT
+    ACT_NAME, ACT = args.dtype, ACT_DTYPES[args.dtype]
     torch.manual_seed(0)
     device = torch.cuda.get_device_name()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
