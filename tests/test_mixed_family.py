@@ -321,8 +321,14 @@ def test_tuner_hooks_pick_classes_and_knobs():
     wgmma = next(SimpleNamespace(name=n, spec=s, config=s.config) for n, s in kernels.items()
                  if s.config.is_wgmma)
     assert hooks.knob_variants(wgmma) == [Candidate(wgmma.name)] + [
-        Candidate(wgmma.name, split_k=s) for s in (2, 3, 4, 6, 8)]
+        Candidate(wgmma.name, split_k=s) for s in (2, 3, 4, 5, 6, 7, 8)]
     assert hooks.knobs_worth_trying(wgmma, 64, 4096, 132)
+    # its splits are timed whatever its first-pass rank, up to four token tiles
+    tokens = wgmma.config.tile[1]
+    assert hooks.knobs_always_tried(wgmma, 4 * tokens, 4096, 132)
+    assert not hooks.knobs_always_tried(wgmma, 4 * tokens + 1, 4096, 132)
+    assert not hooks.knobs_always_tried(direct, 1, 4096, 132)
+    assert not hooks.knobs_always_tried(streamk, 1, 4096, 132)
     variants = hooks.knob_variants(streamk)
     assert variants[0] == Candidate(streamk.name) and len(variants) == len(set(variants))
     assert {c.split_k for c in variants} == {1, 2, 4, 8}

@@ -100,6 +100,26 @@ def test_measure_store_resume_and_table(library, tmp_path):
     assert config == "large" and (knobs.raster, knobs.swizzle) == ("along_n", 4)
 
 
+def test_a_family_can_ask_for_a_kernels_knobs_whatever_its_rank(library, tmp_path, monkeypatch):
+    """`knobs_always_tried` (an optional tuner hook): the knob settings of the kernels it names
+    are timed even where their first pass is not among the fastest (`mid` never is)."""
+    from gemmgen.families.w8a8 import tuning as w8a8_hooks
+    library, calls = library
+
+    def knobbed_at(point, run: str) -> set[str]:
+        calls.clear()
+        options = _options(tmp_path / run)
+        options.knob_top = 1
+        tuning.measure(library, Store(tmp_path / f"{run}.jsonl"), options, SHAPES)
+        return {library.kernels[c.kernel].spec.origin.config for c, p in calls
+                if p == point and Candidate.of(library.kernels[c.kernel]) != c}
+
+    assert knobbed_at((4096, 28672, 4096), "plain") == {"large"}  # the fastest only
+    monkeypatch.setattr(w8a8_hooks, "knobs_always_tried",
+                        lambda kernel, m, n, sms: kernel.spec.origin.config == "mid", raising=False)
+    assert knobbed_at((4096, 28672, 4096), "asked") == {"large", "mid"}
+
+
 def test_two_tunes_write_the_same_table(library, tmp_path):
     library, _ = library
     texts = []

@@ -242,7 +242,13 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
 
                 first = {k.name: timed(Candidate.of(k)) for k in kernels}
                 fastest = sorted((t, k.name) for k in kernels if math.isfinite(t := first[k.name]))
-                for _, name in fastest[:options.knob_top]:
+                # the knob settings of the fastest few, and of the kernels the family says are
+                # worth them whatever their first pass (`knobs_always_tried`, optional hook)
+                always = getattr(hooks, "knobs_always_tried", None)
+                chosen = [name for _, name in fastest[:options.knob_top]]
+                chosen += [name for _, name in fastest[options.knob_top:] if always is not None
+                           and always(library.kernels[name], m, shape.n, sm_count)]
+                for name in chosen:
                     kernel = library.kernels[name]
                     if not hooks.knobs_worth_trying(kernel, m, shape.n, sm_count):
                         continue  # e.g. raster/swizzle below one wave of tiles
