@@ -336,3 +336,32 @@ def test_tuner_hooks_pick_classes_and_knobs():
     assert hooks.knobs_worth_trying(streamk, 1, 4096, 132)           # split counts at small M
     assert not hooks.knobs_worth_trying(plain, 1, 4096, 132)         # one wave: no raster/swizzle
     assert hooks.output_tiles(plain, 1, 4096) == 4096 // plain.config.tile[0]
+
+
+def test_a_tuned_table_may_set_the_wgmma_kernels_k_split(tmp_path):
+    """The wgmma kernel's K split (its cluster size) is a run-time knob the tuner measures, so a
+    table naming it with split_k loads (session 18 found such tables dropped at load with a
+    warning); the direct kernel takes none."""
+    from gemmgen.tuning.table import Bucket, ClassTable, ShapeEntry, load_table, render_table
+    from gemmgen.generator.kernel_config import RuntimeKnobs
+    specs = expand(load_manifest(DEFAULT_MANIFEST_DIR / "mixed_sm90.yaml"))
+    wgmma = next(s for s in specs if s.config.is_wgmma)
+    direct = next(s for s in specs if s.config.is_direct)
+    assert wgmma.split_k and not direct.split_k
+    key = wgmma.dispatch_class
+
+    def table(kernel) -> str:
+        buckets = (Bucket(64, kernel.name, RuntimeKnobs("heuristic", 1, 3)),)
+        meta = {"library": "mixed", "arch": "sm90a", "kernel_set": "abc", "gpu": "NVIDIA H200",
+                "sm_count": 132}
+        return render_table(meta, [ClassTable(key, (ShapeEntry(10240, 8192, buckets),))])
+
+    names = {s.name for s in specs}
+    splittable = {s.name for s in specs if s.split_k}
+    path = tmp_path / "t.yaml"
+    path.write_text(table(wgmma))
+    hit = load_table(path, known_kernels=names, split_k_kernels=splittable).classes[key].lookup(32, 10240, 8192)
+    assert hit.bucket.kernel == wgmma.name and hit.bucket.knobs.split_k_slices == 3
+    path.write_text(table(direct))
+    with pytest.raises(ManifestError, match="was built without split-K"):
+        load_table(path, known_kernels=names, split_k_kernels=splittable)

@@ -129,7 +129,9 @@ class MixedMmSpec(KernelSpec):
 
     @property
     def split_k(self) -> bool:
-        return self.config.tile_scheduler == "streamk"
+        """A run-time K split: CUTLASS stream-K's slices, or the wgmma kernel's cluster size (a
+        tuned table may name either; the direct kernel and data-parallel CUTLASS take none)."""
+        return self.config.tile_scheduler == "streamk" or self.config.is_wgmma
 
     @property
     def unit_key(self) -> tuple:
