@@ -421,7 +421,9 @@ def _parser() -> argparse.ArgumentParser:
     tuning.add_argument("--epilogue", default="ScaledEpilogueBias",
                         help="epilogue measured (others use the same configs' kernels)")
     tuning.add_argument("--knob-top", type=_non_negative(int), default=3,
-                        help="try every run-time knob on this many fastest kernels per point")
+                        help="try every run-time knob on this many fastest kernels per point "
+                             "(and on those the family always tries, e.g. the mixed wgmma "
+                             "kernel's K splits)")
     tuning.add_argument("--tolerance", type=_non_negative(float), default=0.02,
                         help="times within this fraction of the best are ties (stable tie-break)")
     tuning.add_argument("--out", help="table path (default: <manifest>.tuned.<gpu>.yaml next to the manifest, "

@@ -115,9 +115,17 @@ def test_a_family_can_ask_for_a_kernels_knobs_whatever_its_rank(library, tmp_pat
                 if p == point and Candidate.of(library.kernels[c.kernel]) != c}
 
     assert knobbed_at((4096, 28672, 4096), "plain") == {"large"}  # the fastest only
-    monkeypatch.setattr(w8a8_hooks, "knobs_always_tried",
-                        lambda kernel, m, n, sms: kernel.spec.origin.config == "mid", raising=False)
+    asked = []
+
+    def always(kernel, m, n, sms) -> bool:
+        asked.append((kernel.spec.origin.config, m, n, sms))
+        return kernel.spec.origin.config == "mid"
+
+    monkeypatch.setattr(w8a8_hooks, "knobs_always_tried", always, raising=False)
     assert knobbed_at((4096, 28672, 4096), "asked") == {"large", "mid"}
+    # asked about the kernels past the top one, with the point's M and N and the GPU's SMs
+    assert ("mid", 4096, 28672, GPU[1]) in asked and all(c != "large" for c, *_ in asked
+                                                            if _ == [4096, 28672, GPU[1]])
 
 
 def test_two_tunes_write_the_same_table(library, tmp_path):

@@ -31,7 +31,8 @@ typedef struct gemmgen_mixed_mm_args {
   int64_t group_size;     /* a multiple of the tile K that divides K, or K (per-channel) */
   int32_t raster_order;   /* 0 heuristic, 1 along M, 2 along N (the kernel's M is the weight's N) */
   int32_t max_swizzle_size;
-  int32_t split_k_slices; /* stream-K kernels: >1 runs a split-K decomposition */
+  int32_t split_k_slices; /* >1: stream-K kernels split K so; the wgmma kernel splits K over a
+                             cluster of this many CTAs (capped at 8 and the chunks) */
   int32_t launch_flags;   /* GEMMGEN_LAUNCH_PDL: the direct kernel as a programmatic dependent launch */
   int32_t layout_version; /* the packed weight's layout: GEMMGEN_MIXED_LAYOUT_VERSION, else refused */
 } gemmgen_mixed_mm_args;
