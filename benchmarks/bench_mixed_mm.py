@@ -146,13 +146,14 @@ def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float, sm80_m
         "gemmgen_i4z": [base["i4z"]] + [make_weight(n, k, "i4z") for _ in range(pool_size(n * k // 2, l2) - 1)],
         "gemmgen_i8": [base["i8"]] + [make_weight(n, k, "i8") for _ in range(pool_size(n * k, l2) - 1)],
     }
-    try:
-        if ACT != torch.bfloat16:
-            raise ValueError("torch._weight_int4pack_mm takes bf16 activations only")
-        tiny = tinygemm_weight(base["i4"])
-        pools["tinygemm"] = [tiny] * 1 + [tinygemm_weight(p) for p in pools["gemmgen_i4"][1:]]
-    except Exception as exc:  # torch's int4 kernel is optional; say why it is absent
-        print(f"  tinygemm unavailable: {type(exc).__name__}: {exc}")
+    if ACT != torch.bfloat16:
+        print("  tinygemm left out: torch._weight_int4pack_mm takes bf16 activations only")
+    else:
+        try:
+            tiny = tinygemm_weight(base["i4"])
+            pools["tinygemm"] = [tiny] * 1 + [tinygemm_weight(p) for p in pools["gemmgen_i4"][1:]]
+        except Exception as exc:  # torch's int4 kernel is optional; say why it is absent
+            print(f"  tinygemm unavailable: {type(exc).__name__}: {exc}")
     floor_us = (n * k / 2 + n * (k // GROUP) * 2) / bandwidth * 1e6
     for m in ms:
         a_pool = [torch.randn(m, k, device="cuda").to(ACT) for _ in range(4)]
@@ -215,8 +216,9 @@ def geomean(values) -> float:
 
 
 def _ratio(a: float, b: float) -> str:
-    """a / b to two decimals, or "–" when b was not measured (the sm80 column past --sm80-max-m)."""
-    return f"{a / b:.2f}" if math.isfinite(b) else "–"
+    """a / b to two decimals, or "–" when either was not measured (the sm80 column past
+    --sm80-max-m, tinygemm with fp16 activations)."""
+    return f"{a / b:.2f}" if math.isfinite(a) and math.isfinite(b) else "–"
 
 
 def summary(rows: list[dict], ms: list[int], device: str) -> str:
@@ -233,7 +235,7 @@ def summary(rows: list[dict], ms: list[int], device: str) -> str:
         lines.append(f"| {m} | {g['bf16_mm']:.1f} | {g['gemmgen_i4']:.1f} | "
                      f"{g['bf16_mm'] / g['gemmgen_i4']:.2f} | {g['gemmgen_i4'] / g['floor_i4']:.2f} | "
                      f"{_ratio(g['bf16_mm'], g['tinygemm'])} | "
-                     f"{_ratio(g['tinygemm'], g['gemmgen_i4']) if math.isfinite(g['tinygemm']) else '–'} | "
+                     f"{_ratio(g['tinygemm'], g['gemmgen_i4'])} | "
                      f"{_ratio(g['bf16_mm'], g['gemmgen_i4z'])} | {_ratio(g['bf16_mm'], g['gemmgen_i8'])} | "
                      f"{_ratio(g['bf16_mm'], g['sm80_i4'])} |")
     forced = sorted({key for r in rows for key in r if key.startswith("kernel:")})

@@ -117,8 +117,8 @@ def chosen_kernel(op: str, device: int, arches: tuple[str, ...], key: tuple,
 # kernels, the mixed-input direct and wgmma kernels): each launch may start its prologue while
 # the stream's previous kernel finishes; the kernel waits on the GPU before its first read of
 # anything a kernel may have written (the mixed-input kernels queue their constant packed
-# weights' first copies before the wait) and before its first write (so results do not change). GEMMGEN_PDL=0 turns it off (read at import);
-# `set_programmatic_dependent_launch` at run time.
+# weights' first copies before the wait) and before its first write (so results do not change).
+# GEMMGEN_PDL=0 turns it off (read at import); `set_programmatic_dependent_launch` at run time.
 _pdl = os.environ.get("GEMMGEN_PDL", "1").strip().lower() not in ("0", "false", "no", "off")
 LAUNCH_PDL = 1  # GEMMGEN_LAUNCH_PDL of gemmgen/c_api.h, in a family struct's `launch_flags`
 

@@ -218,6 +218,9 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
     for cls in classes:
         kernels = kernels_of(library, cls)
         hooks = hooks_of(cls)
+        # the knob settings of the fastest few are timed, and of the kernels the family says are
+        # worth them whatever their first pass (`knobs_always_tried`, an optional hook)
+        always = getattr(hooks, "knobs_always_tried", None)
         for shape in shapes_for(cls, shapes):
             for m in grid_for(cls, shape, options.m_grid):
                 problem = None
@@ -242,9 +245,6 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
 
                 first = {k.name: timed(Candidate.of(k)) for k in kernels}
                 fastest = sorted((t, k.name) for k in kernels if math.isfinite(t := first[k.name]))
-                # the knob settings of the fastest few, and of the kernels the family says are
-                # worth them whatever their first pass (`knobs_always_tried`, optional hook)
-                always = getattr(hooks, "knobs_always_tried", None)
                 chosen = [name for _, name in fastest[:options.knob_top]]
                 chosen += [name for _, name in fastest[options.knob_top:] if always is not None
                            and always(library.kernels[name], m, shape.n, sm_count)]

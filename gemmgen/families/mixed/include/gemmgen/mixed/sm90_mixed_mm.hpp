@@ -6,7 +6,8 @@
  * (FragmentOrderAtom below): a thread's values of a 64-k tile sit in 16 contiguous bytes, one
  * shared-memory load, in the nibble order CUTLASS's cheapest int4 converter wants (10-25% faster
  * than K-major at 16-256 tokens, benchmarks/RESULTS.md, session 16). CUTLASS's mixed-input
- * mainloop wants the narrow type as the kernel's A operand so that the TMA epilogue can be used, so every kernel computes
+ * mainloop wants the narrow type as the kernel's A operand so that the TMA epilogue can be used,
+ * so every kernel computes
  *   Dᵀ[N, M] = W[N, K] · Aᵀ      (the weight is the kernel's A, the activations its B):
  * the kernel's M is the weight's N, and its N is the number of tokens, so a decode step (small M)
  * is a narrow tile N. The epilogue adds the optional bias, one value per weight row.
