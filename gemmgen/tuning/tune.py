@@ -221,6 +221,9 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
         # the knob settings of the fastest few are timed, and of the kernels the family says are
         # worth them whatever their first pass (`knobs_always_tried`, an optional hook)
         always = getattr(hooks, "knobs_always_tried", None)
+        # how far from the fastest a first-pass time is re-timed side by side, where the family
+        # wants more than TIE_WINDOW x tolerance (`retime_window`, an optional hook)
+        retime_window = getattr(hooks, "retime_window", None)
         for shape in shapes_for(cls, shapes):
             for m in grid_for(cls, shape, options.m_grid):
                 problem = None
@@ -254,14 +257,19 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
                         continue  # e.g. raster/swizzle below one wave of tiles
                     for c in hooks.knob_variants(kernel)[1:]:
                         timed(c)
-                ties = near_ties(store, cls, shape.n, shape.k, m, options.tolerance)
-                if len(ties) > 1 and not all(store.get(cls, shape.n, shape.k, m, c).settled for c in ties):
+                window = retime_window(m) if retime_window is not None else None
+                # Re-timing moves the fastest time, which can bring a first-pass time into the
+                # window: settle those too, so that a resumed tune finds the point settled.
+                for _ in range(SETTLE_PASSES):
+                    ties = near_ties(store, cls, shape.n, shape.k, m, options.tolerance, window)
+                    if len(ties) < 2 or all(store.get(cls, shape.n, shape.k, m, c).settled for c in ties):
+                        break
                     try:
                         if problem is None:
                             problem = make_problem(cls, m, shape, seed=options.seed)
                         settled = retime_side_by_side(ties, lambda c: time_candidate(c, problem, cls))
                     except (GemmgenError, ValueError, torch.OutOfMemoryError):
-                        settled = {}  # keep the first-pass times; retried on resume
+                        break  # keep the first-pass times; retried on resume
                     for c, us in settled.items():
                         store.put(Record(cls, shape.n, shape.k, m, c.kernel, c.raster, c.swizzle,
                                          c.split_k, us, None, settled=True))
@@ -272,10 +280,13 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
 
 TIE_WINDOW = 3  # near-ties: within TIE_WINDOW × tolerance of the fastest get re-timed
 RETIME_ROUNDS = 5
+SETTLE_PASSES = 3  # re-timings of one point at most, each of the candidates then in the window
 
 
-def near_ties(store: Store, cls: MeasuredClass, n: int, k: int, m: int, tolerance: float) -> list[Candidate]:
-    """The candidates of one point whose times lie within TIE_WINDOW × tolerance of the fastest.
+def near_ties(store: Store, cls: MeasuredClass, n: int, k: int, m: int, tolerance: float,
+              window: float | None = None) -> list[Candidate]:
+    """The candidates of one point whose times lie within TIE_WINDOW × tolerance of the fastest
+    (or within `window`, a fraction, where that is wider).
 
     NOTES: one pass times each candidate once, minutes apart from the others; on these GPUs the
     clock (power limit) moves more than the tie tolerance over that span, so two tunes could
@@ -286,7 +297,8 @@ def near_ties(store: Store, cls: MeasuredClass, n: int, k: int, m: int, toleranc
     if not finite:
         return []
     best = min(finite.values())
-    return sorted(c for c, t in finite.items() if t <= best * (1 + TIE_WINDOW * tolerance))
+    spread = max(TIE_WINDOW * tolerance, window or 0.0)
+    return sorted(c for c, t in finite.items() if t <= best * (1 + spread))
 
 
 def retime_side_by_side(candidates: list[Candidate], time_one, rounds: int = RETIME_ROUNDS) -> dict:

@@ -107,6 +107,16 @@ def knobs_always_tried(kernel, m: int, n: int, sm_count: int) -> bool:
     return config.is_wgmma and m <= 4 * config.tile[1]
 
 
+def retime_window(m: int) -> float | None:
+    """Up to 16 tokens, every candidate within 15% of the fastest is re-timed side by side: one
+    pass times the candidates of a point one after another, and at few tokens the kernels are
+    short and the first pass moved by more than the tie window. Session 19's tunes timed every
+    kernel 4-12% slower (median) at one token than at four, where the benchmark times them level,
+    and up to 1.39x for the direct kernel, so its tables sent 5120 x 25600 at one token (AWQ) to
+    the wgmma kernel: 45.8 us in the benchmark against the rules' direct kernel at 35.2 (H100)."""
+    return 0.15 if m <= 16 else None
+
+
 def output_tiles(kernel, m: int, n: int) -> int:
     tile_m, tile_n = kernel.config.tile[0], kernel.config.tile[1]
     return math.ceil(n / tile_m) * math.ceil(m / tile_n)
