@@ -155,8 +155,9 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
                 device: int | None = None) -> tuple[Choice | None, str | None]:
     """(the table's choice or None, a note for the reason of the rule that serves instead).
     A family whose tables serve listed shapes only (`table_nearest_shape` False: the MoE family,
-    whose shapes differ from model to model in more than N and K) takes neither another class's
-    entries nor the nearest shape's."""
+    whose shapes differ from model to model in more than N and K, and the mixed-input family,
+    whose best kernel a nearby shape does not predict) takes neither another class's entries nor
+    the nearest shape's."""
     what = " ".join(key)
     family = registry.for_op(key[0])
     listed_only = family is not None and not family.table_nearest_shape

@@ -38,6 +38,12 @@ class MixedFamily(OpFamily):
     args = ArgsAbi("gemmgen_mixed_mm_args", "gemmgen/mixed/mixed_mm_args.h", MixedMmArgs)
     ops_module = "gemmgen.families.mixed.ops"
     public_api = ("mixed_mm", "pack_weights", "unpack_weights", "PackedWeight")
+    # A shape the table does not list goes to the manifest's rules, not to the nearest listed
+    # shape's winner: the kernels' fit turns on feature tiles per SM and K chunks per split, which
+    # a nearby shape need not share (Qwen2.5-7B's 4608 x 3584 took 4096 x 4096's picks: 0.75-0.84x
+    # the rules' speed at 16-64 tokens on the H100 and the H200, session 19). Tables list every
+    # model of manifests/shapes/; other shapes get the rules or tuning at first use.
+    table_nearest_shape = False
 
     @property
     def tuner(self):
