@@ -113,6 +113,23 @@ def test_the_shipped_manifests_and_their_tuned_table(no_built_library):
     assert "w8a8_sm80.yaml" in sm80 and "(no tuned table)" in sm80
 
 
+def test_the_shipped_mixed_tables_serve_listed_shapes_and_the_rules_the_rest(no_built_library):
+    """The mixed family's tables (H100 and H200) list the dense models of manifests/shapes/; a
+    shape they do not list goes to the rules, never to the nearest listed shape's winner."""
+    import torch
+    mixed = next(lib for lib in manifest_libraries() if lib.name == "mixed")
+    assert {t.gpu[0] for t in mixed.tables} == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
+    problem = dict(a_dtype=torch.bfloat16, weight_type="uint4", m=64)
+    listed = dispatch.choose("mixed_mm", n=4608, k=3584, source="manifests", **problem)
+    assert listed.source == "table" and "measured shape (n=4608, k=3584)" in listed.reason
+    unlisted = dispatch.choose("mixed_mm", n=4352, k=3840, source="manifests", **problem)
+    rules = dispatch.choose("mixed_mm", n=4352, k=3840, source="manifests", tuned=False, **problem)
+    assert unlisted.source == "rule" and (unlisted.kernel, unlisted.knobs) == (rules.kernel, rules.knobs)
+    # fp16 was not tuned (the tune measured bf16): the rules serve it, on listed shapes too
+    fp16 = dict(problem, a_dtype=torch.float16)
+    assert dispatch.choose("mixed_mm", n=4608, k=3584, source="manifests", **fp16).source == "rule"
+
+
 def test_an_edited_manifest_is_read_again(case):
     path = case.write()
     assert dispatch.lookup("scaled_mm", m=4, n=64, k=64, manifests=[path], **INT8_BIAS).spec.origin.config == "small"

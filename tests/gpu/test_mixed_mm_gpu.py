@@ -160,6 +160,43 @@ def test_dispatch_over_m(weight_type, dtype_name):
         check(out, a, packed)
 
 
+def test_every_tuned_table_choice():
+    """Every distinct (kernel, knobs) the GPU's tuned table picks (a wgmma K split among them),
+    run through dispatch at its bucket's largest M on the smallest listed shape of its class,
+    against the reference; dispatch must say the table chose."""
+    from gemmgen import dispatch
+    from gemmgen.bindings.library import libraries
+    from gemmgen.families.mixed.configs import KERNEL_FOR_WEIGHT_TYPE
+    library = next((lib for lib in libraries() if lib.name == "mixed"), None)
+    table = library.table_for(dispatch.gpu_identity())[0] if library is not None else None
+    if table is None:
+        pytest.skip("no mixed library with a tuned table for this GPU")
+    weight_type_of = {v: wt for wt, v in KERNEL_FOR_WEIGHT_TYPE.items() if wt in ("uint4b8", "uint4", "int8")}
+    ran = 0
+    for key, ctable in sorted(table.classes.items()):
+        _, a, w, scheme = key
+        weight_type, dtype = weight_type_of[(w, scheme)], DTYPES[a]
+        seen = set()
+        for shape in sorted(ctable.shapes, key=lambda s: s.n * s.k):
+            group = 128 if weight_type != "int8" else shape.k
+            packed = None
+            for bucket in shape.buckets:
+                pick = (bucket.kernel, bucket.knobs)
+                if pick in seen or bucket.m_max > 1024:
+                    continue
+                seen.add(pick)
+                choice = dispatch.choose("mixed_mm", a_dtype=dtype, weight_type=weight_type,
+                                         m=bucket.m_max, n=shape.n, k=shape.k)
+                assert choice.source == "table" and choice.kernel.name == bucket.kernel, choice.reason
+                packed = packed or random_packed(shape.n, shape.k, weight_type, group, dtype)
+                x = torch.randn(bucket.m_max, shape.k, device="cuda").to(dtype)
+                out = torch.full((bucket.m_max, shape.n), float("nan"), dtype=dtype, device="cuda")
+                gemmgen.mixed_mm(x, packed, out=out)
+                check(out, x, packed)
+                ran += 1
+    assert ran > 0
+
+
 @pytest.mark.parametrize("n,k", [(4096, 4096), (6144, 4096), (4096, 14336), (14336, 4096)])
 def test_llama_shapes(n, k):
     for m in (1, 16, 128):
