@@ -145,10 +145,13 @@ def _sibling(library: Library, measured: Kernel, key: tuple[str, ...]) -> Kernel
     return None
 
 
-def _proxy_class(table, key: tuple[str, ...]):
-    """The measured class that stands in for an unmeasured one: same op and first class field
-    (for W8A8: the same input dtype, another output dtype or epilogue)."""
-    return next((t for c, t in sorted(table.classes.items()) if c[:2] == key[:2]), None)
+def _proxy_class(table, key: tuple[str, ...], fields: tuple[int, ...]):
+    """The measured class that stands in for an unmeasured one: the first that shares the key's
+    `fields` (the family's `table_proxy_fields`; W8A8: op and input dtype, so another output
+    dtype or epilogue; mixed: op, weight and scheme, so another activation dtype)."""
+    same = [i for i in fields if i < len(key)]
+    return next((t for c, t in sorted(table.classes.items())
+                 if len(c) == len(key) and all(c[i] == key[i] for i in same)), None)
 
 
 def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k: int,
@@ -156,15 +159,16 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
     """(the table's choice or None, a note for the reason of the rule that serves instead).
     A family whose tables serve listed shapes only (`table_nearest_shape` False: the MoE family,
     whose shapes differ from model to model in more than N and K, and the mixed-input family,
-    whose best kernel a nearby shape does not predict) takes neither another class's entries nor
-    the nearest shape's."""
+    whose best kernel a nearby shape does not predict) takes no nearest shape's entries; another
+    class's entries stand in as the family's `table_proxy_fields` allow (the MoE family: none)."""
     what = " ".join(key)
     family = registry.for_op(key[0])
     listed_only = family is not None and not family.table_nearest_shape
+    proxy_fields = family.table_proxy_fields if family is not None else (0, 1)
     exact_class = table.classes.get(key)
-    ctable = exact_class or (None if listed_only else _proxy_class(table, key))
+    ctable = exact_class or (None if proxy_fields is None else _proxy_class(table, key, proxy_fields))
     if ctable is None:
-        if not listed_only:
+        if proxy_fields is not None:
             _warn_once(f"gemmgen: the tuned table of library {library.name!r} has no {key[1]} "
                        f"entries; {what} uses the manifest's rules")
         return None, None
@@ -185,7 +189,7 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
     measured = library.kernels[hit.bucket.kernel]
     kernel = measured if exact_class else _sibling(library, measured, key)
     if kernel is None:
-        _warn_once(f"gemmgen: tuned kernel {measured.name} has no {' '.join(key[2:])} sibling in "
+        _warn_once(f"gemmgen: tuned kernel {measured.name} has no {' '.join(key[1:])} sibling in "
                    f"library {library.name!r}; {what} uses the manifest's rules")
         return None, None
     where = f"{table.path}:{hit.bucket.line}"
@@ -205,7 +209,7 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
         _warn_once(f"gemmgen: (n={n}, k={k}) was not tuned for {' '.join(ctable.key)}; dispatch "
                    f"uses the nearest measured shape (n={hit.shape.n}, k={hit.shape.k})")
     proxy = "" if exact_class else (f", measured as {' '.join(ctable.key[1:])} and applied to the "
-                                    f"same config's {' '.join(key[2:])} kernel")
+                                    f"same config's {' '.join(key[1:])} kernel")
     knobs = hit.bucket.knobs
     variable = family.table_m_name if family is not None else "m"
     reason = (f"tuned table ({where}): {shape}, bucket {variable} <= {hit.bucket.m_max}{proxy}; raster "
@@ -285,7 +289,7 @@ def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], m: i
     margin = f", next best {runner_up:.1f} µs" if runner_up is not None else ""
     where = f"{table.path}:{ctable.line}" + (f"; {table.fit.summary()}" if table.fit is not None else "")
     proxy = "" if exact_class else (f", measured as {' '.join(ctable.key[1:])} and applied to the "
-                                    f"same config's {' '.join(key[2:])} kernel")
+                                    f"same config's {' '.join(key[1:])} kernel")
     reason = (f"tuned table ({where}): (n={n}, k={k}) not measured; cost model estimate "
               f"{estimates[best]:.1f} µs{margin}, from the nearest measured shape (n={reference[0]}, "
               f"k={reference[1]}){proxy}; the kernel's manifest knobs")

@@ -92,6 +92,11 @@ class OpFamily(ABC):
     # have none (then it has no tables). `table_nearest_shape`: whether a shape the table does
     # not list takes the nearest listed shape's winner (else the manifest's rules serve it).
     table_nearest_shape: ClassVar[bool] = True
+    # `table_proxy_fields`: which fields of a dispatch class key (op, *class fields) a measured
+    # class must share to stand in for a class the table does not hold, whose kernel is then the
+    # same config's sibling (default: op and the first field, e.g. W8A8's input dtype); None: no
+    # stand-in (that class takes the rules).
+    table_proxy_fields: ClassVar[tuple[int, ...] | None] = (0, 1)
     table_m: ClassVar[str] = "M"  # what a table's m counts, in words (for its header)
     table_m_name: ClassVar[str] = "m"  # its dispatch variable (in dispatch's reasons)
 

@@ -125,9 +125,15 @@ def test_the_shipped_mixed_tables_serve_listed_shapes_and_the_rules_the_rest(no_
     unlisted = dispatch.choose("mixed_mm", n=4352, k=3840, source="manifests", **problem)
     rules = dispatch.choose("mixed_mm", n=4352, k=3840, source="manifests", tuned=False, **problem)
     assert unlisted.source == "rule" and (unlisted.kernel, unlisted.knobs) == (rules.kernel, rules.knobs)
-    # fp16 was not tuned (the tune measured bf16): the rules serve it, on listed shapes too
+    # fp16 was not tuned (the tune measured bf16): the bf16 entries pick the same config's fp16
+    # kernel on listed shapes; unlisted ones take the rules
     fp16 = dict(problem, a_dtype=torch.float16)
-    assert dispatch.choose("mixed_mm", n=4608, k=3584, source="manifests", **fp16).source == "rule"
+    proxy = dispatch.choose("mixed_mm", n=4608, k=3584, source="manifests", **fp16)
+    assert proxy.source == "table" and "measured as bf16 int4 scale_zero and applied to the same " \
+        "config's fp16 int4 scale_zero kernel" in proxy.reason
+    assert proxy.kernel.spec.a == "fp16" and proxy.kernel.spec.origin == listed.kernel.spec.origin
+    assert proxy.knobs == listed.knobs
+    assert dispatch.choose("mixed_mm", n=4352, k=3840, source="manifests", **fp16).source == "rule"
 
 
 def test_an_edited_manifest_is_read_again(case):

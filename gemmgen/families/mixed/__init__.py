@@ -44,6 +44,9 @@ class MixedFamily(OpFamily):
     # the rules' speed at 16-64 tokens on the H100 and the H200, session 19). Tables list every
     # model of manifests/shapes/; other shapes get the rules or tuning at first use.
     table_nearest_shape = False
+    # The tables are measured in bf16; fp16 takes the same configs' fp16 kernels at the same
+    # shapes (the configs rank alike in fp16: session 18's forced sweeps, session 19's benchmark).
+    table_proxy_fields = (0, 2, 3)  # op, weight, scheme
 
     @property
     def tuner(self):

@@ -69,6 +69,7 @@ class MoeFamily(OpFamily):
     ops_module = "gemmgen.families.moe.ops"
     public_api = ("grouped_matmul_swiglu_quant", "pack_moe_weights", "MoeWeight")
     table_nearest_shape = False
+    table_proxy_fields = None  # an int8 table says nothing of fp8 or A8W4 kernels
     table_m_name = "rows"
     table_m = ("rows M (tokens x top-k), measured at each layer's experts and top-k "
                "(manifests/shapes/moe_*.yaml)")
