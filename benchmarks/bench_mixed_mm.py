@@ -56,6 +56,13 @@ MODELS = {"llama3-8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)
           # not a default (session 18's held-out model; the tables of session 19 list it)
           "qwen2.5-7b": [(4608, 3584), (3584, 3584), (37888, 3584), (3584, 18944)]}
 DEFAULT_MODELS = ["llama3-8b", "llama2-70b"]
+DEFAULT_M = [1, 4, 16, 32, 64, 128, 256, 1024, 4096]
+GROUP = 128
+IMPLS = ("bf16_mm", "tinygemm", "gemmgen_i4", "gemmgen_i4z", "gemmgen_i8", "sm80_i4")
+ACT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# the activations' dtype (--dtype): the dense baseline ("bf16_mm", keyed so whatever the dtype),
+# the scales and every kernel run in it
+ACT_NAME, ACT = "bf16", torch.bfloat16
 
 
 def dense_shape_files() -> list[str]:
@@ -71,13 +78,6 @@ def model_shapes(models: list[str]) -> list[tuple[int, int]]:
                                       if not s.experts]
         shapes += [shape for shape in found if shape not in shapes]
     return shapes
-DEFAULT_M = [1, 4, 16, 32, 64, 128, 256, 1024, 4096]
-GROUP = 128
-IMPLS = ("bf16_mm", "tinygemm", "gemmgen_i4", "gemmgen_i4z", "gemmgen_i8", "sm80_i4")
-ACT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# the activations' dtype (--dtype): the dense baseline ("bf16_mm", keyed so whatever the dtype),
-# the scales and every kernel run in it
-ACT_NAME, ACT = "bf16", torch.bfloat16
 
 
 def sm80_kernel(m: int, n: int, k: int):

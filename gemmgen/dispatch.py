@@ -149,9 +149,11 @@ def _proxy_class(table, key: tuple[str, ...], fields: tuple[int, ...]):
     """The measured class that stands in for an unmeasured one: the first that shares the key's
     `fields` (the family's `table_proxy_fields`; W8A8: op and input dtype, so another output
     dtype or epilogue; mixed: op, weight and scheme, so another activation dtype)."""
-    same = [i for i in fields if i < len(key)]
+    if any(not 0 <= i < len(key) for i in fields):
+        raise ValueError(f"table_proxy_fields {fields} of op family {key[0]!r}: indices into its "
+                         f"class key {key} expected")
     return next((t for c, t in sorted(table.classes.items())
-                 if len(c) == len(key) and all(c[i] == key[i] for i in same)), None)
+                 if len(c) == len(key) and all(c[i] == key[i] for i in fields)), None)
 
 
 def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k: int,
@@ -169,8 +171,9 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
     ctable = exact_class or (None if proxy_fields is None else _proxy_class(table, key, proxy_fields))
     if ctable is None:
         if proxy_fields is not None:
-            _warn_once(f"gemmgen: the tuned table of library {library.name!r} has no {key[1]} "
-                       f"entries; {what} uses the manifest's rules")
+            shared = ", ".join(f"{key[i]!r}" for i in proxy_fields)
+            _warn_once(f"gemmgen: the tuned table of library {library.name!r} has no entries for "
+                       f"{what} nor for a class sharing its {shared}; it uses the manifest's rules")
         return None, None
     hit = ctable.lookup(m, n, k)
     if hit is None or (listed_only and not hit.exact_shape):

@@ -187,3 +187,14 @@ def test_choice_reason_keeps_the_0_based_rule_index(case):
     assert choice.reason.startswith(f"rule 2 of 2 ({path}:{line}): 'true' is the first that matches "
                                     "(no tuned table)")
     assert dispatch.rule_label(2, 5, 68) == "rule 3 of 5 (line 68)"
+
+
+def test_a_stand_in_class_shares_the_family_fields_and_bad_fields_are_refused():
+    """`table_proxy_fields` are indices into the class key; another index is a family bug."""
+    from types import SimpleNamespace
+    bf16, i8 = ("mixed_mm", "bf16", "int4", "scale"), ("mixed_mm", "bf16", "int8", "scale")
+    table = SimpleNamespace(classes={bf16: "bf16 int4", i8: "bf16 int8"})
+    assert dispatch._proxy_class(table, ("mixed_mm", "fp16", "int4", "scale"), (0, 2, 3)) == "bf16 int4"
+    assert dispatch._proxy_class(table, ("mixed_mm", "fp16", "int4", "scale_zero"), (0, 2, 3)) is None
+    with pytest.raises(ValueError, match="table_proxy_fields"):
+        dispatch._proxy_class(table, bf16, (0, 4))

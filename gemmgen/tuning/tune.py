@@ -14,6 +14,7 @@ family's tuner hooks (`OpFamily.tuner`).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import statistics
@@ -42,6 +43,8 @@ from .shapes import WeightShape
 from .table import Bucket, ClassTable, ShapeEntry, kernel_set_hash, render_table, table_path_for
 
 MeasuredClass = tuple[str, ...]  # a dispatch class: (op, *class fields)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -260,9 +263,14 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
                 window = retime_window(m) if retime_window is not None else None
                 # Re-timing moves the fastest time, which can bring a first-pass time into the
                 # window: settle those too, so that a resumed tune finds the point settled.
-                for _ in range(SETTLE_PASSES):
+                for settle_pass in range(SETTLE_PASSES + 1):
                     ties = near_ties(store, cls, shape.n, shape.k, m, options.tolerance, window)
                     if len(ties) < 2 or all(store.get(cls, shape.n, shape.k, m, c).settled for c in ties):
+                        break
+                    if settle_pass == SETTLE_PASSES:
+                        log.info("gemmgen tune: %s n=%d k=%d m=%d: near-ties still unsettled after "
+                                 "%d re-timings (a resumed tune re-times them)", " ".join(cls),
+                                 shape.n, shape.k, m, SETTLE_PASSES)
                         break
                     try:
                         if problem is None:

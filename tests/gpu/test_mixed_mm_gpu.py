@@ -161,39 +161,48 @@ def test_dispatch_over_m(weight_type, dtype_name):
 
 
 def test_every_tuned_table_choice():
-    """Every distinct (kernel, knobs) the GPU's tuned table picks (a wgmma K split among them),
-    run through dispatch at its bucket's largest M on the smallest listed shape of its class,
+    """Every distinct (kernel, knobs) the GPU's own tuned table picks (wgmma K splits and CUTLASS
+    raster/swizzle settings among them), run through dispatch in its bucket (at its largest M, the
+    last bucket just above the one before) on the smallest listed shape that picks it, in bf16
+    (measured) and fp16 (the same config's fp16 kernel and knobs, the family's stand-in class),
     against the reference; dispatch must say the table chose."""
     from gemmgen import dispatch
     from gemmgen.bindings.library import libraries
     from gemmgen.families.mixed.configs import KERNEL_FOR_WEIGHT_TYPE
     library = next((lib for lib in libraries() if lib.name == "mixed"), None)
-    table = library.table_for(dispatch.gpu_identity())[0] if library is not None else None
-    if table is None:
-        pytest.skip("no mixed library with a tuned table for this GPU")
+    gpu = dispatch.gpu_identity()
+    table = library.table_for(gpu)[0] if library is not None else None
+    if table is None or tuple(table.gpu) != tuple(gpu) or table.fit is not None:
+        pytest.skip("no mixed library with this GPU's own tuned table for its kernel set")
     weight_type_of = {v: wt for wt, v in KERNEL_FOR_WEIGHT_TYPE.items() if wt in ("uint4b8", "uint4", "int8")}
     ran = 0
     for key, ctable in sorted(table.classes.items()):
-        _, a, w, scheme = key
-        weight_type, dtype = weight_type_of[(w, scheme)], DTYPES[a]
+        _, measured_a, w, scheme = key
+        weight_type = weight_type_of[(w, scheme)]
         seen = set()
         for shape in sorted(ctable.shapes, key=lambda s: s.n * s.k):
             group = 128 if weight_type != "int8" else shape.k
-            packed = None
+            m_low = 1
             for bucket in shape.buckets:
+                m = bucket.m_max if bucket.m_max <= 1024 else m_low  # the 4096 bucket at its bottom
+                m_low = bucket.m_max + 1
                 pick = (bucket.kernel, bucket.knobs)
-                if pick in seen or bucket.m_max > 1024:
+                if pick in seen or bucket.dropped:
                     continue
                 seen.add(pick)
-                choice = dispatch.choose("mixed_mm", a_dtype=dtype, weight_type=weight_type,
-                                         m=bucket.m_max, n=shape.n, k=shape.k)
-                assert choice.source == "table" and choice.kernel.name == bucket.kernel, choice.reason
-                packed = packed or random_packed(shape.n, shape.k, weight_type, group, dtype)
-                x = torch.randn(bucket.m_max, shape.k, device="cuda").to(dtype)
-                out = torch.full((bucket.m_max, shape.n), float("nan"), dtype=dtype, device="cuda")
-                gemmgen.mixed_mm(x, packed, out=out)
-                check(out, x, packed)
-                ran += 1
+                measured = library.kernels[bucket.kernel]
+                for name, dtype in DTYPES.items():
+                    choice = dispatch.choose("mixed_mm", a_dtype=dtype, weight_type=weight_type,
+                                             m=m, n=shape.n, k=shape.k)
+                    assert choice.source == "table" and choice.knobs == bucket.knobs, choice.reason
+                    assert choice.kernel.spec.origin == measured.spec.origin, choice.reason
+                    assert choice.kernel.spec.a == name and (name != measured_a or choice.kernel is measured)
+                    packed = random_packed(shape.n, shape.k, weight_type, group, dtype)
+                    x = torch.randn(m, shape.k, device="cuda").to(dtype)
+                    out = torch.full((m, shape.n), float("nan"), dtype=dtype, device="cuda")
+                    gemmgen.mixed_mm(x, packed, out=out)
+                    check(out, x, packed)
+                    ran += 1
     assert ran > 0
 
 
