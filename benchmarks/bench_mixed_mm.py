@@ -49,12 +49,12 @@ from gemmgen import reference
 from gemmgen.errors import GemmgenError
 from gemmgen.families.mixed.packing import dequantize
 from gemmgen.tuning.measure import gpu_time_us
-from gemmgen.tuning.shapes import available_stems, load_shapes, resolve_shapes_arg
+from gemmgen.tuning.shapes import available_stems, load_many
 
-MODELS = {"llama3-8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)],
-          "llama2-70b": [(10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)],
+# the names earlier runs (and RESULTS) use, for shape files of gemmgen/manifests/shapes/
+MODELS = {"llama3-8b": "llama3_8b", "llama2-70b": "llama2_70b",
           # not a default (session 18's held-out model; the tables of session 19 list it)
-          "qwen2.5-7b": [(4608, 3584), (3584, 3584), (37888, 3584), (3584, 18944)]}
+          "qwen2.5-7b": "qwen2_5_7b"}
 DEFAULT_MODELS = ["llama3-8b", "llama2-70b"]
 DEFAULT_M = [1, 4, 16, 32, 64, 128, 256, 1024, 4096]
 GROUP = 128
@@ -72,12 +72,8 @@ def dense_shape_files() -> list[str]:
 
 def model_shapes(models: list[str]) -> list[tuple[int, int]]:
     """The (N, K) of every model's linear layers, in order, each once."""
-    shapes: list[tuple[int, int]] = []
-    for model in models:
-        found = MODELS.get(model) or [(s.n, s.k) for s in load_shapes(resolve_shapes_arg(model))
-                                      if not s.experts]
-        shapes += [shape for shape in found if shape not in shapes]
-    return shapes
+    return [(s.n, s.k) for s in load_many([MODELS.get(model, model) for model in models])
+            if not s.experts]
 
 
 def sm80_kernel(m: int, n: int, k: int):

@@ -33,9 +33,9 @@ from gemmgen.tuning.measure import gpu_time_us
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_mixed_mm import MODELS, copy_bandwidth, geomean  # noqa: E402  (helpers only: no side effects)
+from bench_mixed_mm import DEFAULT_MODELS, copy_bandwidth, geomean, model_shapes  # noqa: E402  (helpers only: no side effects)
 
-SHAPES = [shape for shapes in MODELS.values() for shape in shapes]  # the 8 Llama linears
+SHAPES = model_shapes(DEFAULT_MODELS)  # the 8 Llama linears
 
 
 def main(argv=None) -> int:

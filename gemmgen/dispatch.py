@@ -44,6 +44,7 @@ from . import families as registry
 from .bindings import library as _library_module
 from .bindings.library import Kernel, Library, all_kernels, libraries, manifest_sources
 from .dtypes import dtype_name  # noqa: F401  (part of this module's API)
+from .family import OpFamily
 from .generator.kernel_config import RuntimeKnobs
 
 log = logging.getLogger("gemmgen.dispatch")
@@ -156,6 +157,12 @@ def _proxy_class(table, key: tuple[str, ...], fields: tuple[int, ...]):
                  if len(c) == len(key) and all(c[i] == key[i] for i in fields)), None)
 
 
+def _stand_in_note(measured: tuple[str, ...], key: tuple[str, ...]) -> str:
+    """What a choice's reason adds when another class's entries stood in for `key`'s."""
+    return (f", measured as {' '.join(measured[1:])} and applied to the same config's "
+            f"{' '.join(key[1:])} kernel")
+
+
 def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k: int,
                 device: int | None = None) -> tuple[Choice | None, str | None]:
     """(the table's choice or None, a note for the reason of the rule that serves instead).
@@ -166,7 +173,7 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
     what = " ".join(key)
     family = registry.for_op(key[0])
     listed_only = family is not None and not family.table_nearest_shape
-    proxy_fields = family.table_proxy_fields if family is not None else (0, 1)
+    proxy_fields = (family or OpFamily).table_proxy_fields
     exact_class = table.classes.get(key)
     ctable = exact_class or (None if proxy_fields is None else _proxy_class(table, key, proxy_fields))
     if ctable is None:
@@ -211,8 +218,7 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
         shape = f"nearest measured shape (n={hit.shape.n}, k={hit.shape.k})"
         _warn_once(f"gemmgen: (n={n}, k={k}) was not tuned for {' '.join(ctable.key)}; dispatch "
                    f"uses the nearest measured shape (n={hit.shape.n}, k={hit.shape.k})")
-    proxy = "" if exact_class else (f", measured as {' '.join(ctable.key[1:])} and applied to the "
-                                    f"same config's {' '.join(key[1:])} kernel")
+    proxy = "" if exact_class else _stand_in_note(ctable.key, key)
     knobs = hit.bucket.knobs
     variable = family.table_m_name if family is not None else "m"
     reason = (f"tuned table ({where}): {shape}, bucket {variable} <= {hit.bucket.m_max}{proxy}; raster "
@@ -291,8 +297,7 @@ def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], m: i
     runner_up = sorted(estimates.values())[1] if len(estimates) > 1 else None
     margin = f", next best {runner_up:.1f} µs" if runner_up is not None else ""
     where = f"{table.path}:{ctable.line}" + (f"; {table.fit.summary()}" if table.fit is not None else "")
-    proxy = "" if exact_class else (f", measured as {' '.join(ctable.key[1:])} and applied to the "
-                                    f"same config's {' '.join(key[1:])} kernel")
+    proxy = "" if exact_class else _stand_in_note(ctable.key, key)
     reason = (f"tuned table ({where}): (n={n}, k={k}) not measured; cost model estimate "
               f"{estimates[best]:.1f} µs{margin}, from the nearest measured shape (n={reference[0]}, "
               f"k={reference[1]}){proxy}; the kernel's manifest knobs")

@@ -261,16 +261,18 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
                     for c in hooks.knob_variants(kernel)[1:]:
                         timed(c)
                 window = retime_window(m) if retime_window is not None else None
+
+                def unsettled_ties() -> list[Candidate]:
+                    """The near-ties, when one of them has not been re-timed side by side."""
+                    ties = near_ties(store, cls, shape.n, shape.k, m, options.tolerance, window)
+                    settled_all = all(store.get(cls, shape.n, shape.k, m, c).settled for c in ties)
+                    return [] if len(ties) < 2 or settled_all else ties
+
                 # Re-timing moves the fastest time, which can bring a first-pass time into the
                 # window: settle those too, so that a resumed tune finds the point settled.
-                for settle_pass in range(SETTLE_PASSES + 1):
-                    ties = near_ties(store, cls, shape.n, shape.k, m, options.tolerance, window)
-                    if len(ties) < 2 or all(store.get(cls, shape.n, shape.k, m, c).settled for c in ties):
-                        break
-                    if settle_pass == SETTLE_PASSES:
-                        log.info("gemmgen tune: %s n=%d k=%d m=%d: near-ties still unsettled after "
-                                 "%d re-timings (a resumed tune re-times them)", " ".join(cls),
-                                 shape.n, shape.k, m, SETTLE_PASSES)
+                for _ in range(SETTLE_PASSES):
+                    ties = unsettled_ties()
+                    if not ties:
                         break
                     try:
                         if problem is None:
@@ -281,6 +283,11 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
                     for c, us in settled.items():
                         store.put(Record(cls, shape.n, shape.k, m, c.kernel, c.raster, c.swizzle,
                                          c.split_k, us, None, settled=True))
+                else:
+                    if unsettled_ties():
+                        log.info("gemmgen tune: %s n=%d k=%d m=%d: near-ties still unsettled after "
+                                 "%d re-timings (a resumed tune re-times them)", " ".join(cls),
+                                 shape.n, shape.k, m, SETTLE_PASSES)
                 del problem
                 bar.update(1)
     bar.close()
