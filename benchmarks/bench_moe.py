@@ -77,6 +77,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
 from bench_mixed_mm import copy_bandwidth, geomean  # noqa: E402  (helpers only: no side effects)
+from gemmgen.families.moe import tuning as moe_tuning  # noqa: E402
 from gemmgen.tuning.measure import graph_time_us  # noqa: E402
 
 OP = "grouped_matmul_swiglu_quant"
@@ -105,7 +106,7 @@ QMAX = {"int8": 127.0, "e4m3": 448.0}                            # by X_TYPE
 # rms of the random values (full-range int8 ~74, int4 -8..7 ~4.6, randn-based e4m3 ~1): the scales
 # divide it out so that C is O(1)
 STD = {"int8": 74.0, "e4m3": 1.0, "int4": 4.64}
-ROUTINGS = ("uniform", "skewed")
+ROUTINGS = moe_tuning.ROUTINGS
 DEFAULT_TOKENS = [1, 16, 64, 256, 1024, 4096]
 QUICK = {"dtypes": ["int8", "a8w4"], "models": ["mixtral-8x7b", "qwen3-30b-a3b"], "tokens": [16, 256, 4096],
          "routing": ["uniform"]}
@@ -176,12 +177,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # ---------------------------------------------------------------- data
 def routing_counts(model: Model, tokens: int, routing: str, name: str) -> list[int]:
-    """Rows per expert: every token picks top-k distinct experts (uniform or Zipf-skewed)."""
-    gen = torch.Generator().manual_seed(zlib.crc32(f"{name}/{tokens}/{routing}".encode()))
-    e = model.experts
-    probs = torch.ones(e) if routing == "uniform" else 1.0 / torch.arange(1, e + 1, dtype=torch.float32)
-    picks = torch.multinomial(probs.repeat(tokens, 1), model.topk, replacement=False, generator=gen)
-    return torch.bincount(picks.flatten(), minlength=e).tolist()
+    """Rows per expert: every token picks top-k distinct experts (uniform or Zipf-skewed, as
+    `gemmgen tune` routes its batches), seeded by the model, tokens and routing."""
+    return moe_tuning.routing_counts(tokens, model.experts, model.topk,
+                                     zlib.crc32(f"{name}/{tokens}/{routing}".encode()), routing)
 
 
 def _scales(shape, k: int, kind: str) -> torch.Tensor:

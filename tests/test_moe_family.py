@@ -1286,15 +1286,24 @@ def test_the_tuner_refuses_what_cannot_give_an_moe_table(tmp_path):
 
 @pytest.mark.parametrize("experts,top_k", [(8, 2), (128, 8), (64, 6), (4, 4)])
 def test_the_tuners_batch_has_the_points_rows(experts, top_k):
-    """The routed batch of a tuning point of m rows: the most whole tokens that fit (one token
-    below top-k rows), each in top-k distinct experts."""
-    from gemmgen.families.moe.tuning import routing_counts, tokens_for
+    """The routed batches of a tuning point of m rows: the most whole tokens that fit (one token
+    below top-k rows), each in top-k distinct experts, uniform or Zipf-skewed (the hot experts
+    first); another routing is refused by name."""
+    from gemmgen.families.moe.tuning import ROUTINGS, routing_counts, tokens_for
     for m in (1, 2, 3, 7, 16, 64, 1024, 8192):
         tokens = tokens_for(m, top_k)
         assert tokens == max(1, m // top_k)
-        counts = routing_counts(tokens, experts, top_k, seed=m)
-        assert sum(counts) == tokens * top_k and max(counts) <= tokens and len(counts) == experts
-        assert sum(counts) <= m or tokens == 1
+        for routing in ROUTINGS:
+            counts = routing_counts(tokens, experts, top_k, seed=m, routing=routing)
+            assert sum(counts) == tokens * top_k and max(counts) <= tokens and len(counts) == experts
+            assert sum(counts) <= m or tokens == 1
+    if top_k < experts:
+        uniform = routing_counts(4096, experts, top_k, seed=1, routing="uniform")
+        skewed = routing_counts(4096, experts, top_k, seed=1, routing="skewed")
+        assert skewed[0] == max(skewed) and skewed[0] > 1.2 * max(uniform)
+        assert sum(skewed[-max(1, experts // 4):]) < sum(uniform[-max(1, experts // 4):])
+    with pytest.raises(ValueError, match=r"routing: expected one of uniform, skewed, got 'zipf'"):
+        routing_counts(4, experts, top_k, seed=0, routing="zipf")
 
 
 def test_moe_shape_files_name_experts_and_top_k_together(tmp_path):

@@ -4,7 +4,10 @@ expert layer's weights and a routed batch), one timed call of a candidate, and i
 A point's m is the rows M of x (the `rows` dispatch variable; tables bucket over it), its (n, k)
 the layer's weight shape; the layer's experts and top-k come from the shape file (`experts`,
 `top_k`, manifests/shapes/moe_*.yaml). The batch is T = max(1, m // top_k) tokens (T · top_k rows),
-each routed to top-k distinct experts drawn uniformly (seeded), as bench_moe.py routes them.
+routed twice, as bench_moe.py routes them: each token to top-k distinct experts drawn uniformly,
+and drawn with Zipf-skewed odds (a few hot experts, as trained routers give). A candidate's time is
+the mean of the two batches' times, so a table's kernel holds up on both kinds of batch (measured
+on uniform batches alone, the session 15 tables lost to the rules on skewed ones).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from .packing import pack_moe_weights
 
 TORCH_DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn}
 GROUP_SIZE = 128  # per-group A8W4: the checkpoints' common group
+ROUTINGS = ("uniform", "skewed")  # the batches a point is timed on
 
 
 @dataclass
@@ -29,7 +33,7 @@ class Problem:
     """Weight copies and routed batches to rotate through, and the outputs."""
 
     pool: list[tuple]  # (x, x_scale, weight, weight_scale): weights shared between items
-    group_list: torch.Tensor
+    group_lists: dict[str, torch.Tensor]  # by routing (ROUTINGS): the same rows, other experts
     weight_bits: int
     q: torch.Tensor
     q_scale: torch.Tensor
@@ -41,11 +45,16 @@ def tokens_for(m: int, top_k: int) -> int:
     return max(1, m // top_k)
 
 
-def routing_counts(tokens: int, experts: int, top_k: int, seed: int) -> list[int]:
-    """Rows per expert: each token picks top_k distinct experts uniformly (seeded)."""
+def routing_counts(tokens: int, experts: int, top_k: int, seed: int,
+                   routing: str = "uniform") -> list[int]:
+    """Rows per expert: each token picks top_k distinct experts (seeded), all equally likely
+    (`uniform`) or expert i with odds 1 / (i + 1) (`skewed`, Zipf)."""
+    if routing not in ROUTINGS:
+        raise ValueError(f"routing: expected one of {', '.join(ROUTINGS)}, got {routing!r}")
     gen = torch.Generator().manual_seed(seed)
-    picks = torch.multinomial(torch.ones(experts).repeat(tokens, 1), top_k, replacement=False,
-                              generator=gen)
+    odds = (torch.ones(experts) if routing == "uniform"
+            else 1.0 / torch.arange(1, experts + 1, dtype=torch.float32))
+    picks = torch.multinomial(odds.repeat(tokens, 1), top_k, replacement=False, generator=gen)
     return torch.bincount(picks.flatten(), minlength=experts).tolist()
 
 
@@ -67,9 +76,10 @@ def classes(built: set[tuple[str, ...]], options) -> list[tuple[str, ...]]:
 def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
                  l2_bytes: int | None = None, shape=None) -> Problem:
     """Full-range random weights (int8 -128..127, int4 -8..7, e4m3 from a normal), scales in
-    [0.005, 0.015] (per group of 128 for a per-group class); one routed batch a pool
-    item, and enough weight copies (up to 16) that one pass over the pool reads more than twice
-    the L2 (as bench_moe.py: a decode step's few experts would otherwise stay in the L2)."""
+    [0.005, 0.015] (per group of 128 for a per-group class); one batch of rows a pool item, with
+    a group list for each routing, and enough weight copies (up to 16) that one pass over the
+    pool reads more than twice the L2 under either routing (as bench_moe.py: a decode step's few
+    experts would otherwise stay in the L2)."""
     _, x_name, w_name, scales = cls
     experts, top_k = (shape.experts, shape.top_k) if shape is not None else (0, 0)
     if experts < 1:
@@ -83,11 +93,13 @@ def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
     bits = 4 if w_name == "int4" else 8
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{seed}:{cls}:{m}:{n}:{k}".encode()))
     tokens = tokens_for(m, top_k)
-    counts = routing_counts(tokens, experts, top_k, zlib.crc32(f"{seed}:{tokens}:{experts}".encode()))
-    rows = sum(counts)
+    counts = {routing: routing_counts(tokens, experts, top_k,
+                                      zlib.crc32(f"{seed}:{tokens}:{experts}".encode()), routing)
+              for routing in ROUTINGS}
+    rows = tokens * top_k
     # weight copies: a call reads its active experts' weights only (a decode step: top-k of
     # them), so enough copies that rotating through them reads more than twice the L2
-    active = sum(1 for c in counts if c)
+    active = min(sum(1 for c in per_expert if c) for per_expert in counts.values())
     copies = max(1, min(16, math.ceil(2 * l2 / (active * n * k * bits // 8))))
     weights = []
     for _ in range(copies):
@@ -112,27 +124,31 @@ def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
                             generator=gen).to(torch.float8_e4m3fn)
         x_scale = torch.rand(rows, device="cuda", generator=gen) * 0.01 + 0.005
         pool.append((x, x_scale, *weights[i % copies]))
-    group_list = torch.tensor(counts, dtype=torch.int64, device="cuda")
+    group_lists = {routing: torch.tensor(c, dtype=torch.int64, device="cuda")
+                   for routing, c in counts.items()}
     q = torch.empty(rows, n // 2, dtype=TORCH_DTYPES[x_name], device="cuda")
     q_scale = torch.empty(rows, dtype=torch.float32, device="cuda")
-    return Problem(pool, group_list, bits, q, q_scale)
+    return Problem(pool, group_lists, bits, q, q_scale)
 
 
 def time_candidate(candidate: Candidate, problem: Problem) -> float:
-    """µs per call, the pool's calls replayed from a CUDA graph as bench_moe.py times them (and
-    as engines run decode): a decode step's three launches cost what they cost in a graph."""
+    """µs per call, the mean over the routings' batches, the pool's calls replayed from a CUDA
+    graph as bench_moe.py times them (and as engines run decode): a decode step's three launches
+    cost what they cost in a graph."""
     p = problem
     knobs = candidate.knobs
-
-    def call(i: int) -> None:
-        x, x_scale, w, w_scale = p.pool[i]
-        ops._gmm_swiglu_quant_out_impl(p.q, p.q_scale, x, w, w_scale, x_scale, p.group_list,
-                                       "count", p.weight_bits, False, candidate.kernel, knobs)
-    us, how = graph_time_us(call, len(p.pool))
-    if how != "graph":  # the op is capturable: a failure is not a time to compare with the others
-        raise GemmgenError(f"{candidate.kernel}: its calls could not be captured in a CUDA graph "
-                           f"({how})")
-    return us
+    times = []
+    for group_list in p.group_lists.values():
+        def call(i: int, group_list=group_list) -> None:
+            x, x_scale, w, w_scale = p.pool[i]
+            ops._gmm_swiglu_quant_out_impl(p.q, p.q_scale, x, w, w_scale, x_scale, group_list,
+                                           "count", p.weight_bits, False, candidate.kernel, knobs)
+        us, how = graph_time_us(call, len(p.pool))
+        if how != "graph":  # the op is capturable: a failure is not a time to compare with others
+            raise GemmgenError(f"{candidate.kernel}: its calls could not be captured in a CUDA "
+                               f"graph ({how})")
+        times.append(us)
+    return sum(times) / len(times)
 
 
 def knob_variants(kernel) -> list[Candidate]:
