@@ -151,6 +151,16 @@ def time_candidate(candidate: Candidate, problem: Problem) -> float:
     return sum(times) / len(times)
 
 
+def retime_window(m: int) -> float | None:
+    """Every candidate within 15% of the fastest is re-timed side by side, at any row count: one
+    pass times a point's candidates one after another, up to a millisecond a call at thousands
+    of rows, and a kernel's time moved by 10% from one candidate to the next (H200, e4m3
+    Mixtral-8x7B at 2048 rows: `small` 897.9 µs in the first pass against 702 / 751 µs in
+    bench_moe.py, uniform / skewed; the table sent the bucket to `mid`, 0.87x the rules' speed on
+    the skewed batch)."""
+    return 0.15
+
+
 def knob_variants(kernel) -> list[Candidate]:
     """The manifest's knobs only: the configs are the choice (the CUTLASS kernels' raster and
     swizzle matter little over the few tiles an expert has)."""
