@@ -35,6 +35,7 @@ k), listed layers only).
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import sys
 from dataclasses import dataclass, replace
@@ -453,6 +454,24 @@ def _device_index(device: int | None) -> int:
     return torch.cuda.current_device()
 
 
+def _dispatch_request(op: str, problem: dict):
+    """The family's (class key, variable values) of a problem description; a ValueError that
+    names an unknown or missing argument and the ones the op's problem takes (not a TypeError
+    from the call)."""
+    family = registry.for_api_op(op)
+    params = [p for p in inspect.signature(family.dispatch_request).parameters.values()
+              if p.kind == p.KEYWORD_ONLY]
+    names = [p.name for p in params]
+    unknown = [name for name in problem if name not in names]
+    missing = [p.name for p in params if p.default is p.empty and p.name not in problem]
+    if params and (unknown or missing):
+        what = (f"unknown argument {unknown[0]!r}" if unknown
+                else f"missing argument {missing[0]!r}")
+        raise ValueError(f"{op}: {what}; a problem of {op} is described by "
+                         f"{', '.join(names)}")
+    return family, family.dispatch_request(op, **problem)
+
+
 def choose(op: str = "scaled_mm", *, arch=None, tuned: bool = True, device: int | None = None,
            source: str = "built", manifests=None, **problem) -> Choice:
     """The dispatch decision for a problem: kernel, knobs, and which link of the chain chose it.
@@ -465,7 +484,7 @@ def choose(op: str = "scaled_mm", *, arch=None, tuned: bool = True, device: int 
     (default: the current one; without CUDA the table is used unchecked). `source="manifests"`
     answers from the shipped manifests (`manifests=[paths]`: those) without a build.
     """
-    key, values = registry.for_api_op(op).dispatch_request(op, **problem)
+    _, (key, values) = _dispatch_request(op, problem)
     return _choose(_arches(arch, device), key, values, device, tuned, _source(source, manifests))
 
 
@@ -504,8 +523,7 @@ def explain(op: str = "scaled_mm", *, arch=None, tuned: bool = True, source: str
             manifests=None, **problem) -> str:
     """One paragraph: for which arch and GPU, which link of the chain (tuned table, rule,
     default) chose which kernel and knobs for this problem, and why."""
-    family = registry.for_api_op(op)
-    key, values = family.dispatch_request(op, **problem)
+    family, (key, values) = _dispatch_request(op, problem)
     arches = _arches(arch)
     c = _choose(arches, key, values, None, tuned, _source(source, manifests))
     split = f", split_k {c.knobs.split_k_slices}" if c.knobs.split_k_slices != 1 else ""

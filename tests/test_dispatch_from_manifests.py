@@ -136,6 +136,36 @@ def test_the_shipped_mixed_tables_serve_listed_shapes_and_the_rules_the_rest(no_
     assert dispatch.choose("mixed_mm", n=4352, k=3840, source="manifests", **fp16).source == "rule"
 
 
+def test_the_shipped_moe_tables_serve_their_layers_and_the_rules_the_rest(no_built_library):
+    """The MoE family's tables (H100 and H200) list the expert layers of manifests/shapes/moe_*;
+    another layer, and a problem with no stand-in class, go to the rules."""
+    import torch
+    moe = next(lib for lib in manifest_libraries() if lib.name == "moe")
+    assert {t.gpu[0] for t in moe.tables} == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
+    assert not any(t.partial for t in moe.tables)
+    problem = dict(x_dtype=torch.int8, m=512, experts=8)
+    listed = dispatch.choose("grouped_matmul_swiglu_quant", n=28672, k=4096, source="manifests", **problem)
+    assert listed.source == "table" and "measured shape (n=28672, k=4096), bucket rows <= " in listed.reason
+    unlisted = dispatch.choose("grouped_matmul_swiglu_quant", n=28160, k=4096, source="manifests", **problem)
+    rules = dispatch.choose("grouped_matmul_swiglu_quant", n=28160, k=4096, source="manifests",
+                            tuned=False, **problem)
+    assert unlisted.source == "rule" and (unlisted.kernel, unlisted.knobs) == (rules.kernel, rules.knobs)
+
+
+def test_a_problem_description_with_a_wrong_argument_is_refused_by_name():
+    """choose / explain name an unknown or missing argument and the op's problem arguments
+    (not a TypeError from inside the family)."""
+    import torch
+    with pytest.raises(ValueError, match=r"grouped_matmul_swiglu_quant: unknown argument 'rows'; a "
+                                         r"problem of grouped_matmul_swiglu_quant is described by "
+                                         r"x_dtype, m, experts, n, k, weight_bits, per_group"):
+        dispatch.explain("grouped_matmul_swiglu_quant", source="manifests", x_dtype=torch.int8,
+                         rows=512, experts=8, n=28672, k=4096)
+    with pytest.raises(ValueError, match=r"scaled_mm: missing argument 'k'; a problem of scaled_mm "
+                                         r"is described by "):
+        dispatch.choose("scaled_mm", source="manifests", m=37, n=4096, **INT8_BIAS)
+
+
 def test_an_edited_manifest_is_read_again(case):
     path = case.write()
     assert dispatch.lookup("scaled_mm", m=4, n=64, k=64, manifests=[path], **INT8_BIAS).spec.origin.config == "small"
