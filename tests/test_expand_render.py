@@ -86,6 +86,16 @@ def test_streamk_name_from_manifest(case):
     names = [k.name for k in case.expand()]
     assert "sm90a_scaled_mm_i8_bf16_scaled_t256x128x128_c2x1x1_coop_sauto_streamk" in names
     assert "sm90a_scaled_mm_i8_f16_scaled_bias_t64x64x128_c1x1x1_ws_sauto_swapab" in names
+    # stream-K translation units are built without programmatic dependent launch (CUTLASS 4.2's
+    # stream-K scheduler does not compile with GDC); the others keep it
+    manifest = case.load()
+    units = render_kernel_sources(manifest, expand(manifest))
+    define = "#define GEMMGEN_SM90_WITHOUT_GDC 1\n"
+    streamk = [u for u in units if u.name.endswith("_streamk.cu")]
+    include = '#include "gemmgen/w8a8/sm90_scaled_mm.hpp"'
+    assert streamk and all(define in u.source and u.source.index(define) < u.source.index(include)
+                           for u in streamk)
+    assert all(define not in u.source for u in units if u not in streamk)
 
 
 # ---------------------------------------------------------------- expansion

@@ -12,7 +12,11 @@
 // mainloop is done (`griddepcontrol.launch_dependents`). Both are no-ops for a launch without the
 // PDL attribute, which the caller asks for per call (gemmgen_scaled_mm_args.launch_flags).
 // Defined before any CUTLASS header: it selects what cutlass/arch/grid_dependency_control.h emits.
-#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
+// A translation unit of stream-K kernels defines GEMMGEN_SM90_WITHOUT_GDC first (the template
+// does): CUTLASS 4.2's stream-K scheduler does not compile with GDC on (its const `is_last_tile`,
+// which the cooperative kernel calls only then, binds a member to a non-const reference), so
+// those kernels are built without it and launched without the PDL attribute (run(), below).
+#if !defined(CUTLASS_ENABLE_GDC_FOR_SM90) && !defined(GEMMGEN_SM90_WITHOUT_GDC)
 #define CUTLASS_ENABLE_GDC_FOR_SM90 1
 #endif
 
@@ -146,8 +150,13 @@ struct ScaledMm {
 
   static int run(gemmgen_scaled_mm_args const* p, void* workspace, size_t workspace_bytes,
                  void* stream, char const* kernel_name) {
+#ifdef CUTLASS_ENABLE_GDC_FOR_SM90
+    bool const pdl = (p->launch_flags & GEMMGEN_LAUNCH_PDL) != 0;
+#else
+    bool const pdl = false;  // built without GDC: it would not wait for the previous kernel
+#endif
     return Launcher<Gemm>::run(make_arguments(*p), workspace, workspace_bytes, stream,
-                               kernel_name, (p->launch_flags & GEMMGEN_LAUNCH_PDL) != 0);
+                               kernel_name, pdl);
   }
 };
 
