@@ -457,18 +457,21 @@ def _device_index(device: int | None) -> int:
 def _dispatch_request(op: str, problem: dict):
     """The family's (class key, variable values) of a problem description; a ValueError that
     names an unknown or missing argument and the ones the op's problem takes (not a TypeError
-    from the call)."""
+    from the call). The family's named parameters after `op` are the contract: a family that
+    also takes `**problem` gets no unknown-name check."""
     family = registry.for_api_op(op)
-    params = [p for p in inspect.signature(family.dispatch_request).parameters.values()
-              if p.kind == p.KEYWORD_ONLY]
-    names = [p.name for p in params]
-    unknown = [name for name in problem if name not in names]
-    missing = [p.name for p in params if p.default is p.empty and p.name not in problem]
-    if params and (unknown or missing):
+    params = list(inspect.signature(family.dispatch_request).parameters.values())[1:]  # after op
+    named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    open_ended = any(p.kind == p.VAR_KEYWORD for p in params)
+    names = [p.name for p in named]
+    unknown = [] if open_ended else [name for name in problem if name not in names]
+    missing = [p.name for p in named if p.default is p.empty and p.name not in problem]
+    if unknown or missing:
         what = (f"unknown argument {unknown[0]!r}" if unknown
                 else f"missing argument {missing[0]!r}")
-        raise ValueError(f"{op}: {what}; a problem of {op} is described by "
-                         f"{', '.join(names)}")
+        described = ", ".join(p.name if p.default is p.empty else f"{p.name} (optional)"
+                              for p in named)
+        raise ValueError(f"{op}: {what}; a problem of {op} is described by {described}")
     return family, family.dispatch_request(op, **problem)
 
 

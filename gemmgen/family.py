@@ -157,7 +157,9 @@ class OpFamily(ABC):
     def dispatch_request(self, op: str, **problem) -> tuple[tuple[str, ...], tuple[int, ...]]:
         """(dispatch class key, variable values in `variables` order) of a user's problem
         description, e.g. `("scaled_mm", "int8", "bf16", "ScaledEpilogue"), (m, n, k)`;
-        ValueError naming the bad argument otherwise."""
+        ValueError naming the bad argument otherwise. Name the problem's parameters (keyword
+        parameters after `op`): dispatch.choose / explain check a description against them and
+        name an unknown or missing one (a family taking `**problem` gets no unknown-name check)."""
 
     def describe_class(self, key: tuple[str, ...]) -> str:
         """A dispatch class in words, for messages."""

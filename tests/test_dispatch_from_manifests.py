@@ -137,8 +137,8 @@ def test_the_shipped_mixed_tables_serve_listed_shapes_and_the_rules_the_rest(no_
 
 
 def test_the_shipped_moe_tables_serve_their_layers_and_the_rules_the_rest(no_built_library):
-    """The MoE family's tables (H100 and H200) list the expert layers of manifests/shapes/moe_*;
-    another layer, and a problem with no stand-in class, go to the rules."""
+    """The MoE family's tables (H100 and H200) list the expert layers of manifests/shapes/moe_*
+    (the bucket's kernel is the one the table file names); another layer goes to the rules."""
     import torch
     moe = next(lib for lib in manifest_libraries() if lib.name == "moe")
     assert {t.gpu[0] for t in moe.tables} == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
@@ -146,6 +146,8 @@ def test_the_shipped_moe_tables_serve_their_layers_and_the_rules_the_rest(no_bui
     problem = dict(x_dtype=torch.int8, m=512, experts=8)
     listed = dispatch.choose("grouped_matmul_swiglu_quant", n=28672, k=4096, source="manifests", **problem)
     assert listed.source == "table" and "measured shape (n=28672, k=4096), bucket rows <= " in listed.reason
+    path, line = re.search(r"tuned table \((\S+\.yaml):(\d+);", listed.reason).groups()
+    assert f"kernel: {listed.kernel.name}," in open(path).read().splitlines()[int(line) - 1]
     unlisted = dispatch.choose("grouped_matmul_swiglu_quant", n=28160, k=4096, source="manifests", **problem)
     rules = dispatch.choose("grouped_matmul_swiglu_quant", n=28160, k=4096, source="manifests",
                             tuned=False, **problem)
@@ -158,12 +160,37 @@ def test_a_problem_description_with_a_wrong_argument_is_refused_by_name():
     import torch
     with pytest.raises(ValueError, match=r"grouped_matmul_swiglu_quant: unknown argument 'rows'; a "
                                          r"problem of grouped_matmul_swiglu_quant is described by "
-                                         r"x_dtype, m, experts, n, k, weight_bits, per_group"):
+                                         r"x_dtype, m, experts, n, k, weight_bits \(optional\), "
+                                         r"per_group \(optional\)"):
         dispatch.explain("grouped_matmul_swiglu_quant", source="manifests", x_dtype=torch.int8,
                          rows=512, experts=8, n=28672, k=4096)
     with pytest.raises(ValueError, match=r"scaled_mm: missing argument 'k'; a problem of scaled_mm "
                                          r"is described by "):
         dispatch.choose("scaled_mm", source="manifests", m=37, n=4096, **INT8_BIAS)
+
+
+def test_a_problems_arguments_are_read_from_the_familys_signature(monkeypatch):
+    """Positional-or-keyword parameters count as the problem's arguments; with **problem, an
+    unknown name is left to the family."""
+    from gemmgen import families as registry
+
+    class Named:
+        def dispatch_request(self, op, a_dtype, *, m, n=1):
+            return (op, a_dtype), (m, n)
+
+    class OpenEnded:
+        def dispatch_request(self, op, *, m, **extra):
+            return (op,), (m, len(extra))
+
+    monkeypatch.setattr(registry, "for_api_op", lambda op: Named())
+    assert dispatch._dispatch_request("x", {"a_dtype": "int8", "m": 3})[1] == (("x", "int8"), (3, 1))
+    with pytest.raises(ValueError, match=r"x: missing argument 'a_dtype'; a problem of x is "
+                                         r"described by a_dtype, m, n \(optional\)"):
+        dispatch._dispatch_request("x", {"m": 3})
+    monkeypatch.setattr(registry, "for_api_op", lambda op: OpenEnded())
+    assert dispatch._dispatch_request("x", {"m": 3, "tag": 1})[1] == (("x",), (3, 1))
+    with pytest.raises(ValueError, match=r"x: missing argument 'm'"):
+        dispatch._dispatch_request("x", {"tag": 1})
 
 
 def test_an_edited_manifest_is_read_again(case):

@@ -1371,3 +1371,88 @@ def test_a_tuned_moe_table_serves_its_listed_layers_only(tmp_path, monkeypatch):
     finally:
         dispatch.cache_clear()
         binding_library.reload()
+
+
+def test_routing_counts_are_the_benchmarks_earlier_draws():
+    """bench_moe.py's batches are drawn by the tuner's routing_counts since session 20 and must
+    equal the draws of its earlier own code (so its rows stay comparable with earlier results):
+    a Generator seeded by crc32("<model>/<tokens>/<routing>"), odds 1 or 1/(i+1), multinomial
+    without replacement."""
+    import zlib
+
+    import torch
+
+    from gemmgen.families.moe.tuning import routing_counts
+    for name, experts, top_k in (("mixtral-8x7b", 8, 2), ("qwen3-30b-a3b", 128, 8)):
+        for tokens in (1, 16, 1024):
+            for routing in ("uniform", "skewed"):
+                gen = torch.Generator().manual_seed(zlib.crc32(f"{name}/{tokens}/{routing}".encode()))
+                odds = (torch.ones(experts) if routing == "uniform"
+                        else 1.0 / torch.arange(1, experts + 1, dtype=torch.float32))
+                picks = torch.multinomial(odds.repeat(tokens, 1), top_k, replacement=False, generator=gen)
+                earlier = torch.bincount(picks.flatten(), minlength=experts).tolist()
+                seed = zlib.crc32(f"{name}/{tokens}/{routing}".encode())
+                assert routing_counts(tokens, experts, top_k, seed, routing) == earlier
+
+
+def test_the_tuners_time_is_the_mean_over_both_routings(monkeypatch):
+    """time_candidate times the pool's calls once per routing's group list, through a CUDA
+    graph, and returns the mean; a candidate that cannot be captured is an error, not a time."""
+    import pytest as _pytest
+
+    from gemmgen.errors import GemmgenError
+    from gemmgen.families.moe import tuning
+    from gemmgen.tuning.measure import Candidate
+
+    seen = []
+    times = {"uniform": 10.0, "skewed": 30.0}
+    lists = {"uniform": object(), "skewed": object()}
+
+    def fake_impl(q, q_scale, x, w, w_scale, x_scale, group_list, *rest):
+        seen.append(group_list)
+
+    def fake_graph_time(call, pool_size):
+        before = len(seen)
+        for i in range(pool_size):
+            call(i)
+        routing = next(r for r, gl in lists.items() if gl is seen[before])
+        assert all(gl is lists[routing] for gl in seen[before:])
+        return times[routing], "graph"
+
+    monkeypatch.setattr(tuning.ops, "_gmm_swiglu_quant_out_impl", fake_impl)
+    monkeypatch.setattr(tuning, "graph_time_us", fake_graph_time)
+    problem = tuning.Problem(pool=[("x", "xs", "w", "ws")] * 3, group_lists=dict(lists),
+                             weight_bits=8, q=None, q_scale=None)
+    candidate = Candidate("k", "heuristic", 1, 1)
+    assert tuning.time_candidate(candidate, problem) == 20.0
+    assert len(seen) == 6 and {id(gl) for gl in seen} == {id(gl) for gl in lists.values()}
+    monkeypatch.setattr(tuning, "graph_time_us", lambda call, n: (5.0, "eager (RuntimeError)"))
+    with _pytest.raises(GemmgenError, match="could not be captured in a CUDA graph"):
+        tuning.time_candidate(candidate, problem)
+
+
+def test_the_moe_tuner_retimes_within_15_percent_and_names_its_method_in_the_store():
+    from gemmgen.families.moe import tuning
+    assert all(tuning.retime_window(m) == 0.15 for m in (2, 64, 8192))
+    assert tuning.MEASURE_METHOD == "uniform+skewed"
+
+
+def test_a_store_names_its_familys_measuring_method(monkeypatch, tmp_path):
+    """The MoE store's file name carries MEASURE_METHOD (a store timed another way is not
+    resumed); a family without one (W8A8) keeps the plain name."""
+    from types import SimpleNamespace
+
+    from gemmgen import settings
+    from gemmgen.tuning import tune as tuning
+
+    monkeypatch.setattr(tuning, "gpu_identity", lambda: ("NVIDIA H200", 132))
+    monkeypatch.setattr(settings, "build_dir", lambda: tmp_path)
+
+    def library(name, op):
+        kernel = SimpleNamespace(spec=SimpleNamespace(op=op))
+        return SimpleNamespace(name=name, kernel_set="abc", kernels={"k": kernel})
+    options = SimpleNamespace(seed=0)
+    moe = tuning.store_path(library("moe", "grouped_matmul_swiglu_quant"), options)
+    assert moe == tmp_path / "tune" / "moe-abc-uniform+skewed-NVIDIA_H200-132sm-seed0.jsonl"
+    w8a8 = tuning.store_path(library("w8a8", "scaled_mm"), options)
+    assert w8a8 == tmp_path / "tune" / "w8a8-abc-NVIDIA_H200-132sm-seed0.jsonl"

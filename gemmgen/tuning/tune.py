@@ -199,9 +199,17 @@ def kernels_of(library: Library, cls: MeasuredClass) -> list[Kernel]:
 
 
 def store_path(library: Library, options: TuneOptions) -> Path:
+    """The library's measurement store for this GPU and seed; a family whose tuner names its
+    measuring method (`MEASURE_METHOD`, a tuner attribute) gets it in the file name, so a store
+    timed another way is never resumed as if it were this method's."""
     gpu, sms = gpu_identity()
     slug = "".join(ch if ch.isalnum() else "_" for ch in gpu).strip("_")
-    return settings.build_dir() / "tune" / f"{library.name}-{library.kernel_set}-{slug}-{sms}sm-seed{options.seed}.jsonl"
+    method = ""
+    if library.kernels:
+        tuner = registry.for_op(next(iter(library.kernels.values())).spec.op).tuner
+        method = f"-{tuner.MEASURE_METHOD}" if getattr(tuner, "MEASURE_METHOD", None) else ""
+    return settings.build_dir() / "tune" / (f"{library.name}-{library.kernel_set}{method}-{slug}-"
+                                            f"{sms}sm-seed{options.seed}.jsonl")
 
 
 def _progress(total: int, position: int = 0, desc: str = "tune", disable: bool = False):

@@ -1,13 +1,16 @@
 """How the tuner measures the MoE family: the classes it tunes, seeded inputs for one point (an
-expert layer's weights and a routed batch), one timed call of a candidate, and its knobs.
+expert layer's weights and two routed batches of the same rows), one timed call of a candidate,
+and its knobs.
 
 A point's m is the rows M of x (the `rows` dispatch variable; tables bucket over it), its (n, k)
 the layer's weight shape; the layer's experts and top-k come from the shape file (`experts`,
 `top_k`, manifests/shapes/moe_*.yaml). The batch is T = max(1, m // top_k) tokens (T · top_k rows),
-routed twice, as bench_moe.py routes them: each token to top-k distinct experts drawn uniformly,
-and drawn with Zipf-skewed odds (a few hot experts, as trained routers give). A candidate's time is
-the mean of the two batches' times, so a table's kernel holds up on both kinds of batch (measured
-on uniform batches alone, the session 15 tables lost to the rules on skewed ones).
+routed twice, as bench_moe.py routes its batches (the same odds, not the same draws): each token
+to top-k distinct experts drawn uniformly, and drawn with Zipf-skewed odds (a few hot experts, as
+trained routers give). A candidate's time is the mean of the two batches' times, so a table's
+kernel holds up on both kinds of batch (measured on uniform batches alone, the session 15 tables
+lost to the rules on skewed ones). The store's file name carries MEASURE_METHOD, so a store timed
+on uniform batches alone is not resumed as one of these.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .packing import pack_moe_weights
 TORCH_DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn}
 GROUP_SIZE = 128  # per-group A8W4: the checkpoints' common group
 ROUTINGS = ("uniform", "skewed")  # the batches a point is timed on
+MEASURE_METHOD = "uniform+skewed"  # in the store's file name (gemmgen/tuning/tune.py: store_path)
 
 
 @dataclass
@@ -152,12 +156,14 @@ def time_candidate(candidate: Candidate, problem: Problem) -> float:
 
 
 def retime_window(m: int) -> float | None:
-    """Every candidate within 15% of the fastest is re-timed side by side, at any row count: one
-    pass times a point's candidates one after another, up to a millisecond a call at thousands
-    of rows, and a kernel's time moved by 10% from one candidate to the next (H200, e4m3
-    Mixtral-8x7B at 2048 rows: `small` 897.9 µs in the first pass against 702 / 751 µs in
-    bench_moe.py, uniform / skewed; the table sent the bucket to `mid`, 0.87x the rules' speed on
-    the skewed batch)."""
+    """Every candidate within 15% of the fastest is re-timed side by side, at any row count (the
+    default window is 6%): one pass times a point's candidates one after another, up to a
+    millisecond a call at thousands of rows, and a first-pass time drifts with the GPU's state.
+    The first H200 table's e4m3 Mixtral-8x7B point at 2048 rows had `small` at 897.9 µs in its
+    first pass, 10% behind `mid`; re-timed side by side it is still behind (824.2 vs 778.7), where
+    bench_moe.py times it ahead (721.5 / 762.9 µs uniform / skewed against 731.8 / 865.0): the
+    swap-AB pingpong e4m3 kernel slows by up to 12% while the GPU stays busy, which a minutes-long
+    tune sees and a benchmark row does not (benchmarks/RESULTS.md, session 20)."""
     return 0.15
 
 
