@@ -438,12 +438,17 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
         row["grouped_error"] = first_line(exc)
         row["notes"].append(f"torch grouped n/a: {row['grouped_error']}")
     # gemmgen: check against the per-expert pipeline, then dispatch as shipped and every kernel
+    problem = dict(x_dtype=DTYPES[dtype], m=m, experts=e, n=n, k=k, weight_bits=WEIGHT_BITS[dtype],
+                   per_group=SCALES[dtype] == "group")
+    dispatched = rules = None
     try:
-        row["dispatched"] = short_kernel(gemmgen.dispatch.lookup(OP, x_dtype=DTYPES[dtype], m=m, experts=e,
-                                                                 n=n, k=k, weight_bits=WEIGHT_BITS[dtype],
-                                                                 per_group=SCALES[dtype] == "group"))
+        dispatched = gemmgen.dispatch.lookup(OP, **problem)
+        row["dispatched"] = short_kernel(dispatched)
+        rules = gemmgen.dispatch.lookup(OP, tuned=False, **problem)  # the manifest's rules alone
+        row["rules_kernel"] = short_kernel(rules)
     except Exception as exc:  # noqa: BLE001
-        row["dispatched"] = f"? ({first_line(exc)})"
+        row.setdefault("dispatched", f"? ({first_line(exc)})")
+        row["notes"].append(f"dispatch: {first_line(exc)}")
     try:
         _, s = gemmgen.grouped_matmul_swiglu_quant(inp.x[0], weights.packed[0], None, inp.x_scale[0],
                                                    inp.group_list, check=True)
@@ -459,6 +464,13 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
         row["gemmgen"] = None
         row["notes"].append(f"gemmgen ERROR {type(exc).__name__}: {first_line(exc)}")
         print(f"  !!! {label}: gemmgen raised {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    if rules is not None and row.get("gemmgen") is not None:
+        # rules only: the kernel the rules pick, forced (the dispatched one when no table serves)
+        try:
+            row["rules"] = (row["gemmgen"] if rules.name == dispatched.name
+                            else timer(gemmgen_fn(weights.packed, inp, rules.name), rotations)[0])
+        except Exception as exc:  # noqa: BLE001
+            row["notes"].append(f"rules only ({short_kernel(rules)}): {first_line(exc)}")
     if dtype in A8W4_ROWS and ctx["time_a8w8"]:
         # no int8 rows in this run: gemmgen's A8W8 op on the same values (int4 held as int8), same x
         try:
@@ -526,9 +538,10 @@ HELD = "†"  # marks the a8w4 rows' torch per-expert time: the int8 pipeline on
 
 def table(rows: list[dict]) -> str:
     lines = ["| dtype | model | T | routing | M | active E | torch per-expert µs | torch grouped µs | "
-             "gemmgen µs | gemmgen best µs | kernel (dispatched; best) | unfused best µs | fused best µs | "
-             "unfused / fused | floor µs | x per-expert | x grouped | gemmgen / floor | A8W8 / A8W4 |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "gemmgen µs | rules only µs | gemmgen best µs | kernel (dispatched; best) | unfused best µs | "
+             "fused best µs | unfused / fused | floor µs | x per-expert | x grouped | gemmgen / floor | "
+             "A8W8 / A8W4 |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         kernel = r.get("dispatched", "?")
         if r.get("best_kernel") and r["best_kernel"] != kernel:
@@ -538,7 +551,7 @@ def table(rows: list[dict]) -> str:
         a8w8 = fmt(a8w8_ratio(r), 2, "x") if r["dtype"] in A8W4_ROWS else "-"
         lines.append(
             f"| {r['dtype']} | {r['model']} | {r['tokens']} | {r['routing']} | {r['m']} | {r['active']} | "
-            f"{per_expert} | {grouped} | {fmt(r['gemmgen'])} | {fmt(r.get('best'))} | {kernel} | "
+            f"{per_expert} | {grouped} | {fmt(r['gemmgen'])} | {fmt(r.get('rules'))} | {fmt(r.get('best'))} | {kernel} | "
             f"{fmt(r.get('unfused'))} | {fmt(r.get('fused'))} | {fmt(fused_gain(r), 2, 'x')} | "
             f"{fmt(r['floor'])} | {fmt(ratio(r.get('per_expert'), r['gemmgen']), 2, 'x')} | "
             f"{fmt(ratio(r.get('grouped'), r['gemmgen']), 2, 'x')} | {fmt(ratio(r['gemmgen'], r['floor']), 2)} | "
@@ -613,6 +626,7 @@ def report(rows: list[dict], args, meta: dict) -> str:
              "torch grouped: int8 and a8w4 rows = bf16 `_grouped_mm` on dequantized x and W (2x int8 "
              "weight bytes); e4m3 rows = `_scaled_grouped_mm` (row-wise, bf16 out); both + torch SwiGLU "
              "+ quant. gemmgen: dispatch as shipped (a8w4: int4 weights packed two per byte, bits=4); "
+             "rules only: the kernel the manifest's rules pick, forced (the tuned table aside); "
              "best: fastest forced kernel of the row's (x, w) types. floor: active experts' weights + "
              "scales at the copy bandwidth (a8w4: int4, N·K/2 bytes per expert). x = torch µs / gemmgen "
              "µs. A8W8 / A8W4 = gemmgen's int8 A8W8 µs / its A8W4 µs, same (model, T, routing).", "",
@@ -626,7 +640,9 @@ def report(rows: list[dict], args, meta: dict) -> str:
             lines.append(f"- {dtype} geomean: {per_expert_text}, "
                          f"{geomean(ratio(r.get('grouped'), r['gemmgen']) for r in sel):.2f}x grouped, "
                          f"{geomean(ratio(r['gemmgen'], r['floor']) for r in sel):.2f} x floor"
-                         + (f", {geomean(a8w8_ratio(r) for r in sel):.2f}x A8W8" if dtype in A8W4_ROWS else ""))
+                         + (f", {geomean(a8w8_ratio(r) for r in sel):.2f}x A8W8" if dtype in A8W4_ROWS else "")
+                         + (f"; rules only / gemmgen {geomean(ratio(r.get('rules'), r['gemmgen']) for r in sel):.3f}"
+                            if any(r.get("rules") is not None for r in sel) else ""))
     notes = [f"{r['dtype']} {r['model']} T={r['tokens']} {r['routing']}: {'; '.join(r['notes'])}"
              for r in rows if r["notes"]]
     if notes:
@@ -683,7 +699,10 @@ def main(argv=None) -> int:
                             if dtype in A8W4_ROWS else "")
                     print(f"  T={tokens:5d} {routing:7s} M={r['m']:6d} act={r['active']:3d} R={r['rotations']}  "
                           f"per-expert{held} {fmt(r.get('per_expert')):>8s}  grouped {fmt(r.get('grouped')):>8s}  "
-                          f"gemmgen {fmt(r['gemmgen']):>7s} [{r['dispatched']}]  best {fmt(r.get('best')):>7s} "
+                          f"gemmgen {fmt(r['gemmgen']):>7s} [{r['dispatched']}]  "
+                          + (f"rules {fmt(r.get('rules')):>7s} [{r['rules_kernel']}]  "
+                             if r.get("rules_kernel") not in (None, r["dispatched"]) else "")
+                          + f"best {fmt(r.get('best')):>7s} "
                           f"[{r.get('best_kernel', '-')}]  unfused/fused {fmt(fused_gain(r), 2, 'x')}  "
                           f"floor {fmt(r['floor']):>7s} µs{a8w8}"
                           + (f"  ({'; '.join(r['notes'])})" if r["notes"] else ""), flush=True)
