@@ -75,9 +75,11 @@ class OpFamily(ABC):
     # make_problem(cls, m, n, k, seed=, shape=), time_candidate(candidate, problem),
     # knob_variants(kernel), knobs_worth_trying(kernel, m, n, sm_count), output_tiles(kernel, m,
     # n), optionally knobs_always_tried(kernel, m, n, sm_count) (knob settings timed even when
-    # the kernel's first pass is not among the fastest) and retime_window(m) (how far from the
-    # fastest, a fraction, first-pass times are re-timed side by side); None: not tunable. `shape` is the
-    # WeightShape being tuned (its model facts, e.g. an MoE layer's experts and top-k).
+    # the kernel's first pass is not among the fastest), retime_window(m) (how far from the
+    # fastest, a fraction, first-pass times are re-timed side by side) and MEASURE_METHOD (a name
+    # for how make_problem / time_candidate measure, put in the store's file name so that a store
+    # measured another way is not resumed); None: not tunable. `shape` is the WeightShape being
+    # tuned (its model facts, e.g. an MoE layer's experts and top-k).
     tuner: ClassVar[Any] = None
     # The cost model's feature set (gemmgen/tuning/cost_model.py) and its version name, stored
     # with a tuned table's fitted coefficients: `cost_features(spec, m, n, k, sm_count)` -> the

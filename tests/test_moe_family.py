@@ -1386,12 +1386,12 @@ def test_routing_counts_are_the_benchmarks_earlier_draws():
     for name, experts, top_k in (("mixtral-8x7b", 8, 2), ("qwen3-30b-a3b", 128, 8)):
         for tokens in (1, 16, 1024):
             for routing in ("uniform", "skewed"):
-                gen = torch.Generator().manual_seed(zlib.crc32(f"{name}/{tokens}/{routing}".encode()))
+                seed = zlib.crc32(f"{name}/{tokens}/{routing}".encode())
+                gen = torch.Generator().manual_seed(seed)
                 odds = (torch.ones(experts) if routing == "uniform"
                         else 1.0 / torch.arange(1, experts + 1, dtype=torch.float32))
                 picks = torch.multinomial(odds.repeat(tokens, 1), top_k, replacement=False, generator=gen)
                 earlier = torch.bincount(picks.flatten(), minlength=experts).tolist()
-                seed = zlib.crc32(f"{name}/{tokens}/{routing}".encode())
                 assert routing_counts(tokens, experts, top_k, seed, routing) == earlier
 
 

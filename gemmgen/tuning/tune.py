@@ -204,10 +204,8 @@ def store_path(library: Library, options: TuneOptions) -> Path:
     timed another way is never resumed as if it were this method's."""
     gpu, sms = gpu_identity()
     slug = "".join(ch if ch.isalnum() else "_" for ch in gpu).strip("_")
-    method = ""
-    if library.kernels:
-        tuner = registry.for_op(next(iter(library.kernels.values())).spec.op).tuner
-        method = f"-{tuner.MEASURE_METHOD}" if getattr(tuner, "MEASURE_METHOD", None) else ""
+    hooks = hooks_of((next(iter(library.kernels.values())).spec.op,)) if library.kernels else None
+    method = f"-{hooks.MEASURE_METHOD}" if getattr(hooks, "MEASURE_METHOD", None) else ""
     return settings.build_dir() / "tune" / (f"{library.name}-{library.kernel_set}{method}-{slug}-"
                                             f"{sms}sm-seed{options.seed}.jsonl")
 
