@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""A measurement prototype, not a benchmark of record: the eager `gemmgen.scaled_mm` host path
+cut into its steps (argument checks, memoized dispatch, struct packing, the C run, ...) beside
+the op on torch's dispatcher, `torch._scaled_mm` and one small torch kernel launch; 5000
+back-to-back calls a row, two rounds, then a cProfile of the eager call. int8 -> bf16 with bias,
+M=16, N=K=4096, the kernel dispatch picks. Results: benchmarks/RESULTS.md, session 21.
+
+    python benchmarks/prototypes/host_breakdown.py   # a GPU and a built W8A8 sm90 library
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import time
+
+import torch
+
+import gemmgen
+from gemmgen.bindings import launch
+from gemmgen.families.w8a8 import ops
+from gemmgen.families.w8a8.abi import ARGS_LAYOUT, RASTER_CODES, ScaledMmArgs
+
+M, N, K = 16, 4096, 4096
+CALLS = 5000
+
+
+def per_call_us(fn, calls: int = CALLS) -> float:
+    for _ in range(100):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def main() -> None:
+    dev = "cuda"
+    a = torch.randint(-128, 128, (M, K), device=dev, dtype=torch.int8)
+    b = torch.randint(-128, 128, (N, K), device=dev, dtype=torch.int8).t()
+    scale_a = torch.rand(M, 1, device=dev)
+    scale_b = torch.rand(1, N, device=dev)
+    bias = torch.randn(N, device=dev, dtype=torch.bfloat16)
+    out = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
+    a8 = torch.randn(M, K, device=dev).to(torch.float8_e4m3fn)
+    b8 = torch.randn(N, K, device=dev).to(torch.float8_e4m3fn).t()
+    gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out)
+    kernel, knobs = ops._kernel_for(None, a, out, "ScaledEpilogueBias", M, N, K)
+    print("kernel", kernel.name)
+    buffer = launch.args_buffer(ScaledMmArgs)
+    stream = torch.cuda.current_stream().cuda_stream
+    device = a.get_device()
+
+    def pack():
+        ARGS_LAYOUT.pack_into(buffer, 0, a.data_ptr(), b.data_ptr(), out.data_ptr(), M, N, K, K, K, N,
+                              scale_a.data_ptr(), scale_b.data_ptr(), bias.data_ptr(), 0, 0, True, True,
+                              RASTER_CODES[knobs.raster], knobs.swizzle, 1, launch.launch_flags())
+
+    rows = {
+        "gemmgen.scaled_mm, eager, out= given":
+            lambda: gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out),
+        "the eager implementation, called directly":
+            lambda: ops._scaled_mm_out_impl(out, a, b, scale_a, scale_b, bias, None, None, None),
+        "torch.ops.gemmgen.scaled_mm_out (the dispatcher)":
+            lambda: torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, None, None, None),
+        "torch._scaled_mm (fp8, row-wise, bias)":
+            lambda: torch._scaled_mm(a8, b8, scale_a=scale_a, scale_b=scale_b, bias=bias,
+                                     out_dtype=torch.bfloat16),
+        "bias.add_(0) (one small torch kernel launch)": lambda: bias.add_(0),
+        "  through_custom_op": lambda: launch.through_custom_op(a),
+        "  argument checks": lambda: ops.check_arguments(out, a, b, scale_a, scale_b, bias, None, None),
+        "  memoized dispatch choice":
+            lambda: ops._kernel_for(None, a, out, "ScaledEpilogueBias", M, N, K),
+        "  argument struct packed": pack,
+        "  C workspace_size": lambda: kernel.workspace_size(buffer),
+        "  C run (TMA descriptors, launch)": lambda: kernel.run(buffer, 0, 0, stream),
+        "  launch (workspace, stream, run)": lambda: launch.launch(kernel, buffer, device),
+        "  mark_written": lambda: launch.mark_written(out),
+    }
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: µs per call")
+    for round_ in (1, 2):
+        for name, fn in rows.items():
+            print(f"round {round_}  {name:50s} {per_call_us(fn):7.2f}")
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(3000):
+        gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out)
+    profile.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(25)
+    print(text.getvalue())
+
+
+if __name__ == "__main__":
+    main()
