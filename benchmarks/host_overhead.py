@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from types import SimpleNamespace
 
 import torch
 
@@ -33,21 +34,31 @@ def per_call_us(fn, calls: int = 3000) -> float:
     return elapsed / calls * 1e6
 
 
+def operands(dev: str = "cuda") -> SimpleNamespace:
+    """The problem's operands on the GPU: int8 `a` [M, K] and `b` [K, N] (column-major), float32
+    `scale_a` [M, 1] and `scale_b` [1, N], bf16 `bias` [N] and `out` [M, N]; fp8 `a8`, `b8`; and
+    `a32`, int8 [32, K] (torch._int_mm needs M > 16)."""
+    return SimpleNamespace(
+        a=torch.randint(-128, 128, (M, K), device=dev, dtype=torch.int8),
+        b=torch.randint(-128, 128, (N, K), device=dev, dtype=torch.int8).t(),
+        scale_a=torch.rand(M, 1, device=dev),
+        scale_b=torch.rand(1, N, device=dev),
+        bias=torch.randn(N, device=dev, dtype=torch.bfloat16),
+        out=torch.empty(M, N, device=dev, dtype=torch.bfloat16),
+        a8=torch.randn(M, K, device=dev).to(torch.float8_e4m3fn),
+        b8=torch.randn(N, K, device=dev).to(torch.float8_e4m3fn).t(),
+        a32=torch.randint(-128, 128, (32, K), device=dev, dtype=torch.int8),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernel", help="force this built kernel (int8 -> bf16, ScaledEpilogueBias) "
                         "instead of the one dispatch picks")
     forced = parser.parse_args().kernel
-    dev = "cuda"
-    a = torch.randint(-128, 128, (M, K), device=dev, dtype=torch.int8)
-    b = torch.randint(-128, 128, (N, K), device=dev, dtype=torch.int8).t()
-    scale_a = torch.rand(M, 1, device=dev)
-    scale_b = torch.rand(1, N, device=dev)
-    bias = torch.randn(N, device=dev, dtype=torch.bfloat16)
-    out = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
-    a32 = torch.randint(-128, 128, (32, K), device=dev, dtype=torch.int8)  # _int_mm needs M > 16
-    a8 = torch.randn(M, K, device=dev).to(torch.float8_e4m3fn)
-    b8 = torch.randn(N, K, device=dev).to(torch.float8_e4m3fn).t()
+    o = operands()
+    a, b, scale_a, scale_b, bias, out = o.a, o.b, o.scale_a, o.scale_b, o.bias, o.out
+    a32, a8, b8 = o.a32, o.a8, o.b8
     if forced:
         kernel = {k.name: k for k in gemmgen.list_kernels()}[forced]
     else:

@@ -76,7 +76,11 @@ def test_default_swap_ab_and_streamk_fragments(default):
     assert swapped and all(k.name.endswith("_swapab") for k in swapped)
     assert all(not k.name.endswith("_swapab") for k in kernels if not k.config.swap_ab)
     assert "sm90a_scaled_mm_i8_bf16_scaled_t64x16x256_c1x1x1_ws_sauto_swapab" in {k.name for k in kernels}
-    assert not any("_streamk" in k.name for k in kernels)  # the default manifest has none
+    streamk = [k for k in kernels if "_streamk" in k.name]
+    assert streamk and all(k.config.tile_scheduler == "streamk" for k in streamk)
+    assert all(k.config.tile_scheduler == "persistent" for k in kernels if k not in streamk)
+    assert "sm90a_scaled_mm_e4m3_bf16_scaled_bias_t128x128x128_c1x1x1_coop_sauto_streamk" in {
+        k.name for k in streamk}
 
 
 def test_streamk_name_from_manifest(case):

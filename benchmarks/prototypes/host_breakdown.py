@@ -2,8 +2,9 @@
 """A measurement prototype, not a benchmark of record: the eager `gemmgen.scaled_mm` host path
 cut into its steps (argument checks, memoized dispatch, struct packing, the C run, ...) beside
 the op on torch's dispatcher, `torch._scaled_mm` and one small torch kernel launch; 5000
-back-to-back calls a row, two rounds, then a cProfile of the eager call. int8 -> bf16 with bias,
-M=16, N=K=4096, the kernel dispatch picks. Results: benchmarks/RESULTS.md, session 21.
+back-to-back calls a row after 50 untimed ones (`per_call_us` of benchmarks/host_overhead.py),
+two rounds, then a cProfile of the eager call. int8 -> bf16 with bias, M=16, N=K=4096, the
+kernel dispatch picks. Results: benchmarks/RESULTS.md, session 21.
 
     python benchmarks/prototypes/host_breakdown.py   # a GPU and a built W8A8 sm90 library
 """
@@ -13,7 +14,8 @@ from __future__ import annotations
 import cProfile
 import io
 import pstats
-import time
+import sys
+from pathlib import Path
 
 import torch
 
@@ -22,32 +24,15 @@ from gemmgen.bindings import launch
 from gemmgen.families.w8a8 import ops
 from gemmgen.families.w8a8.abi import ARGS_LAYOUT, RASTER_CODES, ScaledMmArgs
 
-M, N, K = 16, 4096, 4096
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from host_overhead import K, M, N, operands, per_call_us  # noqa: E402  (benchmarks/host_overhead.py)
+
 CALLS = 5000
 
 
-def per_call_us(fn, calls: int = CALLS) -> float:
-    for _ in range(100):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
-
-
 def main() -> None:
-    dev = "cuda"
-    a = torch.randint(-128, 128, (M, K), device=dev, dtype=torch.int8)
-    b = torch.randint(-128, 128, (N, K), device=dev, dtype=torch.int8).t()
-    scale_a = torch.rand(M, 1, device=dev)
-    scale_b = torch.rand(1, N, device=dev)
-    bias = torch.randn(N, device=dev, dtype=torch.bfloat16)
-    out = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
-    a8 = torch.randn(M, K, device=dev).to(torch.float8_e4m3fn)
-    b8 = torch.randn(N, K, device=dev).to(torch.float8_e4m3fn).t()
+    o = operands()
+    a, b, scale_a, scale_b, bias, out, a8, b8 = o.a, o.b, o.scale_a, o.scale_b, o.bias, o.out, o.a8, o.b8
     gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out)
     kernel, knobs = ops._kernel_for(None, a, out, "ScaledEpilogueBias", M, N, K)
     print("kernel", kernel.name)
@@ -84,7 +69,7 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: µs per call")
     for round_ in (1, 2):
         for name, fn in rows.items():
-            print(f"round {round_}  {name:50s} {per_call_us(fn):7.2f}")
+            print(f"round {round_}  {name:50s} {per_call_us(fn, CALLS):7.2f}")
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(3000):

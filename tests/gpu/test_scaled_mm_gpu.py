@@ -512,13 +512,11 @@ def test_argument_errors_name_the_argument(case):
 
 # ------------------------------------------------------------------------ 7. CUDA graphs
 
-@pytest.mark.parametrize("m", [8, 300])
-@in_dtype_params()
-def test_cuda_graph_capture_and_replay(in_name, m):
-    """Capture gemmgen.scaled_mm in a CUDA graph, refill the inputs in place, replay: the result
-    must be that of the new inputs."""
-    dtype = IN_DTYPES[in_name]
-    n, k = 512, 256
+def check_graph_replays(dtype: torch.dtype, m: int, n: int, k: int, *, kernel: Optional[str] = None,
+                        warmups: int = 3, replays: int = 2, label: str = "") -> None:
+    """Capture gemmgen.scaled_mm (bias, per-token and per-channel scales; `kernel` forced or
+    dispatched) in a CUDA graph, then `replays` times: refill every input in place, poison the
+    output, replay; the result must be that of the new inputs."""
     a = rand_q((m, k), dtype)
     w = rand_q((n, k), dtype)
     b = w.t()
@@ -527,19 +525,19 @@ def test_cuda_graph_capture_and_replay(in_name, m):
     out = poisoned((m, n), torch.bfloat16)
 
     def step():
-        gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias=bias, out=out)
+        gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias=bias, out=out, kernel=kernel)
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(3):
+        for _ in range(warmups):
             step()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
 
-    for replay in range(2):
+    for replay in range(replays):
         a.copy_(rand_q((m, k), dtype))
         w.copy_(rand_q((n, k), dtype))
         new_a, new_b = make_scales(m, n, dtype, True, True)
@@ -552,7 +550,15 @@ def test_cuda_graph_capture_and_replay(in_name, m):
         graph.replay()
         torch.cuda.synchronize()
         assert_matches(out, ref, in_dtype=dtype, mag=scaled_mag(p, scale_a, scale_b),
-                       label=f"graph replay {replay} m={m}")
+                       label=f"{label}graph replay {replay} m={m}")
+
+
+@pytest.mark.parametrize("m", [8, 300])
+@in_dtype_params()
+def test_cuda_graph_capture_and_replay(in_name, m):
+    """Capture gemmgen.scaled_mm in a CUDA graph, refill the inputs in place, replay: the result
+    must be that of the new inputs."""
+    check_graph_replays(IN_DTYPES[in_name], m, 512, 256)
 
 
 @in_dtype_params()
@@ -569,40 +575,8 @@ def test_cuda_graph_of_stream_k_kernels(in_name):
              and getattr(k.config, "tile_scheduler", "persistent") == "streamk"]
     if not names:
         pytest.skip(f"no stream-K {in_name} -> bf16 bias kernel built")
-    m, n, k = 300, 1280, 4096
     for name in names:
-        a = rand_q((m, k), dtype)
-        w = rand_q((n, k), dtype)
-        b = w.t()
-        scale_a, scale_b = make_scales(m, n, dtype, True, True)
-        bias = torch.randn(n, device=DEVICE).to(torch.bfloat16)
-        out = poisoned((m, n), torch.bfloat16)
-
-        def step():
-            gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias=bias, out=out, kernel=name)
-
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        for replay in range(3):
-            a.copy_(rand_q((m, k), dtype))
-            w.copy_(rand_q((n, k), dtype))
-            new_a, new_b = make_scales(m, n, dtype, True, True)
-            scale_a.copy_(new_a)
-            scale_b.copy_(new_b)
-            p = problem_from(a, b)
-            bias.copy_(make_bias(n, torch.bfloat16, reference(p.acc, scale_a, scale_b)))
-            ref = reference(p.acc, scale_a, scale_b, bias)
-            out.fill_(float("nan"))
-            graph.replay()
-            torch.cuda.synchronize()
-            assert_matches(out, ref, in_dtype=dtype, mag=scaled_mag(p, scale_a, scale_b),
-                           label=f"{name}: graph replay {replay}")
+        check_graph_replays(dtype, 300, 1280, 4096, kernel=name, warmups=1, replays=3, label=f"{name}: ")
 
 
 # ---------------------------------------------------------------------- 8. torch.compile
