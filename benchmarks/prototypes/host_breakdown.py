@@ -19,7 +19,11 @@ from pathlib import Path
 
 import torch
 
-import gemmgen
+try:
+    import gemmgen
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    import gemmgen
 from gemmgen.bindings import launch
 from gemmgen.families.w8a8 import ops
 from gemmgen.families.w8a8.abi import ARGS_LAYOUT, RASTER_CODES, ScaledMmArgs

@@ -563,16 +563,18 @@ def test_cuda_graph_capture_and_replay(in_name, m):
 
 @in_dtype_params()
 def test_cuda_graph_of_stream_k_kernels(in_name):
-    """Every built sm90 stream-K kernel (the shipped tables pick them), forced by name and
-    captured in a CUDA graph at a few-tile shape (30 output tiles of 128 x 128, far fewer than
-    the SMs: where the tables pick stream-K): its workspace (partial sums, tile flags) comes from
-    torch's allocator inside the capture and is initialised on the stream at each replay, so
-    every replay on new inputs must give the new result."""
+    """Every built sm90 stream-K kernel of this input dtype with bf16 output and the bias epilogue
+    (the shipped tables pick stream-K), forced by name and captured in a CUDA graph at a few-tile
+    shape (30 output tiles of 128 x 128, far fewer than the SMs: where the tables pick stream-K):
+    its workspace (partial sums, tile flags) comes from torch's allocator inside the capture and
+    is initialised on the stream at each replay, so every replay on new inputs must give the new
+    result. (The other outputs and epilogues of the same configs share the mainloop and the
+    scheduler; `test_every_built_kernel` runs each of them eagerly.)"""
     dtype = IN_DTYPES[in_name]
-    names = [k.name for k in gemmgen.list_kernels()
-             if k.spec.family == "w8a8" and IN_DTYPES.get(k.spec.a) == dtype and k.spec.d == "bf16"
-             and k.spec.epilogue == "ScaledEpilogueBias"
-             and getattr(k.config, "tile_scheduler", "persistent") == "streamk"]
+    names = [kernel.name for kernel in gemmgen.list_kernels()
+             if kernel.spec.family == "w8a8" and kernel.spec.arch == "sm90a"
+             and kernel.config.tile_scheduler == "streamk" and IN_DTYPES.get(kernel.spec.a) == dtype
+             and kernel.spec.d == "bf16" and kernel.spec.epilogue == "ScaledEpilogueBias"]
     if not names:
         pytest.skip(f"no stream-K {in_name} -> bf16 bias kernel built")
     for name in names:
