@@ -460,19 +460,25 @@ def _dispatch_request(op: str, problem: dict):
     from the call). The family's named parameters after `op` are the contract: a family that
     also takes `**problem` gets no unknown-name check."""
     family = registry.for_api_op(op)
-    params = list(inspect.signature(family.dispatch_request).parameters.values())[1:]  # after op
-    named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    open_ended = any(p.kind == p.VAR_KEYWORD for p in params)
-    names = [p.name for p in named]
-    unknown = [] if open_ended else [name for name in problem if name not in names]
-    missing = [p.name for p in named if p.default is p.empty and p.name not in problem]
+    named, required, open_ended = _problem_parameters(type(family).dispatch_request)
+    unknown = [] if open_ended else [name for name in problem if name not in named]
+    missing = [name for name in required if name not in problem]
     if unknown or missing:
         what = (f"unknown argument {unknown[0]!r}" if unknown
                 else f"missing argument {missing[0]!r}")
-        described = ", ".join(p.name if p.default is p.empty else f"{p.name} (optional)"
-                              for p in named)
+        described = ", ".join(name if name in required else f"{name} (optional)" for name in named)
         raise ValueError(f"{op}: {what}; a problem of {op} is described by {described}")
     return family, family.dispatch_request(op, **problem)
+
+
+@functools.lru_cache(maxsize=None)
+def _problem_parameters(dispatch_request) -> tuple[tuple[str, ...], frozenset[str], bool]:
+    """A family's `dispatch_request` read once: its named parameters after `op`, the required
+    ones, and whether it also takes `**problem`."""
+    params = list(inspect.signature(dispatch_request).parameters.values())[2:]  # after self, op
+    named = tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    required = frozenset(p.name for p in params if p.name in named and p.default is p.empty)
+    return named, required, any(p.kind == p.VAR_KEYWORD for p in params)
 
 
 def choose(op: str = "scaled_mm", *, arch=None, tuned: bool = True, device: int | None = None,
