@@ -34,7 +34,13 @@
  * wgmmas are issued as one group, wait_group 1 retires chunk i − 1's, and the next chunk is
  * converted into that set while the tensor cores run chunk i. Before that conversion, chunk
  * i + 1's slot is waited for (cp.async, proxy fence, barrier) and chunk i + Stages − 1 queued
- * into the slot of chunk i − 1, retired by then in every warpgroup.
+ * into the slot of chunk i − 1, retired by then in every warpgroup. A ring of 7 or 8 chunks
+ * waits and queues every second chunk instead (`SyncChunks` 2: chunks i + 1 and i + 2 waited
+ * for with one barrier, chunks i + Stages − 2 and i + Stages − 1 queued into the slots of
+ * i − 2 and i − 1): half the barriers and proxy fences for one chunk less in flight, measured
+ * 1-2.5% faster at 17-32 tokens ([64, 32], 8 chunks) on both GPUs; on a 5- or 6-chunk ring the
+ * lost chunk in flight cost up to 17% where one CTA holds an SM (8192 x 28672 at 64 tokens, K
+ * split 2, H200; session 22).
  *
  * Measured (benchmarks/RESULTS.md): 1.65x bf16 mm at 64 tokens with [128, 64] tiles on the
  * H100 (session 17), ahead of CUTLASS stream-K (1.52x), so dispatch picks it at 33-64 tokens; it
@@ -83,7 +89,7 @@ using direct::lds128;
 using direct::Params;
 
 template <class ElementA_, class ElementW_, bool WithZero_, int WarpGroups_, int Tokens_,
-          int Stages_>
+          int Stages_, int SyncChunks_ = (Stages_ >= 7 ? 2 : 1)>
 struct WgmmaConfig {
   using ElementA = ElementA_;  // activations = MMA, scale, zero and output type
   using ElementW = ElementW_;  // cutlass::int4b_t
@@ -91,6 +97,7 @@ struct WgmmaConfig {
   static constexpr int WarpGroups = WarpGroups_;  // 64 features each
   static constexpr int Tokens = Tokens_;          // the wgmma's N
   static constexpr int Stages = Stages_;
+  static constexpr int SyncChunks = SyncChunks_;  // chunks made ready by one ring barrier
 };
 
 inline constexpr int kMaxSplits = 8;  // the portable cluster size
@@ -104,9 +111,12 @@ struct WgmmaMixedMm {
   static constexpr int kWarpGroups = Config::WarpGroups;
   static constexpr int kTokens = Config::Tokens;
   static constexpr int kStages = Config::Stages;
+  static constexpr int kSyncChunks = Config::SyncChunks;
   static_assert(kWarpGroups == 1 || kWarpGroups == 2, "one or two warpgroups a CTA");
   static_assert(kTokens % 8 == 0 && kTokens >= 8 && kTokens <= 256, "tokens: 8 to 256, by 8");
-  static_assert(kStages >= 3 && kStages <= 8, "a ring of 3 to 8 chunks");
+  static_assert(kSyncChunks == 1 || kSyncChunks == 2, "one or two chunks a ring barrier");
+  static_assert(kStages >= 2 * kSyncChunks + 1 && kStages <= 8,
+                "a ring of 3 (5 with two chunks a barrier) to 8 chunks");
 
   static constexpr int kThreads = 128 * kWarpGroups;
   static constexpr int kRows = 64 * kWarpGroups;  // features a CTA
@@ -116,7 +126,10 @@ struct WgmmaMixedMm {
   static constexpr int kWeightStageBytes = kRows * kWeightRowBytes;
   static constexpr int kActRowBytes = kStepK * 2;  // one 128-byte swizzle row a token
   static constexpr int kActStageBytes = kTokens * kActRowBytes;  // a multiple of 1024
-  static constexpr int kAhead = kStages - 2;  // chunks in flight while one is computed
+  // Chunks queued ahead of the one converted. At the barrier before chunk i every warpgroup has
+  // retired chunk i - 2 (chunk i - 1's wgmmas may run): chunk i + kAhead + kSyncChunks - 1
+  // reuses the slot of chunk i - 2 at the latest.
+  static constexpr int kAhead = kStages - 1 - kSyncChunks;
   static constexpr int kActRingBytes = kStages * kActStageBytes;
   static constexpr int kWeightRingBytes = kStages * kWeightStageBytes;
   // a chunk's group factors: the CTA's rows' scales, then their zero terms
@@ -230,7 +243,7 @@ struct WgmmaMixedMm {
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < kActCopies; ++j) {
       int const i = tid + kThreads * j;
-      a_mine[j] = i < kActSegs;
+      a_mine[j] = kActSegs % kThreads == 0 || i < kActSegs;  // every thread's, or a check
       int const row = (a_mine[j] ? i : 0) / 8, seg = i % 8;
       bool const ok = a_mine[j] && t0 + row < p.m;
       a_bytes[j] = ok ? 16 : 0;
@@ -316,15 +329,22 @@ struct WgmmaMixedMm {
     // and chunk i + Stages − 1 queued into the slot of chunk i − 1 (retired before the barrier).
     int read_slot = 0, write_slot = kAhead;
     constexpr int kSteps = kStepK / 16;
-    // Wait for chunk i's slot, queue chunk i + kAhead, convert chunk i's fragments into `a`.
+    // Every kSyncChunks chunks: wait for the slots of chunks i .. i + kSyncChunks - 1 (one
+    // barrier for them all) and queue chunks i + kAhead .. (a commit group each). Then convert
+    // chunk i's fragments into `a`.
     auto load_chunk = [&](int i, uint32_t (&a)[kSteps][4]) {
-      smem::cp_async_wait_for_wgmma<kAhead - 1>();
-      if (i + kAhead < count) {
-        issue_weights(write_slot);
-        issue_tokens(write_slot);
+      if (kSyncChunks == 1 || i % kSyncChunks == 0) {
+        smem::cp_async_wait_for_wgmma<kAhead - kSyncChunks>();
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < kSyncChunks; ++c) {
+          if (i + kAhead + c < count) {
+            issue_weights(write_slot);
+            issue_tokens(write_slot);
+          }
+          cute::cp_async_fence();
+          write_slot = write_slot + 1 == kStages ? 0 : write_slot + 1;
+        }
       }
-      cute::cp_async_fence();
-      write_slot = write_slot + 1 == kStages ? 0 : write_slot + 1;
       uint4 const packed = lds128(weight_lane + read_slot * kWeightStageBytes);
       uint32_t const words[kSteps] = {packed.x, packed.y, packed.z, packed.w};
       // this lane's rows' factors of the chunk's group, in both halves of a word
