@@ -744,6 +744,61 @@ def test_dispatch_lookup_and_kernel_call(in_name, out_name, epilogue):
         pytest.skip("dispatch does not come from the default manifest: swap-AB for m <= 16 unchecked")
 
 
+CHECKED_ROWS = 48  # rows of a tuned-table check compared with the float64 reference (plus the first and last)
+
+
+def test_every_tuned_table_choice():
+    """Every distinct (kernel, knobs) the GPU's own tuned table picks (stream-K kernels and the
+    raster / swizzle settings only the tune chose among them), run through dispatch at the bottom
+    of its bucket (the smallest M it serves) on the smallest listed shape that picks it, in the
+    class the table measured (int8 and e4m3 with bias, bf16 out; per-token and per-channel
+    scales): dispatch must say the table chose, every output element must be written (NaN
+    poison), and the first, the last and CHECKED_ROWS random rows must match the float64
+    reference (all rows would cost a float64 GEMM of up to 8193 x 8192 x 57344)."""
+    from gemmgen import dispatch
+    from gemmgen.bindings.library import libraries
+    library = next((lib for lib in libraries() if lib.name == "w8a8"), None)
+    gpu = dispatch.gpu_identity()
+    table = library.table_for(gpu)[0] if library is not None else None
+    if table is None or tuple(table.gpu) != tuple(gpu) or table.fit is not None:
+        pytest.skip("no w8a8 library with this GPU's own tuned table for its kernel set")
+    ran = 0
+    for key, ctable in sorted(table.classes.items()):
+        op, a_name, d_name, epilogue = key
+        in_dtype, out_dtype = IN_DTYPES[a_name], OUT_DTYPES[d_name]
+        seen = set()
+        for shape in sorted(ctable.shapes, key=lambda s: s.n * s.k):
+            m_low = 1
+            for bucket in shape.buckets:
+                m, m_low = m_low, bucket.m_max + 1
+                pick = (bucket.kernel, bucket.knobs)
+                if pick in seen or bucket.dropped:
+                    continue
+                seen.add(pick)
+                n, k = shape.n, shape.k
+                choice = dispatch.choose(op, a_dtype=in_dtype, out_dtype=out_dtype, epilogue=epilogue,
+                                         m=m, n=n, k=k)
+                assert choice.source == "table" and choice.kernel.name == bucket.kernel, choice.reason
+                assert choice.knobs == bucket.knobs, choice.reason
+                a, w = rand_q((m, k), in_dtype), rand_q((n, k), in_dtype)
+                scale_a, scale_b = make_scales(m, n, in_dtype, True, True)
+                rows = torch.cat([torch.tensor([0, m - 1], device=DEVICE),
+                                  torch.randint(0, m, (CHECKED_ROWS,), device=DEVICE)]).unique()
+                p = problem_from(a[rows], w.t())
+                scale_rows = scale_a.reshape(-1)[rows]
+                bias = make_bias(n, out_dtype, reference(p.acc, scale_rows, scale_b))
+                out = poisoned((m, n), out_dtype)
+                gemmgen.scaled_mm(a, w.t(), scale_a, scale_b, out_dtype, bias=bias, out=out)
+                label = f"{bucket.kernel} {bucket.knobs} m={m} n={n} k={k} (bucket to {bucket.m_max})"
+                written = ~torch.isnan(out)
+                assert bool(written.all()), f"{label}: {int((~written).sum())} elements never written"
+                assert_matches(out[rows], reference(p.acc, scale_rows, scale_b, bias), in_dtype=in_dtype,
+                               mag=scaled_mag(p, scale_rows, scale_b), label=label)
+                ran += 1
+                del a, w, out, p
+    assert ran > 0
+
+
 def test_lookup_refuses_unbuilt_combinations():
     with pytest.raises(ValueError):
         gemmgen.dispatch.lookup("scaled_mm_azp", a_dtype=FP8, out_dtype=torch.bfloat16,
