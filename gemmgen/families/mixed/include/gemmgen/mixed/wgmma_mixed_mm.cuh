@@ -38,9 +38,9 @@
  * waits and queues every second chunk instead (`SyncChunks` 2: chunks i + 1 and i + 2 waited
  * for with one barrier, chunks i + Stages − 2 and i + Stages − 1 queued into the slots of
  * i − 2 and i − 1): half the barriers and proxy fences for one chunk less in flight, measured
- * 1-2.5% faster at 17-32 tokens ([64, 32], 8 chunks) on both GPUs; on a 5- or 6-chunk ring the
- * lost chunk in flight cost up to 17% where one CTA holds an SM (8192 x 28672 at 64 tokens, K
- * split 2, H200; session 22).
+ * at 17-32 tokens ([64, 32], 8 chunks) 1.3-2.5% faster with GPTQ and 0.2-1.3% with AWQ on both
+ * GPUs; on a 5-chunk ring the lost chunk in flight cost up to 17% where one CTA holds an SM
+ * (8192 x 28672 at 64 tokens, H200; session 22; 6-chunk rings were not measured).
  *
  * Measured (benchmarks/RESULTS.md): 1.65x bf16 mm at 64 tokens with [128, 64] tiles on the
  * H100 (session 17), ahead of CUTLASS stream-K (1.52x), so dispatch picks it at 33-64 tokens; it
@@ -326,7 +326,9 @@ struct WgmmaMixedMm {
     // fragment sets (the loop body twice): chunk i's four wgmmas are issued and committed, then
     // wait_group 1 retires chunk i − 1's, whose set the next chunk is converted into while the
     // tensor cores run chunk i; before that conversion, chunk i + 1's ring slot is waited for
-    // and chunk i + Stages − 1 queued into the slot of chunk i − 1 (retired before the barrier).
+    // and chunk i + Stages − 1 queued into the slot of chunk i − 1 (retired before the barrier),
+    // or with kSyncChunks 2, every second chunk, chunks i + 1 and i + 2 waited for and two queued
+    // (see the file's comment).
     constexpr int kSteps = kStepK / 16;
     // Up to 32 tokens a tile the loop is unrolled over kUnroll chunks, a whole number of rings
     // and of fragment-set pairs: chunk u of an unrolled round uses ring slot u % kStages and

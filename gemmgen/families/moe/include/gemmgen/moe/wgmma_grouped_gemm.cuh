@@ -43,7 +43,7 @@
  * chunks alternate between two fragment sets, the loop body written twice: chunk i's four
  * wgmmas are one commit group; wait_group 1 retires chunk i − 1's, and the next chunk is
  * converted into its fragment set while the tensor cores run chunk i. Before that conversion,
- * chunk i + 1's slot is waited for (cp.async, proxy fence, barrier) and chunk i + Stages − 2
+ * chunk i + 1's slot is waited for (cp.async, proxy fence, barrier) and chunk i + Stages − 1
  * queued into the slot of chunk i − 1, retired by then in both warpgroups. A ring of 7 or 8
  * chunks waits and queues every second chunk (`SyncChunks` 2, as the mixed family's wgmma kernel:
  * one barrier for two chunks, one chunk less in flight): the per-group [64, 16] tile with 8
