@@ -278,7 +278,12 @@ def test_wgmma_refuses_int8_weights(tmp_path):
     (DIRECT_MANIFEST.replace("w: int8", "w: int4"), "onedirect", DIRECT_KERNEL.replace("_i8_", "_i4_"),
      "sm80"),  # its int4 path (the fragment-order weights) is another instantiation
     (WGMMA_MANIFEST.replace("scale, scale_zero", "scale"), "onewgmma", WGMMA_KERNELS[0], "sm90a"),
-], ids=["cutlass_sm90a", "direct_sm80", "direct_int4_sm80", "wgmma_sm90a"])
+    # up to 32 tokens a tile the wgmma loop is unrolled over whole rings (constant slots and
+    # descriptors) and an 8-chunk ring waits once every two chunks: another instantiation
+    (WGMMA_MANIFEST.replace("scale, scale_zero", "scale").replace("[128, 64, 64], schedule: wgmma, stages: 5",
+                                                                  "[64, 32, 64], schedule: wgmma, stages: 8"),
+     "onewgmma", "sm90a_mixed_mm_bf16_i4_s_t64x32x64_wgmma_s8", "sm90a"),
+], ids=["cutlass_sm90a", "direct_sm80", "direct_int4_sm80", "wgmma_sm90a", "wgmma_unrolled_sm90a"])
 def test_mixed_kernel_compiles_and_loads(tmp_path, text, library_name, kernel, arch):
     """One real kernel of each template: builds, loads (ABI size check), refuses to run without a
     GPU of its arch."""

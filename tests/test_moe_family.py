@@ -1210,8 +1210,15 @@ _DIRECT_KERNEL = "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t64x8x128_direct_w
 @pytest.mark.compile
 @pytest.mark.parametrize("text,name", [(MANIFEST, KERNEL), (_DIRECT_MANIFEST, _DIRECT_KERNEL),
                                        (_WGMMA_MANIFEST.replace("w: int4}", "w: int4, scales: group}"),
-                                        _WGMMA_GROUP_KERNEL)],
-                         ids=["cutlass", "direct", "wgmma"])
+                                        _WGMMA_GROUP_KERNEL),
+                                       # up to 32 tokens a tile the loop is unrolled over whole
+                                       # rings, an 8-chunk ring waiting once every two chunks
+                                       (_WGMMA_MANIFEST.replace("w: int4}", "w: int4, scales: group}")
+                                        .replace("tile: [128, 64, 128]\n        schedule: wgmma\n",
+                                                 "tile: [64, 16, 128]\n        schedule: wgmma\n"
+                                                 "        stages: 8\n"),
+                                        "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t64x16x128_wgmma_s8")],
+                         ids=["cutlass", "direct", "wgmma", "wgmma_unrolled"])
 def test_moe_kernel_compiles_and_loads(tmp_path, text, name):
     """One real kernel of each of the family's kinds (the CUTLASS 3.x grouped GEMM + SwiGLU +
     quant, the direct mma.sync kernel and the wgmma kernel, both with per-group scales): builds,
