@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gemmgen.families.mixed.checkpoints import AWQ_ORDER, AWQ_REVERSE_ORDER, from_awq, from_gptq
-from gemmgen.families.mixed.packing import PackedWeight, dequantize, unpack_weights
+from gemmgen.families.mixed.packing import PackedWeight, dequantize, pack_weights, unpack_weights
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -98,7 +98,7 @@ def test_gptq_symmetric_4bit_is_uint4b8(device, k, n, group):
     packed = from_gptq(gptq_pack_qweight(q, 4).to(device), gptq_pack_qzeros(zeros, 4).to(device),
                        scales.to(device), g_idx.to(device), bits=4)
     assert (packed.weight_type, packed.group_size, packed.k, packed.n) == ("uint4b8", group, k, n)
-    assert not packed.has_zeros and packed.device.type == device
+    assert not packed.has_zeros and not packed.act_order and packed.device.type == device
     assert torch.equal(dequantize(packed).cpu().double(), expected(q, None, scales, group, 8))
     q_back, s_back, _ = unpack_weights(packed)
     assert q_back.cpu().tolist() == [list(col) for col in zip(*q)]          # [N, K]
@@ -144,15 +144,66 @@ def test_gptq_asymmetric_8bit_is_refused():
         from_gptq(gptq_pack_qweight(q, 8), gptq_pack_qzeros(zeros, 8), scales, bits=8)
 
 
-def test_gptq_act_order_is_refused():
+def act_order_g_idx(k: int, group: int, seed: int) -> torch.Tensor:
+    """g_idx as GPTQ's desc_act writes it: K quantized in a permuted order, groups numbered along
+    that order (every group `group` features), int32 [K]."""
+    order = torch.randperm(k, generator=torch.Generator().manual_seed(seed))   # quantization order
+    g_idx = torch.empty(k, dtype=torch.int32)
+    g_idx[order] = torch.arange(k, dtype=torch.int32) // group
+    return g_idx
+
+
+def expected_act_order(q, zeros, scales, g_idx, offset=None) -> torch.Tensor:
+    """float64 [K, N] s[g_idx[k], n] * (q[k][n] - z[g_idx[k]][n]) from the logical values."""
+    k, n = len(q), len(q[0])
+    out = torch.empty(k, n, dtype=torch.float64)
+    for kk in range(k):
+        g = int(g_idx[kk])
+        for nn in range(n):
+            z = offset if zeros is None else zeros[g][nn]
+            out[kk, nn] = scales[g, nn].item() * (q[kk][nn] - z)
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bits,zero_range", [(4, None), (4, (1, 15)), (8, None)],
+                         ids=["uint4b8", "uint4", "uint8b128"])
+def test_gptq_act_order_imports(device, bits, zero_range):
+    """desc_act checkpoints: dequantize (input-feature order) matches s[g_idx[k]] * (q - z), the
+    stored K is in group order, and unpack + g_idx pack the same weight again."""
+    k, n, group = 384, 16, 128
+    q, zeros, scales = logical(k, n, group, (0, (1 << bits) - 1), zero_range, seed=6 + bits)
+    symmetric = 1 << (bits - 1)
+    stored_zeros = zeros or [[symmetric] * n for _ in range(k // group)]
+    g_idx = act_order_g_idx(k, group, seed=bits)
+    packed = from_gptq(gptq_pack_qweight(q, bits).to(device), gptq_pack_qzeros(stored_zeros, bits).to(device),
+                       scales.to(device), g_idx.to(device), bits=bits)
+    assert packed.act_order and packed.device.type == device and "act-order" in packed.describe()
+    assert torch.equal(packed.g_idx.cpu(), g_idx.long())
+    assert torch.equal(dequantize(packed).cpu().double(),
+                       expected_act_order(q, zeros, scales, g_idx, None if zeros else symmetric))
+    # kernel position j holds input feature k_perm[j], whose group is j // group
+    assert torch.equal(g_idx.long()[packed.k_perm.cpu()], torch.arange(k) // group)
+    q_back, s_back, z_back = unpack_weights(packed)
+    assert q_back.cpu().tolist() == [list(col) for col in zip(*q)]
+    again = pack_weights(q_back, s_back, z_back, weight_type=packed.weight_type, group_size=group,
+                         g_idx=packed.g_idx)
+    assert torch.equal(again.qweight, packed.qweight) and torch.equal(again.k_perm, packed.k_perm)
+
+
+def test_gptq_act_order_needs_equal_groups():
     k, n, group = 256, 8, 64
     q, _, scales = logical(k, n, group, (0, 15), None, seed=6)
     zeros = [[8] * n for _ in range(k // group)]
-    g_idx = torch.arange(k, dtype=torch.int32) // group
-    g_idx = g_idx[torch.randperm(k, generator=torch.Generator().manual_seed(0))]
-    with pytest.raises(ValueError, match=r"act-order \(desc_act\) GPTQ checkpoints are not "
-                       r"supported: g_idx is not k // group_size.*re-quantize without desc_act"):
+    g_idx = act_order_g_idx(k, group, seed=0)
+    g_idx[g_idx == 1] = 0                                          # group 0 twice as large
+    with pytest.raises(ValueError, match=r"gemmgen.from_gptq: the checkpoint does not fit .*"
+                       r"argument 'g_idx': expected every group 0..3 given exactly group_size=64 "
+                       r"input features .*got group 0 with 128"):
         from_gptq(gptq_pack_qweight(q, 4), gptq_pack_qzeros(zeros, 4), scales, g_idx)
+    with pytest.raises(ValueError, match=r"argument 'g_idx': expected .*group index .* values in "
+                       r"0..3"):
+        from_gptq(gptq_pack_qweight(q, 4), gptq_pack_qzeros(zeros, 4), scales, g_idx + 4)
     with pytest.raises(ValueError, match=r"argument 'g_idx': expected None or an integer tensor \[K=256\]"):
         from_gptq(gptq_pack_qweight(q, 4), gptq_pack_qzeros(zeros, 4), scales, g_idx[:10])
 

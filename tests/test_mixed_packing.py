@@ -85,7 +85,16 @@ def cases(draw):
                 q_dtype=draw(st.sampled_from(Q_DTYPES[weight_type])),
                 seed=draw(st.integers(0, 2**31 - 1)),
                 group_arg=draw(st.sampled_from(["value", "none"])) if group == k else "value",
-                flat=draw(st.booleans()) if group == k else False)
+                flat=draw(st.booleans()) if group == k else False,
+                act_order=draw(st.booleans()) if group < k else False)
+
+
+def act_order_g_idx(k: int, group: int, seed: int, device="cpu") -> torch.Tensor:
+    """GPTQ desc_act's g_idx: groups numbered along a random quantization order of K."""
+    order = torch.randperm(k, generator=torch.Generator().manual_seed(seed))
+    g_idx = torch.empty(k, dtype=torch.int32)
+    g_idx[order] = torch.arange(k, dtype=torch.int32) // group
+    return g_idx.to(device)
 
 
 def check_round_trip(c, device):
@@ -97,7 +106,15 @@ def check_round_trip(c, device):
         s_in = scales.reshape(n)
         z_in = None if zeros is None else zeros.reshape(n)
     group_arg = None if c["group_arg"] == "none" else c["group"]
-    packed = pack_weights(q, s_in, z_in, weight_type=c["weight_type"], group_size=group_arg)
+    g_idx = act_order_g_idx(k, c["group"], c["seed"], device) if c["act_order"] else None
+    packed = pack_weights(q, s_in, z_in, weight_type=c["weight_type"], group_size=group_arg,
+                          g_idx=g_idx)
+    assert packed.act_order == c["act_order"]
+    if g_idx is None:
+        assert torch.equal(packed.g_idx, torch.arange(k, device=q.device) // c["group"])
+    else:  # K stored in group order: kernel position j is feature k_perm[j], of group j // group
+        assert torch.equal(packed.g_idx, g_idx.long())
+        assert torch.equal(g_idx.long()[packed.k_perm], torch.arange(k, device=q.device) // c["group"])
 
     bits = 4 if "4" in c["weight_type"] else 8
     assert (packed.weight_type, packed.group_size, packed.k, packed.n) == \
@@ -354,10 +371,18 @@ def test_packed_weight_checks_its_fields():
     assert "argument 'zeros'" in broken(zeros=p.zeros.to(torch.float16))
     assert "argument 'zeros'" in broken(weight_type="uint4b8")
     assert "argument 'scales'" in broken(scales=p.scales.to("meta"))
+    # act-order's k_perm: int64 [K], a permutation, on qweight's device
+    perm = torch.randperm(128)
+    assert dataclasses.replace(p, k_perm=perm).act_order
+    assert "argument 'k_perm'" in broken(k_perm=perm.int())
+    assert "argument 'k_perm'" in broken(k_perm=perm[:64])
+    assert "argument 'k_perm'" in broken(k_perm=perm.to("meta"))
+    assert "a permutation of 0..127" in broken(k_perm=perm.clone().fill_(3))
+    assert "a permutation of 0..127" in broken(k_perm=perm + 1)
     # meta tensors of the right shapes pass (the checks read no data)
     meta = dataclasses.replace(p, qweight=p.qweight.to("meta"), scales=p.scales.to("meta"),
-                               zeros=p.zeros.to("meta"))
-    assert meta.device.type == "meta"
+                               zeros=p.zeros.to("meta"), k_perm=perm.to("meta"))
+    assert meta.device.type == "meta" and meta.act_order
 
 
 def test_unpack_refuses_a_weight_of_another_layout_version():
@@ -445,6 +470,13 @@ ERRORS = [  # (changes, argument, a regex the message must contain)
     (dict(weight_type="uint4b8"), "zeros", r"None for uint4b8"),
     (dict(weight_type="int8", q=Q), "zeros", r"None for int8"),
     (dict(arch="sm70"), "arch", r"one of sm90a, sm80 or None; got 'sm70'"),
+    (dict(g_idx=torch.zeros(256)), "g_idx", r"None or an integer tensor \[K=256\] .*torch.float32"),
+    (dict(g_idx=torch.zeros(128, dtype=torch.int32)), "g_idx", r"\[K=256\].*\(128,\)"),
+    (dict(g_idx=torch.zeros(256, dtype=torch.int32, device="meta")), "g_idx", r"on cpu like q"),
+    (dict(g_idx=torch.arange(256) // 128 + 1), "g_idx", r"group index \(K/group_size=2 groups\) "
+     r"values in 0\.\.1; got values in 1\.\.2"),
+    (dict(g_idx=torch.arange(256) // 192), "g_idx", r"every group 0\.\.1 given exactly "
+     r"group_size=128 input features.*got group 0 with 192"),
 ]
 
 
@@ -476,19 +508,30 @@ def test_module_constants():
     assert packing.q_range("uint8b128") == (0, 255) and packing.bits_of("uint4") == 4
 
 
+def test_trivial_g_idx_stores_no_permutation():
+    args = base()
+    packed = call(dict(args, g_idx=torch.arange(256, dtype=torch.int32) // 128))
+    assert not packed.act_order and packed.k_perm is None
+    assert torch.equal(packed.qweight, call(args).qweight) and "act-order" not in packed.describe()
+
+
 # ---------------------------------------------------------------- gemmgen.reference
 
 @pytest.mark.parametrize("weight_type", WEIGHT_TYPES)
-def test_reference_mixed_mm_against_float64(weight_type):
+@pytest.mark.parametrize("act_order", [False, True], ids=["", "act_order"])
+def test_reference_mixed_mm_against_float64(weight_type, act_order):
     n, k, group, m = 16, 256, 128, 5
     dtype = torch.bfloat16
     q, scales, zeros = random_case(weight_type, n, k, group, dtype, torch.int32, seed=3)
-    packed = pack_weights(q, scales, zeros, weight_type=weight_type, group_size=group)
+    g_idx = act_order_g_idx(k, group, seed=3) if act_order else torch.arange(k) // group
+    packed = pack_weights(q, scales, zeros, weight_type=weight_type, group_size=group,
+                          g_idx=g_idx if act_order else None)
+    assert packed.act_order == act_order
     a = torch.randn(m, k).to(dtype)
     bias = torch.randn(n).to(dtype)
     sub = (zeros if zeros is not None else torch.full((n, k // group), OFFSET[weight_type]))
-    w64 = ((q.double() - sub.double().repeat_interleave(group, 1))
-           * scales.double().repeat_interleave(group, 1)).t()
+    g = g_idx.long()  # the group of each input feature k: column k's scale and zero
+    w64 = ((q.double() - sub.double()[:, g]) * scales.double()[:, g]).t()
     want = a.double() @ w64
     for b in (None, bias):
         got = reference.mixed_mm(a, packed, b)
@@ -545,3 +588,30 @@ def test_reference_scaled_mm_fp8():
     b = torch.tensor([[0.5], [0.25]]).to(torch.float8_e4m3fn)
     d = reference.scaled_mm(a, b, torch.tensor([2.0]), torch.tensor([4.0]), torch.bfloat16)
     assert d.tolist() == [[2.0]]                   # 2 * 4 * (0.75 - 0.5)
+
+
+@pytest.mark.parametrize("weight_type", WEIGHT_TYPES)
+def test_act_order_kernel_view(weight_type):
+    """What the kernels compute for an act-order weight, read from the packed tensors the way
+    they read any weight (K position j in group j // group_size, zp = scale * (8 - zero) added
+    to the stored value times the scale) on activations gathered by k_perm as `mixed_mm` does,
+    equals a @ dequantize(packed) in input-feature order, and the checkpoint's own math."""
+    n, k, group, m = 24, 384, 128, 3
+    q, scales, zeros = random_case(weight_type, n, k, group, torch.bfloat16, torch.int32, seed=9)
+    g_idx = act_order_g_idx(k, group, seed=9)
+    packed = pack_weights(q, scales, zeros, weight_type=weight_type, group_size=group, g_idx=g_idx)
+    stored = packing.Sm90Layout.unpack_q(packed.qweight, weight_type, n) - packing.Sm90Layout.offset(weight_type)
+    position_group = torch.arange(k) // group                      # the kernels' view of groups
+    w_kernel = stored.double() * packed.scales.double().t()[:, position_group]
+    if packed.zeros is not None:
+        w_kernel = w_kernel + packed.zeros.double().t()[:, position_group]
+    a = torch.randn(m, k, dtype=torch.float64)
+    got = a.index_select(1, packed.k_perm) @ w_kernel.t()
+    want = a @ dequantize(packed).double()
+    # exact but for uint4's zp, rounded once to the scale dtype (relative 2^-8 in bf16)
+    tolerance = dict(rtol=1e-12, atol=1e-12) if zeros is None else \
+        dict(rtol=0, atol=2**-8 * (a.abs() @ w_kernel.abs().t()).max().item())
+    torch.testing.assert_close(got, want, **tolerance)
+    sub = zeros.double()[:, g_idx.long()] if zeros is not None else OFFSET[weight_type]
+    w_checkpoint = (q.double() - sub) * scales.double()[:, g_idx.long()]
+    torch.testing.assert_close(dequantize(packed).double(), w_checkpoint.t(), rtol=0, atol=0)

@@ -18,10 +18,18 @@ from gemmgen.families.mixed.packing import q_range
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def act_order_g_idx(k: int, group_size: int) -> torch.Tensor:
+    """GPTQ desc_act's g_idx (int32 [K] on the GPU): groups numbered along a random
+    quantization order of K, group_size features each."""
+    g_idx = torch.empty(k, dtype=torch.int32, device="cuda")
+    g_idx[torch.randperm(k, device="cuda")] = torch.arange(k, dtype=torch.int32, device="cuda") // group_size
+    return g_idx
+
+
 def random_packed(n: int, k: int, weight_type: str, group_size: int, dtype: torch.dtype,
-                  scale_size: float | None = None):
+                  scale_size: float | None = None, act_order: bool = False):
     """Full-range random logical weights, scales ~ 1/sqrt(K)-sized (or in [0.5, 1.5) ·
-    `scale_size`), zeros for uint4."""
+    `scale_size`), zeros for uint4; with `act_order`, groups from a random desc_act g_idx."""
     low, high = q_range(weight_type)
     q = torch.randint(low, high + 1, (n, k), dtype=torch.int32, device="cuda")
     groups = k // group_size
@@ -29,8 +37,9 @@ def random_packed(n: int, k: int, weight_type: str, group_size: int, dtype: torc
               else (torch.rand(n, groups, device="cuda") + 0.5) * scale_size).to(dtype)
     zeros = (torch.randint(0, 16, (n, groups), dtype=torch.int32, device="cuda")
              if weight_type == "uint4" else None)
+    g_idx = act_order_g_idx(k, group_size) if act_order else None
     return gemmgen.pack_weights(q, scales, zeros, weight_type=weight_type, group_size=group_size,
-                                arch="sm90a")
+                                g_idx=g_idx, arch="sm90a")
 
 
 def check(out: torch.Tensor, a: torch.Tensor, packed, bias=None) -> None:
@@ -267,10 +276,38 @@ def test_gptq_import_runs_through_the_op():
     torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2 * ref.abs().max().item())
 
 
+@pytest.mark.parametrize("zero_points", [False, True], ids=["uint4b8", "uint4"])
+def test_gptq_act_order_runs_through_the_op(zero_points):
+    """A desc_act checkpoint (g_idx from a random quantization order): the op gathers the
+    activations into the stored K order; dispatch from decode to prefill, against the
+    checkpoint's own dequantization in input-feature order (s[g_idx[k]] · (q − z[g_idx[k]]))."""
+    k, n, group = 1024, 512, 128
+    q = torch.randint(0, 16, (k, n), device="cuda")
+    zeros = (torch.randint(1, 16, (k // group, n), device="cuda") if zero_points
+             else torch.full((k // group, n), 8, device="cuda"))
+    scales = (torch.rand(k // group, n, device="cuda") * 0.02 + 0.005).half()
+    g_idx = act_order_g_idx(k, group)
+    packed = gemmgen.PackedWeight.from_gptq(_gptq_pack(q, 4, 0), _gptq_pack(zeros - 1, 4, 1),
+                                            scales, g_idx, bits=4)
+    assert packed.act_order and packed.weight_type == ("uint4" if zero_points else "uint4b8")
+    g = g_idx.long()
+    w = (q - zeros[g]).float() * scales.float()[g]                  # [K, N], input-feature order
+    for m in (1, 7, 16, 64, 300):
+        a = torch.randn(m, k, device="cuda").half()
+        out = torch.full((m, n), float("nan"), dtype=torch.half, device="cuda")
+        gemmgen.mixed_mm(a, packed, out=out)
+        check(out, a, packed)
+        ref = a.float() @ w
+        torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2 * ref.abs().max().item())
+
+
 # ------------------------------------------------------------------------- 4. graphs, compile
 
-def test_cuda_graph_replay_with_new_inputs():
-    packed = random_packed(1024, 1024, "uint4b8", 128, torch.bfloat16)
+@pytest.mark.parametrize("act_order", [False, True], ids=["", "act_order"])
+def test_cuda_graph_replay_with_new_inputs(act_order):
+    """Captured once, replayed on new activations (an act-order weight's gather too)."""
+    packed = random_packed(1024, 1024, "uint4b8", 128, torch.bfloat16, act_order=act_order)
+    assert packed.act_order == act_order
     a = torch.randn(8, 1024, device="cuda").to(torch.bfloat16)
     out = torch.empty(8, 1024, dtype=torch.bfloat16, device="cuda")
     gemmgen.mixed_mm(a, packed, out=out)  # warm-up outside capture (dispatch, smem attribute)
@@ -286,8 +323,9 @@ def test_cuda_graph_replay_with_new_inputs():
         check(out, a, packed)
 
 
-def test_torch_compile_fullgraph():
-    packed = random_packed(512, 1024, "uint4", 128, torch.float16)
+@pytest.mark.parametrize("act_order", [False, True], ids=["", "act_order"])
+def test_torch_compile_fullgraph(act_order):
+    packed = random_packed(512, 1024, "uint4", 128, torch.float16, act_order=act_order)
     bias = torch.randn(512, device="cuda").half()
 
     @torch.compile(fullgraph=True)

@@ -10,7 +10,9 @@ GPTQ (AutoGPTQ / GPTQModel "v1" checkpoint format, `bits` 4 or 8, p = 32 / bits 
 dequant = scale * (q - zero). All zeros 8 (4-bit) / 128 (8-bit) is GPTQ's symmetric
 quantization -> `uint4b8` / `uint8b128` without zeros; other zeros -> `uint4` with zeros (4-bit)
 or a ValueError (8-bit: the kernels have no 8-bit type with zero points). Act-order checkpoints
-(g_idx other than k // group_size) are refused.
+(`desc_act`: g_idx other than k // group_size, every group group_size features) are packed
+with their K in group order and gather the activations in the op (packing.py, "Act-order");
+scales and zeros stay indexed by group.
 
 AWQ (AutoAWQ GEMM format, 4-bit):
 - qweight int32 [K, N/8], packed along N with AWQ's interleave: nibble slot i (bits 4i..4i+3)
@@ -51,11 +53,11 @@ def _slots(words: torch.Tensor, bits: int) -> torch.Tensor:
     return (words.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)
 
 
-def _pack(where: str, q, scales, zeros, weight_type, group_size, arch) -> PackedWeight:
+def _pack(where: str, q, scales, zeros, weight_type, group_size, arch, g_idx=None) -> PackedWeight:
     """pack_weights, with its errors said to come from importing this checkpoint."""
     try:
         return pack_weights(q, scales, zeros, weight_type=weight_type, group_size=group_size,
-                            arch=arch)
+                            g_idx=g_idx, arch=arch)
     except ValueError as error:
         raise ValueError(f"gemmgen.{where}: the checkpoint does not fit the mixed-input kernels "
                          f"(as {weight_type}, group size {group_size}, N={q.shape[0]}, "
@@ -89,16 +91,10 @@ def from_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
         raise _error(where, "qzeros", f"shape [K/group_size={groups}, N*bits/32={n * bits / 32:g}] "
                      f"(qweight {tuple(qweight.shape)} -> K={k}, N={n})", _describe(qzeros))
     _same_device(where, qweight, qzeros=qzeros, scales=scales, g_idx=g_idx)
-    if g_idx is not None:
-        if not isinstance(g_idx, torch.Tensor) or g_idx.dim() != 1 or g_idx.shape[0] != k \
-                or g_idx.is_floating_point() or g_idx.is_complex():
-            raise _error(where, "g_idx", f"None or an integer tensor [K={k}]", _describe(g_idx))
-        trivial = torch.arange(k, device=g_idx.device) // group_size
-        if not torch.equal(g_idx.to(torch.int64), trivial):
-            raise ValueError(
-                f"gemmgen.{where}: argument 'g_idx': act-order (desc_act) GPTQ checkpoints are not "
-                f"supported: g_idx is not k // group_size (group size {group_size}); re-quantize "
-                "without desc_act, or permute K of the weight (and of the activations) yourself")
+    if g_idx is not None and (not isinstance(g_idx, torch.Tensor) or g_idx.dim() != 1
+                              or g_idx.shape[0] != k or g_idx.is_floating_point()
+                              or g_idx.is_complex()):
+        raise _error(where, "g_idx", f"None or an integer tensor [K={k}]", _describe(g_idx))
 
     # [K/p, N] -> [K/p, N, p] -> [K/p, p, N] -> [K, N]: row r slot i is k = r*p + i.
     q = _slots(qweight, bits).permute(0, 2, 1).reshape(k, n)
@@ -106,7 +102,7 @@ def from_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
     symmetric = 1 << (bits - 1)
     if bool((zero == symmetric).all()):
         weight_type = "uint4b8" if bits == 4 else "uint8b128"
-        return _pack(where, q.t(), scales.t(), None, weight_type, group_size, arch)
+        return _pack(where, q.t(), scales.t(), None, weight_type, group_size, arch, g_idx)
     if bits == 8:
         raise _error(where, "qzeros", "every zero point 128 (symmetric 8-bit GPTQ): the "
                      "mixed-input kernels do not support 8-bit weights with zero points "
@@ -115,7 +111,7 @@ def from_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
     if bool((zero > 15).any()):
         raise _error(where, "qzeros", "zero points 0..15 (stored zero - 1): a v1 checkpoint stores "
                      "zero 0 as -1, which wraps to 15 and reads back as 16", "a zero point 16")
-    return _pack(where, q.t(), scales.t(), zero.t(), "uint4", group_size, arch)
+    return _pack(where, q.t(), scales.t(), zero.t(), "uint4", group_size, arch, g_idx)
 
 
 def from_awq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *,

@@ -161,7 +161,8 @@ def mixed_mm(a: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor]
     `gemmgen.pack_weights`, `PackedWeight.from_gptq` or `.from_awq`; sm90a and sm80 share one
     layout) whose scales have
     a's dtype. bias: [N] in a's dtype. out: optional [M, N] row-major output. kernel: force a
-    kernel by name (default: dispatch picks by M, N, K).
+    kernel by name (default: dispatch picks by M, N, K). An act-order weight (`packed.k_perm`,
+    GPTQ desc_act) first gathers a's columns into the kernels' K order (one index_select).
     """
     if not isinstance(packed, PackedWeight):
         raise _fail("packed", "a gemmgen.PackedWeight (see gemmgen.pack_weights)", _describe(packed))
@@ -172,6 +173,15 @@ def mixed_mm(a: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor]
                     f"arch {packed.arch!r}, layout version {packed.layout_version}")
     if not isinstance(a, torch.Tensor) or a.dim() != 2:
         raise _fail("a", "a 2-D [M, K] tensor", _describe(a))
+    if packed.k_perm is not None:
+        # NOTES: checked before the gather, which would drop extra columns silently and assert on
+        # the GPU for missing ones; the custom op then checks the gathered copy like any `a`.
+        if a.shape[1] != packed.k:
+            raise _fail("a", f"K = {packed.k} columns (the packed weight's K)", _describe(a))
+        if a.device != packed.k_perm.device:
+            raise _fail("a", f"a tensor on {packed.k_perm.device} like the packed weight",
+                        _describe(a))
+        a = a.index_select(1, packed.k_perm)
     if out is None:
         out = torch.empty((a.shape[0], packed.n), dtype=a.dtype, device=a.device)
     args = (out, a, packed.qweight, packed.scales, packed.zeros, bias, packed.weight_type,

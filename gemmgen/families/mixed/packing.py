@@ -18,6 +18,15 @@ The semantics (what a packed weight means, whatever the layout)::
 Per-channel quantization is one group spanning K (`group_size=None` or `group_size == K`; the
 packed weight stores group_size = K).
 
+Act-order (GPTQ `desc_act`): the groups are given by `g_idx` [K], the group of each input
+feature k, instead of k // group_size; every group holds exactly group_size features (GPTQ
+quantizes K in a permuted order and numbers the groups along it). `pack_weights(..., g_idx=)`
+stores the weight with its K in group order, `k_perm = argsort(g_idx)` (stable: ascending k
+within a group), so that kernel position j holds input feature k_perm[j] and its group is
+j // group_size, as the kernels expect; `mixed_mm` gathers the activations' columns by k_perm
+(one `index_select` before the GEMM) and the kernels run unchanged. g_idx equal to
+k // group_size stores no permutation.
+
 Packed layout, version 2 (N = output features, K = input features, G = K / group_size). Every
 kernel of the family reads it: the CUTLASS 3.x sm90a kernels, the family's wgmma kernel and the
 direct mma.sync kernel (in sm90a and sm80 libraries alike), so archs "sm90a" and "sm80" both name
@@ -236,9 +245,9 @@ class PackedWeight:
     """A weight packed for the mixed-input GEMM: the tensors the kernel reads plus what they mean.
 
     A plain Python object (not a tensor subclass); equality is identity. Construction checks
-    that tensors and metadata agree (shapes, dtypes, devices; no data is read, so it works on
-    meta / fake tensors). Build one with `pack_weights`, `PackedWeight.from_gptq` or
-    `PackedWeight.from_awq`.
+    that tensors and metadata agree (shapes, dtypes, devices; no data is read but an act-order
+    weight's k_perm, and that only in plain tensors, so it works on meta / fake tensors). Build
+    one with `pack_weights`, `PackedWeight.from_gptq` or `PackedWeight.from_awq`.
     """
 
     qweight: torch.Tensor
@@ -250,6 +259,9 @@ class PackedWeight:
     n: int
     layout_version: int = LAYOUT_VERSION
     arch: str = "sm90a"
+    # act-order: kernel position j of K holds input feature k_perm[j] (int64 [K], a permutation
+    # of 0..K-1, on qweight's device); None: the identity
+    k_perm: Optional[torch.Tensor] = None
 
     def __post_init__(self):
         where = "PackedWeight"
@@ -295,6 +307,8 @@ class PackedWeight:
         for name, t in tensors[1:]:
             if t is not None and t.device != q.device:
                 raise _error(where, name, f"a tensor on {q.device} like qweight", _describe(t))
+        if self.k_perm is not None:
+            _check_k_perm(where, self.k_perm, k, q.device)
 
     @property
     def bits(self) -> int:
@@ -318,6 +332,19 @@ class PackedWeight:
     def num_groups(self) -> int:
         return self.k // self.group_size
 
+    @property
+    def act_order(self) -> bool:
+        """Whether K is stored in another order than the input features' (GPTQ desc_act)."""
+        return self.k_perm is not None
+
+    @property
+    def g_idx(self) -> torch.Tensor:
+        """The group of each input feature k, int64 [K] (k // group_size without act-order)."""
+        groups = torch.arange(self.k, device=self.device) // self.group_size
+        if self.k_perm is None:
+            return groups
+        return torch.empty_like(groups).index_copy_(0, self.k_perm, groups)
+
     def to(self, device, non_blocking: bool = False) -> "PackedWeight":
         """The same packed weight with every tensor on `device` (self if already there)."""
         device = torch.device(device)
@@ -328,7 +355,7 @@ class PackedWeight:
             return None if t is None else t.to(device, non_blocking=non_blocking)
 
         return dataclasses.replace(self, qweight=move(self.qweight), scales=move(self.scales),
-                                   zeros=move(self.zeros))
+                                   zeros=move(self.zeros), k_perm=move(self.k_perm))
 
     @classmethod
     def from_gptq(cls, qweight, qzeros, scales, g_idx=None, bits: int = 4, *,
@@ -347,12 +374,57 @@ class PackedWeight:
         """One line: type, shape, groups, zeros, scale dtype, layout, device."""
         group = "per-channel" if self.group_size == self.k else f"group {self.group_size}"
         zeros = ", zero points" if self.has_zeros else ""
+        order = ", act-order" if self.act_order else ""
         scale = str(self.scale_dtype).removeprefix("torch.")
-        return (f"PackedWeight {self.weight_type} [N={self.n}, K={self.k}], {group}{zeros}, "
+        return (f"PackedWeight {self.weight_type} [N={self.n}, K={self.k}], {group}{zeros}{order}, "
                 f"{scale} scales, {self.arch} layout v{self.layout_version}, on {self.device}")
 
     def __repr__(self) -> str:
         return f"<{self.describe()}>"
+
+
+def _check_k_perm(where: str, k_perm, k: int, device: torch.device) -> None:
+    """A PackedWeight's k_perm: int64 [K] on qweight's device, a permutation of 0..K-1 (read
+    only for plain tensors with data: meta and fake tensors are checked by shape alone)."""
+    if (not isinstance(k_perm, torch.Tensor) or k_perm.dtype != torch.int64 or k_perm.dim() != 1
+            or k_perm.shape[0] != k or not k_perm.is_contiguous()):
+        raise _error(where, "k_perm", f"None or a contiguous torch.int64 tensor [K={k}] (the "
+                     "input feature at each kernel position of K)", _describe(k_perm))
+    if k_perm.device != device:
+        raise _error(where, "k_perm", f"a tensor on {device} like qweight", _describe(k_perm))
+    # NOTES: the op gathers the activations by k_perm; an index out of range would be a device-
+    # side assert on the GPU (the process's CUDA context lost), so it is refused here.
+    if type(k_perm) is torch.Tensor and not k_perm.is_meta:
+        if not torch.equal(torch.sort(k_perm).values, torch.arange(k, device=k_perm.device)):
+            raise _error(where, "k_perm", f"a permutation of 0..{k - 1} (each once)",
+                         "repeated or out-of-range values")
+
+
+def _k_perm_from_g_idx(where: str, g_idx, k: int, group_size: int,
+                       device: torch.device) -> Optional[torch.Tensor]:
+    """pack_weights' `g_idx` (group of each input feature) -> the kernels' K order: None for
+    k // group_size, else argsort(g_idx), stable; every group must hold group_size features."""
+    if g_idx is None:
+        return None
+    groups = k // group_size
+    if (not isinstance(g_idx, torch.Tensor) or g_idx.dtype not in _INT_DTYPES or g_idx.dim() != 1
+            or g_idx.shape[0] != k):
+        raise _error(where, "g_idx", f"None or an integer tensor [K={k}] (the group of each input "
+                     "feature, GPTQ act-order)", _describe(g_idx))
+    if g_idx.device != device:
+        raise _error(where, "g_idx", f"a tensor on {device} like q", _describe(g_idx))
+    g_idx = g_idx.to(torch.int64)
+    _check_range(where, "g_idx", g_idx, 0, groups - 1, f"group index (K/group_size={groups} groups)")
+    counts = torch.bincount(g_idx, minlength=groups)
+    if not bool((counts == group_size).all()):
+        group = int(torch.nonzero(counts != group_size)[0, 0])
+        raise _error(where, "g_idx", f"every group 0..{groups - 1} given exactly group_size="
+                     f"{group_size} input features (as GPTQ's act-order numbers them)",
+                     f"group {group} with {int(counts[group])}")
+    k_perm = torch.argsort(g_idx, stable=True)
+    if torch.equal(k_perm, torch.arange(k, device=device)):
+        return None
+    return k_perm
 
 
 def _check_range(where: str, name: str, t: torch.Tensor, low: int, high: int, what: str) -> None:
@@ -362,8 +434,8 @@ def _check_range(where: str, name: str, t: torch.Tensor, low: int, high: int, wh
 
 
 def pack_weights(q: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Tensor] = None, *,
-                 weight_type: str, group_size: Optional[int], arch: Optional[str] = None
-                 ) -> PackedWeight:
+                 weight_type: str, group_size: Optional[int], g_idx: Optional[torch.Tensor] = None,
+                 arch: Optional[str] = None) -> PackedWeight:
     """Pack a logical integer weight for the mixed-input GEMM (layout: see the module docstring).
 
     q: [N, K] like nn.Linear.weight, an integer dtype holding the logical values of
@@ -373,6 +445,8 @@ def pack_weights(q: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Te
     zeros: [N, K/group_size] (per-channel: also [N]) integer zero points 0..15, uint4 only
        (required there, refused for every other type).
     group_size: a multiple of 64 that divides K, or K / None (per-channel).
+    g_idx: None, or the group of each input feature, an integer tensor [K] (GPTQ act-order:
+       every group exactly group_size features); zeros and scales are indexed by it.
     arch: the packed layout; None: `default_arch(q.device)`.
 
     Returns a PackedWeight on q's device. Every bad argument raises ValueError naming it.
@@ -425,6 +499,7 @@ def pack_weights(q: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Te
         raise _error(where, "zeros", f"None for {weight_type} (symmetric: its offset is fixed; "
                      "only uint4 takes zero points)", _describe(zeros))
 
+    k_perm = _k_perm_from_g_idx(where, g_idx, k, group_size, q.device)
     low, high = q_range(weight_type)
     _check_range(where, "q", q, low, high, weight_type)
     if not bool(torch.isfinite(scales).all()):
@@ -443,9 +518,11 @@ def pack_weights(q: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Te
             raise _error(where, "scales", f"|scale * (8 - zero)| within {scales.dtype}'s range "
                          "(zp = scale * (8 - zero) is stored in the scale dtype)",
                          f"max |scale| {big:g}, which overflows")
+    if k_perm is not None:  # K in group order: kernel position j is input feature k_perm[j]
+        q = q.index_select(1, k_perm)
     packed = PackedWeight(qweight=layout.pack_q(q, weight_type), scales=scales_gn, zeros=zp,
                           weight_type=weight_type, group_size=group_size, k=k, n=n,
-                          layout_version=layout.version, arch=arch)
+                          layout_version=layout.version, arch=arch, k_perm=k_perm)
     if packed.qweight.is_cuda:
         # The packing kernels finish before any later kernel runs: the family's kernels read
         # packed weights before their programmatic-dependent-launch wait (a packed weight is a
@@ -459,8 +536,9 @@ def unpack_weights(packed: PackedWeight
                    ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """The exact inverse of `pack_weights`: (q, scales, zeros) on the packed weight's device.
 
-    q: int32 [N, K] logical values; scales: [N, K/group_size] in the scale dtype; zeros: int32
-    [N, K/group_size] (uint4) or None.
+    q: int32 [N, K] logical values, in input-feature order; scales: [N, K/group_size] in the
+    scale dtype; zeros: int32 [N, K/group_size] (uint4) or None. With act-order, q's columns
+    belong to the groups `packed.g_idx` (pass it to `pack_weights` as g_idx to pack them again).
     """
     if not isinstance(packed, PackedWeight):
         raise _error("unpack_weights", "packed", "a PackedWeight", _describe(packed))
@@ -470,6 +548,8 @@ def unpack_weights(packed: PackedWeight
                      f"layout version {packed.layout_version}")
     layout = _LAYOUTS[packed.arch]
     q = layout.unpack_q(packed.qweight, packed.weight_type, packed.n)
+    if packed.k_perm is not None:  # back to input-feature order
+        q = torch.empty_like(q).index_copy_(1, packed.k_perm, q)
     zeros = None
     if packed.zeros is not None:
         zeros = layout.zero_from_zp(packed.zeros, packed.scales).t().contiguous()
@@ -479,16 +559,17 @@ def unpack_weights(packed: PackedWeight
 def dequantize(packed: PackedWeight) -> torch.Tensor:
     """The dequantized weight, float32 [K, N] (transposed: the B operand of a @ w).
 
-    scale * (q - offset) or scale * (q - zero), from `unpack_weights`; exact in float32 (a 16-bit
-    scale times an integer of at most 9 bits).
+    scale[g, n] * (q - offset) or scale[g, n] * (q - zero[g, n]) with g = g_idx[k] (k //
+    group_size without act-order), from `unpack_weights`, rows in input-feature order; exact in
+    float32 (a 16-bit scale times an integer of at most 9 bits).
     """
     if not isinstance(packed, PackedWeight):
         raise _error("dequantize", "packed", "a PackedWeight", _describe(packed))
     q, scales, zeros = unpack_weights(packed)
-    g = packed.group_size
+    g_idx = packed.g_idx
     if zeros is not None:
-        q = q - zeros.repeat_interleave(g, dim=1)
+        q = q - zeros.index_select(1, g_idx)
     else:
         q = q - _TYPES[packed.weight_type][3]
-    w = q.float() * scales.float().repeat_interleave(g, dim=1)
+    w = q.float() * scales.float().index_select(1, g_idx)
     return w.t().contiguous()
