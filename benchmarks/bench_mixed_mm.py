@@ -9,6 +9,8 @@ same data:
   gemmgen_i4     gemmgen.mixed_mm(a, uint4b8 weight, group 128 bf16 scales)      (GPTQ-style)
   gemmgen_i4z    gemmgen.mixed_mm(a, uint4 weight + zeros, group 128)              (AWQ-style)
   gemmgen_i8     gemmgen.mixed_mm(a, int8 weight, per-channel scales)
+  gemmgen_i4ao   with --act-order: the uint4b8 weight with GPTQ desc_act groups (a random g_idx),
+                 whose call gathers a's columns first (index_select) — the cost of act-order
   sm80_i4        the uint4b8 weight through the sm80 library's kernel (the direct mma.sync kernel
                  that also serves Ampere; here PTX JIT-compiled for Hopper), up to --sm80-max-m
   floor_i4       int4 weights + group-128 scales read once at the measured copy bandwidth
@@ -24,7 +26,7 @@ through its own pool of weight copies larger than twice the L2 (weights dominate
 small M), full-range random data. Outputs are checked against gemmgen.reference first.
 
     python benchmarks/bench_mixed_mm.py [--m 1 16 128] [--models llama3-8b qwen3_32b] [--append-results]
-                                        [--kernels 'wgmma|_sk'] [--dtype fp16]
+                                        [--kernels 'wgmma|_sk'] [--dtype fp16] [--act-order]
 """
 
 from __future__ import annotations
@@ -58,11 +60,13 @@ MODELS = {"llama3-8b": "llama3_8b", "llama2-70b": "llama2_70b",
 DEFAULT_MODELS = ["llama3-8b", "llama2-70b"]
 DEFAULT_M = [1, 4, 16, 32, 64, 128, 256, 1024, 4096]
 GROUP = 128
-IMPLS = ("bf16_mm", "tinygemm", "gemmgen_i4", "gemmgen_i4z", "gemmgen_i8", "sm80_i4")
+IMPLS = ("bf16_mm", "tinygemm", "gemmgen_i4", "gemmgen_i4z", "gemmgen_i8", "sm80_i4", "gemmgen_i4ao")
+GEMMGEN_IMPLS = ("gemmgen_i4", "gemmgen_i4z", "gemmgen_i8", "gemmgen_i4ao")
 ACT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # the activations' dtype (--dtype): the dense baseline ("bf16_mm", keyed so whatever the dtype),
 # the scales and every kernel run in it
 ACT_NAME, ACT = "bf16", torch.bfloat16
+ACT_ORDER = False  # --act-order: also time gemmgen_i4ao
 
 
 def dense_shape_files() -> list[str]:
@@ -101,6 +105,10 @@ def make_weight(n: int, k: int, kind: str):
         return gemmgen.pack_weights(q, scales, weight_type="int8", group_size=k)
     q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
     scales = (torch.rand(n, k // GROUP, device="cuda") * 0.02 + 0.005).to(ACT)
+    if kind == "i4ao":  # GPTQ desc_act: groups numbered along a random quantization order
+        g_idx = torch.empty(k, dtype=torch.int32, device="cuda")
+        g_idx[torch.randperm(k, device="cuda")] = torch.arange(k, dtype=torch.int32, device="cuda") // GROUP
+        return gemmgen.pack_weights(q, scales, weight_type="uint4b8", group_size=GROUP, g_idx=g_idx)
     if kind == "i4z":
         zeros = torch.randint(0, 16, (n, k // GROUP), dtype=torch.int32, device="cuda")
         return gemmgen.pack_weights(q, scales, zeros, weight_type="uint4", group_size=GROUP)
@@ -159,6 +167,8 @@ def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float, sm80_m
         "gemmgen_i4z": [base["i4z"]] + [make_weight(n, k, "i4z") for _ in range(pool_size(n * k // 2, l2) - 1)],
         "gemmgen_i8": [base["i8"]] + [make_weight(n, k, "i8") for _ in range(pool_size(n * k, l2) - 1)],
     }
+    if ACT_ORDER:
+        pools["gemmgen_i4ao"] = [make_weight(n, k, "i4ao") for _ in range(pool_size(n * k // 2, l2))]
     if ACT != torch.bfloat16:
         print("  tinygemm left out: torch._weight_int4pack_mm takes bf16 activations only")
     else:
@@ -172,7 +182,7 @@ def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float, sm80_m
         a_pool = [torch.randn(m, k, device="cuda").to(ACT) for _ in range(4)]
         out = torch.empty(m, n, dtype=ACT, device="cuda")
         # correctness first: every gemmgen impl against the reference on its first weight
-        for impl in ("gemmgen_i4", "gemmgen_i4z", "gemmgen_i8"):
+        for impl in GEMMGEN_IMPLS:
             if impl not in pools:
                 continue
             try:
@@ -263,6 +273,13 @@ def summary(rows: list[dict], ms: list[int], device: str) -> str:
                 cells.append(_ratio(geomean([r["bf16_mm"] for r in sel]),
                                     geomean([r.get(key) for r in sel])))
             lines.append(f"| `{key.removeprefix('kernel:')}` | " + " | ".join(cells) + " |")
+    if any("gemmgen_i4ao" in r for r in rows):
+        lines += ["", "GPTQ act-order (desc_act; the call gathers a's columns first): its time / the "
+                  "same kind of weight without act-order (gemmgen i4), geomean over the shapes:", "",
+                  "| " + " | ".join(f"M = {m}" for m in ms) + " |", "|" + "---:|" * len(ms)]
+        cells = [_ratio(geomean([r.get("gemmgen_i4ao") for r in rows if r["m"] == m]),
+                        geomean([r.get("gemmgen_i4") for r in rows if r["m"] == m])) for m in ms]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -282,9 +299,11 @@ def main(argv=None) -> int:
                         "forced")
     p.add_argument("--dtype", choices=list(ACT_DTYPES), default="bf16",
                    help="the activations' dtype (the dense baseline's too; tinygemm: bf16 only)")
+    p.add_argument("--act-order", action="store_true",
+                   help="also time a GPTQ desc_act weight (its call gathers the activations first)")
     args = p.parse_args(argv)
-    global ACT_NAME, ACT
-    ACT_NAME, ACT = args.dtype, ACT_DTYPES[args.dtype]
+    global ACT_NAME, ACT, ACT_ORDER
+    ACT_NAME, ACT, ACT_ORDER = args.dtype, ACT_DTYPES[args.dtype], args.act_order
     torch.manual_seed(0)
     device = torch.cuda.get_device_name()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
