@@ -5,8 +5,8 @@ Public API (torch is imported only when an op is first used):
     gemmgen.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None, out=None, *, kernel=None)
     gemmgen.scaled_mm_azp(a, b, scale_a, scale_b, out_dtype, azp_adj, azp=None, bias=None, out=None)
     gemmgen.mixed_mm(a, packed, bias=None, out=None, *, kernel=None)
-    gemmgen.pack_weights(q, scales, zeros=None, *, weight_type, group_size, arch=None) -> PackedWeight
-    gemmgen.unpack_weights(packed), gemmgen.PackedWeight.from_gptq / .from_awq
+    gemmgen.pack_weights(q, scales, zeros=None, *, weight_type, group_size, g_idx=None, arch=None)
+    gemmgen.unpack_weights(packed), gemmgen.PackedWeight.from_gptq / .from_awq / .from_compressed_tensors
     gemmgen.reference.mixed_mm / scaled_mm   # plain torch definitions the tests compare against
     gemmgen.list_kernels(op=None)
     gemmgen.dispatch.lookup / explain / kernels

@@ -10,7 +10,8 @@ import random
 import pytest
 import torch
 
-from gemmgen.families.mixed.checkpoints import AWQ_ORDER, AWQ_REVERSE_ORDER, from_awq, from_gptq
+from gemmgen.families.mixed.checkpoints import (AWQ_ORDER, AWQ_REVERSE_ORDER, from_awq,
+                                              from_compressed_tensors, from_gptq)
 from gemmgen.families.mixed.packing import PackedWeight, dequantize, pack_weights, unpack_weights
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -226,10 +227,23 @@ def test_gptq_argument_errors():
         (dict(qweight=qw.float()), "qweight", r"2-D torch.int32"),
         (dict(qzeros=qz[:1]), "qzeros", r"shape \[K/group_size=2, N\*bits/32=1\]"),
         (dict(scales=scales[:, :4]), "scales", r"\[K/group_size, N=8\]"),
-        (dict(scales=scales.repeat(3, 1)), "scales", r"row count that divides K=128"),
+        (dict(scales=scales.repeat(3, 1)), "scales", r"group count that divides K=128.*got 6 groups"),
         (dict(scales=scales.to("meta")), "scales", r"on cpu like qweight"),
     ]
     for changes, argument, pattern in cases:
+        args = dict(qweight=qw, qzeros=qz, scales=scales, g_idx=None, bits=4)
+        args.update(changes)
+        with pytest.raises(ValueError, match=rf"gemmgen.from_gptq: argument '{argument}': "
+                           rf"expected .*{pattern}"):
+            from_gptq(**args)
+    for changes, argument, pattern in [
+        (dict(qweight=qw[:0]), "qweight", r"a non-empty 2-D torch.int32 tensor"),
+        (dict(bits=4.0), "bits", r"4 or 8"),
+        (dict(bits=True), "bits", r"4 or 8"),
+        (dict(g_idx=[0] * k), "g_idx", r"None or an integer tensor \[K=128\]; got a list"),
+        (dict(group_size=32), "scales", r"ceil\(K=128 / group_size=32\) = 4 groups; got 2 groups"),
+        (dict(group_size=64.0), "group_size", r"None or a positive int"),
+    ]:
         args = dict(qweight=qw, qzeros=qz, scales=scales, g_idx=None, bits=4)
         args.update(changes)
         with pytest.raises(ValueError, match=rf"gemmgen.from_gptq: argument '{argument}': "
@@ -295,3 +309,105 @@ def test_awq_argument_errors():
     with pytest.raises(ValueError, match=r"from_awq: the checkpoint does not fit .*argument 'q'.*"
                        r"multiple of 64"):
         from_awq(awq_pack(small), awq_pack([[8] * 8]), torch.ones(1, 8, dtype=torch.float16))
+
+
+# ---------------------------------------------------------------- compressed-tensors
+
+def ct_pack_rows(values: list[list[int]], bits: int) -> torch.Tensor:
+    """[R][C] signed values -> int32 [R, C*bits/32] the way compressed-tensors' pack_to_int32
+    writes them (packed_dim=1): value c of a row in word c // p, bits (c % p) * bits upward,
+    stored as value + 2^(bits-1)."""
+    per, offset = 32 // bits, 1 << (bits - 1)
+    words = [[0] * (len(row) // per) for row in values]
+    for r, row in enumerate(values):
+        for c, v in enumerate(row):
+            words[r][c // per] |= (v + offset) << ((c % per) * bits)
+    return to_int32(words)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bits,asymmetric,act_order,zero_packed", [
+    (4, False, False, True), (4, True, False, True), (4, True, False, False), (8, False, False, True),
+    (4, False, True, True), (4, True, True, True)],
+    ids=["w4_sym", "w4_asym", "w4_asym_int8_zp", "w8_sym", "w4_sym_actorder", "w4_asym_actorder"])
+def test_compressed_tensors_pack_quantized(device, bits, asymmetric, act_order, zero_packed):
+    """llm-compressor's pack-quantized tensors (signed values and zero points, offset by
+    2^(bits-1) when packed; zero points packed along N or plain int8): dequantize matches
+    scale * (q - zero_point) with the checkpoint's g_idx."""
+    k, n, group = 256, 16, 64
+    rng = random.Random(bits * 10 + asymmetric)
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    q = [[rng.randint(low, high) for _ in range(k)] for _ in range(n)]       # [N][K] like Linear
+    zp = [[rng.randint(low, high) for _ in range(k // group)] for _ in range(n)] if asymmetric else None
+    scales = (torch.rand(n, k // group, generator=torch.Generator().manual_seed(bits)) * 0.1
+              + 0.001).to(torch.bfloat16)
+    g_idx = act_order_g_idx(k, group, seed=1) if act_order else None
+    zero_tensor = None
+    if asymmetric:
+        zero_tensor = (ct_pack_rows([list(col) for col in zip(*zp)], bits).t().contiguous()
+                       if zero_packed else torch.tensor(zp, dtype=torch.int8))
+    packed = PackedWeight.from_compressed_tensors(
+        ct_pack_rows(q, bits).to(device), scales.to(device),
+        None if zero_tensor is None else zero_tensor.to(device),
+        None if g_idx is None else g_idx.to(device), num_bits=bits, weight_shape=torch.tensor([n, k]))
+    want_type = {4: "uint4" if asymmetric else "uint4b8", 8: "uint8b128"}[bits]
+    assert (packed.weight_type, packed.group_size, packed.k, packed.n) == (want_type, group, k, n)
+    assert packed.act_order == act_order and packed.device.type == device
+    g = (torch.arange(k) // group) if g_idx is None else g_idx.long()
+    want = torch.empty(k, n, dtype=torch.float64)
+    for kk in range(k):
+        for nn in range(n):
+            z = zp[nn][int(g[kk])] if asymmetric else 0
+            want[kk, nn] = scales[nn, int(g[kk])].item() * (q[nn][kk] - z)
+    assert torch.equal(dequantize(packed).cpu().double(), want)
+
+
+def test_compressed_tensors_errors():
+    k, n, group = 128, 8, 64
+    q = [[0] * k for _ in range(n)]
+    wp, scales = ct_pack_rows(q, 4), torch.ones(n, k // group, dtype=torch.float16)
+    cases = [
+        (dict(num_bits=3), "num_bits", r"4 or 8"),
+        (dict(num_bits=4.0), "num_bits", r"4 or 8"),
+        (dict(weight_packed=wp.to(torch.int64)), "weight_packed", r"2-D torch.int32"),
+        (dict(weight_shape=[n, k + 8]), "weight_shape", r"\[N=8, K=128\]"),
+        (dict(weight_scale=scales.t()), "weight_scale", r"\[N=8, K/group_size\]"),
+        (dict(weight_scale=scales.repeat(1, 3)), "weight_scale", r"group count that divides K=128"),
+        (dict(weight_zero_point=torch.zeros(n, 2, dtype=torch.int32)), "weight_zero_point",
+         r"int32 \[N\*bits/32=1, K/group_size=2\] \(packed along N\) or int8 \[N=8, K/group_size=2\]"),
+        (dict(weight_g_idx=torch.zeros(k)), "weight_g_idx", r"None or an integer tensor \[K=128\]"),
+        (dict(weight_scale=scales.to("meta")), "weight_scale", r"on cpu like qweight"),
+    ]
+    for changes, argument, pattern in cases:
+        args = dict(weight_packed=wp, weight_scale=scales)
+        args.update(changes)
+        with pytest.raises(ValueError, match=rf"gemmgen.from_compressed_tensors: argument "
+                           rf"'{argument}': expected .*{pattern}"):
+            from_compressed_tensors(**args)
+    q8 = ct_pack_rows([[0] * k for _ in range(n)], 8)
+    with pytest.raises(ValueError, match=r"argument 'weight_zero_point': expected None \(symmetric "
+                       r"8-bit\)"):
+        from_compressed_tensors(q8, scales, torch.zeros(n, 2, dtype=torch.int8), num_bits=8)
+    with pytest.raises(ValueError, match=r"the checkpoint does not fit the mixed-input kernels.*"
+                       r"float16 or bfloat16"):
+        from_compressed_tensors(wp, scales.float())
+
+
+def test_gptq_group_size_that_does_not_divide_k():
+    """K = 384 in groups of 256 is stored as 2 groups (ceil), which K / 2 = 192 would misread:
+    g_idx (or group_size=) tells the group size, which the kernels refuse (not whole groups)."""
+    k, n, group = 384, 8, 256
+    q, _, _ = logical(k, n, 128, (0, 15), None, seed=12)
+    scales = torch.rand(2, n).half() + 0.5
+    qw, qz = gptq_pack_qweight(q, 4), gptq_pack_qzeros([[8] * n] * 2, 4)
+    g_idx = torch.arange(k, dtype=torch.int32) // group
+    with pytest.raises(ValueError, match=r"gemmgen.from_gptq: argument 'g_idx': expected a group "
+                       r"size that divides K=384 \(the kernels take whole groups\); got group size "
+                       r"256 \(the input features of group 0\)"):
+        from_gptq(qw, qz, scales, g_idx)
+    with pytest.raises(ValueError, match=r"argument 'group_size': expected a group size that "
+                       r"divides K=384.*got group size 256"):
+        from_gptq(qw, qz, scales, group_size=256)
+    # the same tensors read as groups of 192 when that is what the checkpoint says
+    assert from_gptq(qw, qz, scales, group_size=192).group_size == 192
+    assert from_gptq(qw, qz, scales, torch.arange(k) // 192).group_size == 192

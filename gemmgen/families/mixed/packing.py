@@ -247,7 +247,7 @@ class PackedWeight:
     A plain Python object (not a tensor subclass); equality is identity. Construction checks
     that tensors and metadata agree (shapes, dtypes, devices; no data is read but an act-order
     weight's k_perm, and that only in plain tensors, so it works on meta / fake tensors). Build
-    one with `pack_weights`, `PackedWeight.from_gptq` or `PackedWeight.from_awq`.
+    one with `pack_weights`, `PackedWeight.from_gptq`, `.from_awq` or `.from_compressed_tensors`.
     """
 
     qweight: torch.Tensor
@@ -359,16 +359,29 @@ class PackedWeight:
 
     @classmethod
     def from_gptq(cls, qweight, qzeros, scales, g_idx=None, bits: int = 4, *,
-                  arch: Optional[str] = None) -> "PackedWeight":
+                  group_size: Optional[int] = None, arch: Optional[str] = None) -> "PackedWeight":
         """An AutoGPTQ / GPTQModel v1 checkpoint tensor set (see checkpoints.from_gptq)."""
         from .checkpoints import from_gptq
-        return from_gptq(qweight, qzeros, scales, g_idx, bits, arch=arch)
+        return from_gptq(qweight, qzeros, scales, g_idx, bits, group_size=group_size, arch=arch)
 
     @classmethod
-    def from_awq(cls, qweight, qzeros, scales, *, arch: Optional[str] = None) -> "PackedWeight":
+    def from_awq(cls, qweight, qzeros, scales, *, group_size: Optional[int] = None,
+                 arch: Optional[str] = None) -> "PackedWeight":
         """An AutoAWQ GEMM-format checkpoint tensor set (see checkpoints.from_awq)."""
         from .checkpoints import from_awq
-        return from_awq(qweight, qzeros, scales, arch=arch)
+        return from_awq(qweight, qzeros, scales, group_size=group_size, arch=arch)
+
+    @classmethod
+    def from_compressed_tensors(cls, weight_packed, weight_scale, weight_zero_point=None,
+                                weight_g_idx=None, *, num_bits: int = 4, weight_shape=None,
+                                group_size: Optional[int] = None,
+                                arch: Optional[str] = None) -> "PackedWeight":
+        """A compressed-tensors pack-quantized layer (llm-compressor W4A16 / W8A16; see
+        checkpoints.from_compressed_tensors)."""
+        from .checkpoints import from_compressed_tensors
+        return from_compressed_tensors(weight_packed, weight_scale, weight_zero_point, weight_g_idx,
+                                       num_bits=num_bits, weight_shape=weight_shape,
+                                       group_size=group_size, arch=arch)
 
     def describe(self) -> str:
         """One line: type, shape, groups, zeros, scale dtype, layout, device."""
