@@ -211,6 +211,26 @@ def test_bad_source_and_two_manifests_of_one_library(case, tmp_path):
         dispatch.choose("scaled_mm", m=4, n=64, k=64, manifests=[first, second], **INT8_BIAS)
 
 
+def test_one_manifest_path_and_one_file_named_two_ways(case, tmp_path):
+    """`manifests=` takes one path (str or Path) as well as a list; one file named two ways (a
+    relative path and an absolute one, a link) is one manifest, as `gemmgen validate` counts it."""
+    path = case.write()
+    want = dispatch.lookup("scaled_mm", m=4, n=64, k=64, manifests=[path], **INT8_BIAS).name
+    for one in (str(path), path):
+        assert dispatch.lookup("scaled_mm", m=4, n=64, k=64, manifests=one, **INT8_BIAS).name == want
+    link = tmp_path / "link.yaml"
+    link.symlink_to(path)
+    assert dispatch.lookup("scaled_mm", m=4, n=64, k=64, manifests=[path, link, str(path)],
+                           **INT8_BIAS).name == want
+
+
+def test_a_weight_type_of_another_type_is_refused_by_name():
+    import torch
+    with pytest.raises(ValueError, match=r"weight_type must be one of .*; got \['uint4b8'\]"):
+        dispatch.choose("mixed_mm", source="manifests", a_dtype=torch.bfloat16,
+                        weight_type=["uint4b8"], m=1, n=4096, k=4096)
+
+
 # ------------------------------------------------------------------------------ CLI
 
 def test_cli_list_dispatch_from_the_manifests(case, capsys, no_built_library):

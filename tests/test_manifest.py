@@ -375,6 +375,29 @@ def test_invalid_yaml(write_manifest, text, line, match):
     assert str(info.value).startswith(f"{path}:{line}: yaml: ")
 
 
+def test_yaml_merge_keys_read_as_yaml_does(tmp_path):
+    """`<<: *base` then keys of the mapping's own: they override the merged ones (as
+    yaml.safe_load reads them), with their own lines; a key the mapping spells twice itself is
+    still a duplicate."""
+    import yaml
+
+    from gemmgen.generator.yaml_lines import load_yaml
+    text = ("base: &base {name: small, tile: [64, 16, 256], stages: 4}\n"
+            "more: &more {stages: 6, swizzle: 2}\n"
+            "one:\n  <<: *base\n  name: big\n  tile: [64, 32, 256]\n"
+            "two:\n  <<: [*more, *base]\n  name: other\n")
+    path = tmp_path / "merge.yaml"
+    path.write_text(text)
+    document, _ = load_yaml(path)
+    assert document == yaml.safe_load(text)
+    assert document["one"] == {"name": "big", "tile": [64, 32, 256], "stages": 4}
+    assert document["two"]["stages"] == 6 and document["two"]["name"] == "other"
+    assert document["one"].key_lines["name"] == 5 and document["one"].key_lines["tile"] == 6
+    path.write_text(text + "three:\n  <<: *base\n  name: a\n  name: b\n")
+    with pytest.raises(yaml.YAMLError, match="duplicate key 'name'"):
+        load_yaml(path)
+
+
 @pytest.mark.parametrize("text, key, match", [
     ("", "manifest", r"the file is empty; expected a mapping with keys library, arch, families$"),
     ("- 1\n- 2\n", "manifest", r"expected a mapping .*, got a list \[1, 2\]$"),

@@ -370,3 +370,28 @@ def test_a_tuned_table_may_set_the_wgmma_kernels_k_split(tmp_path):
     path.write_text(table(direct))
     with pytest.raises(ManifestError, match="was built without split-K"):
         load_table(path, known_kernels=names, split_k_kernels=splittable)
+
+
+def test_dispatch_use_may_spell_default_keys(tmp_path):
+    """A dispatch `use` mapping may spell a direct config's keys at their defaults
+    (rows_per_warp 16, ctas_per_sm 0), as the config itself may."""
+    text = """\
+library: usedefaults
+arch: sm90a
+families:
+  - name: mixed
+    op: mixed_mm
+    dtypes:
+      - {a: bf16, w: int4}
+    schemes: [scale]
+    configs:
+      - {name: wide, tile: [32, 16, 64], schedule: direct, warps_k: 4, rows_per_warp: 32}
+      - {name: plain, tile: [32, 16, 64], schedule: direct, warps_k: 4}
+      - {name: big, tile: [128, 256, 64], schedule: cooperative}
+    dispatch:
+      - {when: "m <= 8", use: {tile: [32, 16, 64], warps_k: 4, rows_per_warp: 16, ctas_per_sm: 0}}
+      - {when: "m <= 16", use: {tile: [32, 16, 64], rows_per_warp: 32}}
+      - {when: "true", use: big}
+"""
+    (family,) = load_manifest(_write(tmp_path, text)).families
+    assert [family.configs[r.config_index].name for r in family.dispatch] == ["plain", "wide", "big"]

@@ -359,6 +359,7 @@ def test_packed_weight_checks_its_fields():
 
     assert "argument 'weight_type'" in broken(weight_type="uint3")
     assert "argument 'arch'" in broken(arch="sm100")
+    assert broken(arch=None).endswith("expected one of sm90a, sm80; got None")  # no default here
     assert "argument 'layout_version'" in broken(layout_version=1)
     assert "argument 'k'" in broken(k=96, group_size=96)   # the packed blocks are 64 k
     assert "argument 'k'" in broken(k=0)

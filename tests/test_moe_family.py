@@ -30,7 +30,7 @@ from gemmgen import dispatch
 from gemmgen import families as registry
 from gemmgen.bindings.library import load_library
 from gemmgen.build import builder, toolchain
-from gemmgen.errors import ManifestError
+from gemmgen.errors import GemmgenError, ManifestError
 from gemmgen.families.moe import FAMILY, ops, packing
 from gemmgen.families.moe.abi import ARGS_LAYOUT, MoeArgs
 from gemmgen.families.moe.configs import ELEMENTS, INTERMEDIATES
@@ -307,7 +307,8 @@ def test_wgmma_config_renders(tmp_path, scales, per_group):
     assert "sm90_grouped_swiglu_quant.hpp" not in unit.source
     assert "wgmma (int4 -> int8 in registers): int8 x int4" in unit.source
     assert FAMILY.config_fields(manifest.families[0].configs[0]) == {
-        "tile": [128, 64, 128], "schedule": "wgmma", "stages": "auto", "intermediate": "fp32"}
+        "tile": [128, 64, 128], "schedule": "wgmma", "stages": "auto", "intermediate": "fp32",
+        "cluster": [1, 1, 1], "swap_ab": False, "fused": False}  # defaults a config may spell
 
 
 @pytest.mark.parametrize("old,new,key,message", [
@@ -1263,6 +1264,13 @@ def test_the_tuner_measures_every_moe_class_on_expert_layers_only():
     assert [(s.n, s.k, s.experts, s.top_k) for s in measured] == [(1536, 2048, 128, 8),
                                                                    (28672, 4096, 8, 2)]
     assert tuning.grid_for(classes[0], measured[0], (2, 6, 8, 16)) == (8, 16)  # top-8
+    assert tuning.grid_for(classes[0], measured[0], (2, 6, 8, 16384, 24576)) == (8, 16384, 24576)
+    # dispatch rounds rows up to the family's grid before reading a table: a point off it would
+    # make a bucket nothing reaches (rows 3-4 look up 6), so the tune refuses it
+    with pytest.raises(GemmgenError, match=r"--m: the MoE family's dispatch rounds rows up to its "
+                       r"grid \(2, 6, 8, .*8192, then multiples of 8192\).*; 4, 9000 are not on it "
+                       r"\(rounded: 6, 16384\)"):
+        tuning.grid_for(classes[0], measured[0], (2, 4, 8, 9000))
     w8a8 = ("scaled_mm", "int8", "bf16", "ScaledEpilogueBias")
     assert [s.experts for s in tuning.shapes_for(w8a8, shapes)] == [0, 0, 0, 0]  # linear layers
     assert FAMILY.has_tables and FAMILY.table_point((5, 128, 1536, 2048, 600)) == (600, 1536, 2048)
@@ -1463,3 +1471,24 @@ def test_a_store_names_its_familys_measuring_method(monkeypatch, tmp_path):
     assert moe == tmp_path / "tune" / "moe-abc-uniform+skewed-NVIDIA_H200-132sm-seed0.jsonl"
     w8a8 = tuning.store_path(library("w8a8", "scaled_mm"), options)
     assert w8a8 == tmp_path / "tune" / "w8a8-abc-NVIDIA_H200-132sm-seed0.jsonl"
+
+
+def test_dispatch_use_may_spell_default_keys(tmp_path):
+    """A dispatch `use` mapping may spell an own-kernel config's keys at their defaults (cluster
+    [1, 1, 1], swap_ab false, fused false), as the config itself may."""
+    text = """\
+library: usedefaults
+arch: sm90a
+families:
+  - name: moe_int8
+    op: grouped_matmul_swiglu_quant
+    dtypes: [int8]
+    configs:
+      - {name: stream, tile: [64, 8, 128], schedule: direct, warps_k: 2, cluster: [1, 1, 1]}
+      - {name: mid, tile: [128, 128, 128], cluster: [1, 1, 1], schedule: cooperative}
+    dispatch:
+      - {when: "tokens_per_expert <= 8", use: {schedule: direct, cluster: [1, 1, 1], swap_ab: false}}
+      - {when: "true", use: {tile: [128, 128, 128], fused: false}}
+"""
+    (family,) = load_manifest(_write(tmp_path, text)).families
+    assert [family.configs[r.config_index].name for r in family.dispatch] == ["stream", "mid"]

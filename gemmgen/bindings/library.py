@@ -415,7 +415,10 @@ def manifest_sources(paths=None) -> tuple:
     with the state of it and of its tuned table, so an edit is read again."""
     from ..tuning.table import table_paths_for
 
-    chosen = [Path(p) for p in paths] if paths else settings.default_manifests()
+    if isinstance(paths, (str, os.PathLike)):  # one manifest, not a string of path characters
+        paths = [paths]
+    # resolved, so one file named two ways is one manifest (as `gemmgen validate` counts them)
+    chosen = [Path(p).resolve() for p in paths] if paths else settings.default_manifests()
     if not chosen:
         raise GemmgenError(f"no manifests given and none found in {settings.DEFAULT_MANIFEST_DIR}")
     return tuple((str(p), _file_state(p), tuple((str(t), _file_state(t)) for t in table_paths_for(p)))

@@ -172,10 +172,15 @@ class _LineLoader(yaml.SafeLoader):
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LocatedDict:
+    # NOTES: YAML merge keys (`<<: *base`) put the merged keys first, and a key of the mapping's
+    # own overrides a merged one (as yaml.safe_load reads it); only a key the mapping spells
+    # twice itself is a duplicate.
+    own = {id(key_node) for key_node, _ in node.value if key_node.tag != "tag:yaml.org,2002:merge"}
     loader.flatten_mapping(node)
     result = LocatedDict()
     result.line = node.start_mark.line + 1
     result.key_lines = {}
+    spelled = set()
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         try:
@@ -184,9 +189,11 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LocatedDi
             raise yaml.constructor.ConstructorError(
                 None, None, "a mapping key must be a plain value (such as a name), not a list or "
                             "a mapping", key_node.start_mark) from None
-        if key in result:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark)
+        if id(key_node) in own:
+            if key in spelled:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            spelled.add(key)
         result[key] = loader.construct_object(value_node, deep=True)
         result.key_lines[key] = key_node.start_mark.line + 1
     return result

@@ -98,7 +98,7 @@ class MixedFamily(OpFamily):
         if a not in ACTIVATION_DTYPES:
             raise ValueError(f"a_dtype must be one of torch.bfloat16, torch.float16 for mixed_mm; "
                              f"got {a_dtype!r}")
-        if weight_type not in KERNEL_FOR_WEIGHT_TYPE:
+        if not isinstance(weight_type, str) or weight_type not in KERNEL_FOR_WEIGHT_TYPE:
             raise ValueError(f"weight_type must be one of {', '.join(KERNEL_FOR_WEIGHT_TYPE)}; "
                              f"got {weight_type!r}")
         w, scheme = KERNEL_FOR_WEIGHT_TYPE[weight_type]

@@ -154,9 +154,10 @@ def default_arch(device=None) -> str:
     return ARCH_LAYOUTS[0]
 
 
-def _check_arch(where: str, arch) -> str:
+def _check_arch(where: str, arch, none_means_default: bool = True) -> str:
     if arch not in ARCH_LAYOUTS:
-        raise _error(where, "arch", f"one of {', '.join(ARCH_LAYOUTS)} or None", repr(arch))
+        default = " or None" if none_means_default else ""
+        raise _error(where, "arch", f"one of {', '.join(ARCH_LAYOUTS)}{default}", repr(arch))
     return arch
 
 
@@ -268,7 +269,7 @@ class PackedWeight:
         if self.weight_type not in WEIGHT_TYPES:
             raise _error(where, "weight_type", f"one of {', '.join(WEIGHT_TYPES)}",
                          repr(self.weight_type))
-        _check_arch(where, self.arch)
+        _check_arch(where, self.arch, none_means_default=False)
         if self.layout_version != LAYOUT_VERSION:
             raise _error(where, "layout_version", f"{LAYOUT_VERSION} (the layout this gemmgen "
                          "reads and writes)", repr(self.layout_version))

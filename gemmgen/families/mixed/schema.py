@@ -278,10 +278,7 @@ def config_fields(entry: ConfigEntry) -> dict[str, Any]:
     fields = {"tile": list(cfg.tile), "cluster": list(cfg.cluster), "schedule": cfg.schedule,
               "stages": cfg.stages if cfg.stages else "auto", "tile_scheduler": cfg.tile_scheduler,
               "raster": knobs.raster, "swizzle": knobs.swizzle}
-    if cfg.is_direct:
-        fields["warps_k"] = cfg.warps_k
-        if cfg.ctas_per_sm:
-            fields["ctas_per_sm"] = cfg.ctas_per_sm
-        if cfg.rows_per_warp != 16:
-            fields["rows_per_warp"] = cfg.rows_per_warp
+    if cfg.is_direct:  # every key, defaults too: a dispatch `use` may spell them
+        fields.update(warps_k=cfg.warps_k, ctas_per_sm=cfg.ctas_per_sm,
+                      rows_per_warp=cfg.rows_per_warp)
     return fields

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from ...errors import GemmgenError
+from ...tuning.shapes import MOE_M_GRID as MOE_ROWS
 from ...tuning.measure import Candidate, graph_time_us
 from . import ops
 from .packing import pack_moe_weights
@@ -68,7 +69,19 @@ def accepts_shape(shape) -> bool:
 
 
 def grid_for(shape, m_grid) -> list[int]:
-    """The grid's row counts a batch of the layer can have: one token's top-k rows at least."""
+    """The grid's row counts a batch of the layer can have: one token's top-k rows at least.
+
+    NOTES: dispatch rounds rows up to the family's row grid (`rows_key`) before it reads a table,
+    so a table's buckets must end on that grid's points: a point off it (4, say, between 2 and 6)
+    would make a bucket that rows 3-4 never reach (they look up 6). Such a --m is refused."""
+    from . import rows_key
+    off = [m for m in m_grid if rows_key(m) != m]
+    if off:
+        raise GemmgenError(
+            f"--m: the MoE family's dispatch rounds rows up to its grid ({', '.join(map(str, MOE_ROWS))}, "
+            f"then multiples of {MOE_ROWS[-1]}), so a table's row buckets must end on it; "
+            f"{', '.join(map(str, off))} {'is' if len(off) == 1 else 'are'} not on it "
+            f"(rounded: {', '.join(str(rows_key(m)) for m in off)})")
     return [m for m in m_grid if m >= shape.top_k]
 
 
