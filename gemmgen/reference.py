@@ -1,11 +1,12 @@
 """The plain torch definitions of gemmgen's ops that the GPU tests compare against: CPU or GPU,
 no gemmgen kernels, high precision (float64 accumulation), as little code as the math needs.
 
-- `mixed_mm(a, packed, bias=None)`: the mixed-input GEMM, a @ dequant(w) (+ bias), float32 result.
+- `mixed_mm(a, packed, bias=None)`: the mixed-input GEMM, a @ dequant(w) (+ bias), float32 result
+  (dequant(w) in input-feature order: an act-order weight's groups are its g_idx).
 - `scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None, azp_adj=None, azp=None)`: the W8A8
   scaled GEMM with its four epilogues (README's epilogue table), float64 result.
 - `grouped_matmul_swiglu_quant(x, weight, weight_scale, x_scale, group_list, ...)`: the MoE
-  grouped GEMM + dequant + SwiGLU + per-token quant (family gemmgen/families/moe, being built);
+  grouped GEMM + dequant + SwiGLU + per-token quant (family gemmgen/families/moe; A8W8 and A8W4);
   `grouped_matmul_dequant` (its GEMM + dequant step alone) and `swiglu_quant_reference` (its
   SwiGLU + quant steps alone, for an unfused path).
 
