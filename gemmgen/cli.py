@@ -335,15 +335,14 @@ def _cmd_clean(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from .tuning.shapes import DEFAULT_M_GRID, MOE_M_GRID, load_many, parse_m_grid, resolve_shapes_arg
+    from .tuning.shapes import load_many, parse_m_grid, resolve_shapes_arg
     from .tuning.tune import TuneOptions, tune
 
     if not args.shapes and not args.from_cache:
         raise GemmgenError("tune: give --shapes, --from-cache, or both")
     shapes = load_many(args.shapes) if args.shapes else []
     try:
-        m_grid = (parse_m_grid(args.m) if args.m else
-                  MOE_M_GRID if shapes and all(s.experts for s in shapes) else DEFAULT_M_GRID)
+        m_grid = parse_m_grid(args.m) if args.m else ()  # (): the tuned family's own grid
     except ValueError as exc:
         raise GemmgenError(f"--m: {exc}") from None
     options = TuneOptions(

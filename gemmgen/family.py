@@ -78,8 +78,10 @@ class OpFamily(ABC):
     # the kernel's first pass is not among the fastest), retime_window(m) (how far from the
     # fastest, a fraction, first-pass times are re-timed side by side) and MEASURE_METHOD (a name
     # for how make_problem / time_candidate measure, put in the store's file name so that a store
-    # measured another way is not resumed); None: not tunable. `shape` is the WeightShape being
-    # tuned (its model facts, e.g. an MoE layer's experts and top-k).
+    # measured another way is not resumed), M_GRID (a tune's M grid when --m is not given; else
+    # the generic one) and check_m_grid(m_grid) (a message refusing a grid whose points the
+    # family's dispatch would not look up, or None); None: not tunable. `shape` is the
+    # WeightShape being tuned (its model facts, e.g. an MoE layer's experts and top-k).
     tuner: ClassVar[Any] = None
     # The cost model's feature set (gemmgen/tuning/cost_model.py) and its version name, stored
     # with a tuned table's fitted coefficients: `cost_features(spec, m, n, k, sm_count)` -> the

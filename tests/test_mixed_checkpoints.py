@@ -123,9 +123,11 @@ def test_gptq_asymmetric_4bit_is_uint4_with_zeros(device):
 def test_gptq_per_channel():
     k, n = 192, 16
     q, _, scales = logical(k, n, k, (0, 15), None, seed=11)
-    packed = from_gptq(gptq_pack_qweight(q, 4), gptq_pack_qzeros([[8] * n], 4), scales)
-    assert packed.group_size == k and packed.weight_type == "uint4b8"
-    assert torch.equal(dequantize(packed).double(), expected(q, None, scales, k, 8))
+    for group_size in (None, -1, k):   # -1: quantize_config.json's per-channel
+        packed = from_gptq(gptq_pack_qweight(q, 4), gptq_pack_qzeros([[8] * n], 4), scales,
+                           group_size=group_size)
+        assert packed.group_size == k and packed.weight_type == "uint4b8"
+        assert torch.equal(dequantize(packed).double(), expected(q, None, scales, k, 8))
 
 
 def test_gptq_symmetric_8bit_is_uint8b128():
@@ -242,7 +244,8 @@ def test_gptq_argument_errors():
         (dict(bits=True), "bits", r"4 or 8"),
         (dict(g_idx=[0] * k), "g_idx", r"None or an integer tensor \[K=128\]; got a list"),
         (dict(group_size=32), "scales", r"ceil\(K=128 / group_size=32\) = 4 groups; got 2 groups"),
-        (dict(group_size=64.0), "group_size", r"None or a positive int"),
+        (dict(group_size=64.0), "group_size", r"None, -1 \(per-channel\) or a positive int"),
+        (dict(group_size=0), "group_size", r"None, -1 \(per-channel\) or a positive int"),
     ]:
         args = dict(qweight=qw, qzeros=qz, scales=scales, g_idx=None, bits=4)
         args.update(changes)
@@ -362,6 +365,20 @@ def test_compressed_tensors_pack_quantized(device, bits, asymmetric, act_order, 
     assert torch.equal(dequantize(packed).cpu().double(), want)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+def test_compressed_tensors_all_zero_zero_points_are_symmetric(bits):
+    k, n, group = 128, 8, 64
+    rng = random.Random(bits)
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    q = [[rng.randint(low, high) for _ in range(k)] for _ in range(n)]
+    scales = torch.rand(n, k // group).half() + 0.5
+    packed = from_compressed_tensors(ct_pack_rows(q, bits), scales,
+                                     torch.zeros(n, k // group, dtype=torch.int8), num_bits=bits)
+    assert packed.weight_type == ("uint4b8" if bits == 4 else "uint8b128") and not packed.has_zeros
+    want = torch.tensor(q, dtype=torch.float64) * scales.double().repeat_interleave(group, 1)
+    assert torch.equal(dequantize(packed).double(), want.t())
+
+
 def test_compressed_tensors_errors():
     k, n, group = 128, 8, 64
     q = [[0] * k for _ in range(n)]
@@ -387,7 +404,7 @@ def test_compressed_tensors_errors():
     q8 = ct_pack_rows([[0] * k for _ in range(n)], 8)
     with pytest.raises(ValueError, match=r"argument 'weight_zero_point': expected None \(symmetric "
                        r"8-bit\)"):
-        from_compressed_tensors(q8, scales, torch.zeros(n, 2, dtype=torch.int8), num_bits=8)
+        from_compressed_tensors(q8, scales, torch.ones(n, 2, dtype=torch.int8), num_bits=8)
     with pytest.raises(ValueError, match=r"the checkpoint does not fit the mixed-input kernels.*"
                        r"float16 or bfloat16"):
         from_compressed_tensors(wp, scales.float())

@@ -1264,13 +1264,16 @@ def test_the_tuner_measures_every_moe_class_on_expert_layers_only():
     assert [(s.n, s.k, s.experts, s.top_k) for s in measured] == [(1536, 2048, 128, 8),
                                                                    (28672, 4096, 8, 2)]
     assert tuning.grid_for(classes[0], measured[0], (2, 6, 8, 16)) == (8, 16)  # top-8
-    assert tuning.grid_for(classes[0], measured[0], (2, 6, 8, 16384, 24576)) == (8, 16384, 24576)
-    # dispatch rounds rows up to the family's grid before reading a table: a point off it would
-    # make a bucket nothing reaches (rows 3-4 look up 6), so the tune refuses it
+    # without --m the MoE library is tuned on its rows grid, whatever other shapes are given;
+    # dispatch rounds rows up to that grid before reading a table, so a point off it would make
+    # a bucket nothing reaches (rows 3-4 look up 6): the plan is refused before anything runs
+    from gemmgen.tuning.shapes import MOE_M_GRID
+    assert tuning.default_m_grid(lib, TuneOptions(shapes=shapes, m_grid=())) == MOE_M_GRID
+    tuning.check_plan(lib, TuneOptions(shapes=shapes, m_grid=(2, 6, 8, 16384, 24576)))
     with pytest.raises(GemmgenError, match=r"--m: the MoE family's dispatch rounds rows up to its "
                        r"grid \(2, 6, 8, .*8192, then multiples of 8192\).*; 4, 9000 are not on it "
                        r"\(rounded: 6, 16384\)"):
-        tuning.grid_for(classes[0], measured[0], (2, 4, 8, 9000))
+        tuning.check_plan(lib, TuneOptions(shapes=shapes, m_grid=(2, 4, 8, 9000)))
     w8a8 = ("scaled_mm", "int8", "bf16", "ScaledEpilogueBias")
     assert [s.experts for s in tuning.shapes_for(w8a8, shapes)] == [0, 0, 0, 0]  # linear layers
     assert FAMILY.has_tables and FAMILY.table_point((5, 128, 1536, 2048, 600)) == (600, 1536, 2048)

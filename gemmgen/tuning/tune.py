@@ -39,7 +39,7 @@ from . import cost_model
 from . import select as selection
 from .cost_model import CostModel
 from .measure import Candidate, Record, Store
-from .shapes import WeightShape
+from .shapes import DEFAULT_M_GRID, WeightShape
 from .table import Bucket, ClassTable, ShapeEntry, kernel_set_hash, render_table, table_path_for
 
 MeasuredClass = tuple[str, ...]  # a dispatch class: (op, *class fields)
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class TuneOptions:
     shapes: list[WeightShape]
-    m_grid: tuple[int, ...]
+    m_grid: tuple[int, ...]  # empty: the tuned families' own (their tuner's M_GRID, else the default)
     library: str | None = None
     family: str | None = None  # without `library`: the library holding this op family's kernels
     dtypes: tuple[str, ...] = ()  # a dtypes; empty: every one the library builds
@@ -139,11 +139,25 @@ def grid_for(cls: MeasuredClass, shape: WeightShape, m_grid: tuple[int, ...]) ->
     return tuple(points(shape, m_grid)) if points is not None else tuple(m_grid)
 
 
+def default_m_grid(library: Library, options: TuneOptions) -> tuple[int, ...]:
+    """The M grid of a tune without --m: the tuned families' tuner M_GRID where they agree (the
+    MoE family: its rows grid, which its dispatch rounds rows to), else DEFAULT_M_GRID."""
+    grids = {tuple(getattr(hooks_of(cls), "M_GRID", DEFAULT_M_GRID))
+             for cls in classes_of(library, options)}
+    return grids.pop() if len(grids) == 1 else DEFAULT_M_GRID
+
+
 def check_plan(library: Library, options: TuneOptions) -> None:
     """Refuse, before anything is measured or written, a tune that cannot give a table: no shape
-    any class is measured on, or --select for a family whose rules are not over m (the pruned
-    manifest's rules are M buckets)."""
+    any class is measured on, an M grid a family's dispatch would not look up (its tuner's
+    check_m_grid), or --select for a family whose rules are not over m (the pruned manifest's
+    rules are M buckets)."""
     classes = classes_of(library, options)
+    for cls in classes:
+        check = getattr(hooks_of(cls), "check_m_grid", None)
+        problem = check(options.m_grid) if check is not None else None
+        if problem:
+            raise GemmgenError(f"--m: {problem}")
     if not any(shapes_for(cls, options.shapes) for cls in classes):
         families = sorted({registry.for_op(c[0]).name for c in classes})
         raise GemmgenError(
@@ -550,6 +564,8 @@ def tune(options: TuneOptions) -> Path:
     if not options.shapes:
         raise GemmgenError("no shapes to tune: give --shapes, or --from-cache once tuning at first "
                            "use recorded some (gemmgen.autotune(), GEMMGEN_AUTOTUNE=1)")
+    if not options.m_grid:
+        options.m_grid = default_m_grid(library, options)
     check_plan(library, options)
     path = store_path(library, options)
     if options.fresh:

@@ -102,10 +102,12 @@ def _group_size(where: str, k: int, groups: int, group_size, g_idx: Optional[tor
     size that does not divide K is refused (the kernels take whole groups). A g_idx that agrees
     with no group size is left to pack_weights, which names the group whose size is off."""
     name = source = None
+    if group_size == -1 and type(group_size) is int:  # quantize_config.json's per-channel
+        group_size = k
     if group_size is not None:
         if type(group_size) is not int or group_size <= 0:
-            raise _error(where, "group_size", "None or a positive int (the checkpoint's group size)",
-                         repr(group_size))
+            raise _error(where, "group_size", "None, -1 (per-channel) or a positive int (the "
+                         "checkpoint's group size)", repr(group_size))
         name, source = "group_size", f"group size {group_size}"
         if -(-k // group_size) != groups:
             raise _error(where, scales_name, f"ceil(K={k} / group_size={group_size}) = "
@@ -222,18 +224,21 @@ def from_compressed_tensors(weight_packed: torch.Tensor, weight_scale: torch.Ten
     groups = k // group_size
     offset = 1 << (num_bits - 1)
     q = _slots(weight_packed, num_bits).reshape(n, k)           # q + offset, 0 .. 2^bits - 1
-    if weight_zero_point is None:
+    zero = weight_zero_point
+    if zero is not None:
+        if isinstance(zero, torch.Tensor) and zero.dtype == torch.int32 and zero.dim() == 2 \
+                and tuple(zero.shape) == (-(-n // per_word), groups):
+            zero = _slots(zero.t(), num_bits).reshape(groups, -1)[:, :n].t() - offset   # signed
+        elif not (isinstance(zero, torch.Tensor) and zero.dtype == torch.int8
+                  and tuple(zero.shape) == (n, groups)):
+            raise _error(where, "weight_zero_point", f"None (symmetric), int32 [N*bits/32="
+                         f"{-(-n // per_word)}, K/group_size={groups}] (packed along N) or int8 "
+                         f"[N={n}, K/group_size={groups}]", _describe(zero))
+        if not bool(zero.any()):  # zero points all 0: symmetric, served without them
+            zero = None
+    if zero is None:
         weight_type = "uint4b8" if num_bits == 4 else "uint8b128"
         return _pack(where, q, weight_scale, None, weight_type, group_size, arch, weight_g_idx)
-    zero = weight_zero_point
-    if isinstance(zero, torch.Tensor) and zero.dtype == torch.int32 and zero.dim() == 2 \
-            and tuple(zero.shape) == (-(-n // per_word), groups):
-        zero = _slots(zero.t(), num_bits).reshape(groups, -1)[:, :n].t() - offset   # signed
-    elif not (isinstance(zero, torch.Tensor) and zero.dtype == torch.int8
-              and tuple(zero.shape) == (n, groups)):
-        raise _error(where, "weight_zero_point", f"None (symmetric), int32 [N*bits/32="
-                     f"{-(-n // per_word)}, K/group_size={groups}] (packed along N) or int8 "
-                     f"[N={n}, K/group_size={groups}]", _describe(zero))
     if num_bits == 8:
         raise _error(where, "weight_zero_point", "None (symmetric 8-bit): the mixed-input "
                      "kernels do not support 8-bit weights with zero points (asymmetric 8-bit)",

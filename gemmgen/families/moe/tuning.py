@@ -68,20 +68,25 @@ def accepts_shape(shape) -> bool:
     return shape.experts > 0
 
 
-def grid_for(shape, m_grid) -> list[int]:
-    """The grid's row counts a batch of the layer can have: one token's top-k rows at least.
+M_GRID = MOE_ROWS  # a tune's rows grid without --m
 
-    NOTES: dispatch rounds rows up to the family's row grid (`rows_key`) before it reads a table,
-    so a table's buckets must end on that grid's points: a point off it (4, say, between 2 and 6)
-    would make a bucket that rows 3-4 never reach (they look up 6). Such a --m is refused."""
+
+def check_m_grid(m_grid) -> str | None:
+    """Dispatch rounds rows up to the family's row grid (`rows_key`) before it reads a table, so
+    a table's buckets must end on that grid's points: a point off it (4, say, between 2 and 6)
+    would make a bucket that rows 3-4 never reach (they look up 6)."""
     from . import rows_key
     off = [m for m in m_grid if rows_key(m) != m]
-    if off:
-        raise GemmgenError(
-            f"--m: the MoE family's dispatch rounds rows up to its grid ({', '.join(map(str, MOE_ROWS))}, "
+    if not off:
+        return None
+    return (f"the MoE family's dispatch rounds rows up to its grid ({', '.join(map(str, MOE_ROWS))}, "
             f"then multiples of {MOE_ROWS[-1]}), so a table's row buckets must end on it; "
             f"{', '.join(map(str, off))} {'is' if len(off) == 1 else 'are'} not on it "
             f"(rounded: {', '.join(str(rows_key(m)) for m in off)})")
+
+
+def grid_for(shape, m_grid) -> list[int]:
+    """The grid's row counts a batch of the layer can have: one token's top-k rows at least."""
     return [m for m in m_grid if m >= shape.top_k]
 
 
