@@ -144,7 +144,7 @@ def forget_choices() -> None:
 
 def forced_kernel(name: str, arch: Optional[str], fail: ArgumentErrors) -> Kernel:
     """A kernel forced by name (`kernel=`), checked to exist and to match `arch`."""
-    chosen = all_kernels().get(name)
+    chosen = all_kernels().get(name) if isinstance(name, str) else None
     if chosen is None:
         raise fail("kernel", "the name of a built kernel (see gemmgen.list_kernels())", repr(name))
     if arch is not None and chosen.spec.arch != arch:
@@ -212,6 +212,18 @@ def mark_written(*tensors: torch.Tensor) -> None:
 
 
 _increment_version = torch.autograd.graph.increment_version
+
+
+def refuse_non_tensors(fail: ArgumentErrors, required=(), optional=()) -> None:
+    """Before a call goes through the custom op: a non-tensor where the op's schema takes a
+    tensor gets the op's ValueError naming the argument (torch's schema check would raise a
+    RuntimeError first). `required` / `optional`: (name, value) pairs."""
+    for name, value in required:
+        if not isinstance(value, torch.Tensor):
+            raise fail(name, "a torch.Tensor", describe(value))
+    for name, value in optional:
+        if value is not None and not isinstance(value, torch.Tensor):
+            raise fail(name, "None or a torch.Tensor", describe(value))
 
 
 def through_custom_op(first: torch.Tensor) -> bool:

@@ -34,6 +34,10 @@ def define_out_op(name: str, schema: str, cuda_impl: Callable, fake_impl: Callab
     for fn in (cuda_impl, fake_impl):
         _check_defaults(op.default._schema, fn)
     _LIBRARY.impl(name, cuda_impl, "CUDA")
+    # NOTES: also the CPU kernel, whose first check refuses a CPU tensor by name: a tensor
+    # subclass on the CPU (an nn.Parameter, say) goes through the dispatcher, which would
+    # otherwise raise NotImplementedError for a backend without a kernel.
+    _LIBRARY.impl(name, cuda_impl, "CPU")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake_impl, lib=_LIBRARY)
     return op
 

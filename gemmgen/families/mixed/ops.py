@@ -57,22 +57,28 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor,
     if m > 1 and (lda * a.element_size()) % _ALIGN:
         raise _fail("a", f"a row stride that is a multiple of {_ALIGN // a.element_size()} "
                          "elements (16-byte TMA alignment)", _describe(a))
-    if weight_type not in KERNEL_FOR_WEIGHT_TYPE:
+    if not isinstance(weight_type, str) or weight_type not in KERNEL_FOR_WEIGHT_TYPE:
         raise _fail("packed", f"a weight_type in {', '.join(KERNEL_FOR_WEIGHT_TYPE)}", repr(weight_type))
-    if k % TILE_K or n % 8:
-        raise _fail("packed", f"K a multiple of {TILE_K} and N a multiple of 8", f"K={k}, N={n}")
+    if k <= 0 or n <= 0 or k % TILE_K or n % 8:
+        raise _fail("packed", f"K a positive multiple of {TILE_K} and N a positive multiple of 8",
+                    f"K={k}, N={n}")
     if not (group_size == k or (group_size > 0 and group_size % TILE_K == 0 and k % group_size == 0)):
         raise _fail("packed", f"group_size a multiple of {TILE_K} dividing K={k}, or K "
                               "(the kernels' tile K is 64)", group_size)
     want = Sm90Layout.qweight_spec(weight_type, n, k)
-    if (qweight.dtype, tuple(qweight.shape)) != want or not qweight.is_contiguous():
+    if (not isinstance(qweight, torch.Tensor) or (qweight.dtype, tuple(qweight.shape)) != want
+            or not qweight.is_contiguous()):
         raise _fail("packed.qweight", f"a contiguous {want[0]} tensor of shape {list(want[1])} "
                                       f"(packed layout version {LAYOUT_VERSION}: re-pack with "
                                       "gemmgen.pack_weights)", _describe(qweight))
     groups = k // group_size
+    if not isinstance(scales, torch.Tensor):
+        raise _fail("packed.scales", f"a [{groups}, {n}] tensor of the activation dtype", _describe(scales))
     for name, t in (("packed.scales", scales), ("packed.zeros", zeros)):
         if t is None:
             continue
+        if not isinstance(t, torch.Tensor):
+            raise _fail(name, "None or a tensor", _describe(t))
         if t.dtype != a.dtype:
             raise _fail(name, f"dtype {a.dtype} (the activation dtype: pack the weight with "
                               "scales of the dtype the model runs in)", _describe(t))
@@ -80,12 +86,14 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor,
             raise _fail(name, f"a contiguous [{groups}, {n}] tensor", _describe(t))
     if (zeros is not None) != (KERNEL_FOR_WEIGHT_TYPE[weight_type][1] == "scale_zero"):
         raise _fail("packed.zeros", "zeros exactly for weight_type uint4", _describe(zeros))
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.dtype != a.dtype:
+        raise _fail("out", f"a 2-D {a.dtype} tensor (the activation dtype)", _describe(out))
+    if bias is not None and not isinstance(bias, torch.Tensor):
+        raise _fail("bias", f"None or a {a.dtype} tensor of N={n} elements", _describe(bias))
     for name, t in (("packed.qweight", qweight), ("packed.scales", scales), ("packed.zeros", zeros),
                     ("bias", bias), ("out", out)):
         if t is not None and t.get_device() != device:
             raise _fail(name, f"a tensor on cuda:{device} like a", _describe(t))
-    if not isinstance(out, torch.Tensor) or out.dtype != a.dtype:
-        raise _fail("out", f"a {a.dtype} tensor (the activation dtype)", _describe(out))
     ldd, out_inner = out.stride()
     if tuple(out.shape) != (m, n) or out_inner != 1 or (m > 1 and ldd < n):
         raise _fail("out", f"row-major [M={m}, N={n}] with stride(1) == 1", _describe(out))
@@ -187,6 +195,9 @@ def mixed_mm(a: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor]
     args = (out, a, packed.qweight, packed.scales, packed.zeros, bias, packed.weight_type,
             packed.group_size, packed.n, packed.k, kernel)
     if launch.through_custom_op(a):
+        launch.refuse_non_tensors(_fail, (("out", out),), (("bias", bias),))
+        if kernel is not None and not isinstance(kernel, str):
+            raise _fail("kernel", "None or a kernel name (a str)", repr(kernel))
         torch.ops.gemmgen.mixed_mm_out(*args)
     else:
         _mixed_mm_out_impl(*args)

@@ -254,6 +254,11 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     if weight_bits is not None and (type(weight_bits) is not int or weight_bits not in (8, 4)):
         raise _fail("weight_bits", "None, 8 or 4", repr(weight_bits))
     if isinstance(weight, MoeWeight):
+        if (not isinstance(weight.weight, torch.Tensor) or weight.weight.dim() != 3
+                or not isinstance(weight.scale, torch.Tensor)):
+            raise _fail("weight", "a MoeWeight holding a 3-D packed weight tensor and its scale "
+                        "tensor (from gemmgen.pack_moe_weights)",
+                        f"a MoeWeight of {_describe(weight.weight)} and {_describe(weight.scale)}")
         if weight.layout_version != LAYOUT_VERSION or weight.arch != "sm90a":
             raise _fail("weight", f"a MoeWeight packed for sm90a with layout version "
                         f"{LAYOUT_VERSION} (re-pack it with gemmgen.pack_moe_weights)",
@@ -299,6 +304,13 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     args = (q, q_scale, x, w, w_scale, x_scale, group_list, group_list_type, bits, check,
             kernel)
     if launch.through_custom_op(x):
+        # (a missing weight_scale reaches the op's check, which says what it must be)
+        launch.refuse_non_tensors(_fail, (("x_scale", x_scale), ("group_list", group_list)),
+                                  (("weight_scale", w_scale),))
+        if check is not None and not isinstance(check, bool):
+            raise _fail("check", "None, True or False", repr(check))
+        if kernel is not None and not isinstance(kernel, str):
+            raise _fail("kernel", "None or a kernel name (a str)", repr(kernel))
         torch.ops.gemmgen.grouped_matmul_swiglu_quant_out(*args)
     else:
         _gmm_swiglu_quant_out_impl(*args)

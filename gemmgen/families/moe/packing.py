@@ -234,6 +234,10 @@ def pack(where: str, weight: Weights, weight_scale: Weights, weight_bits: int) -
         if w.dtype != torch.int8 or k % 2:
             raise argument_error(where, "weight", "int4 values in a torch.int8 tensor [E, K, N] "
                                  "with K even (weight_bits=4)", describe_argument(weight))
+        if w.is_meta:  # the values are checked below: they must exist
+            raise argument_error(where, "weight", "int4 values -8..7 in a tensor with data "
+                                 "(weight_bits=4 checks them), not a meta tensor",
+                                 describe_argument(weight))
         if w.numel():
             lo, hi = int(w.min()), int(w.max())
             if lo < -8 or hi > 7:

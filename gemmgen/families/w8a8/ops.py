@@ -13,6 +13,7 @@ from typing import Optional
 
 import torch
 
+from ... import arch as arch_policy
 from ...bindings import launch, torch_ops
 from ...bindings.library import Kernel
 from ...dtypes import dtype_name
@@ -203,9 +204,22 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
     launch.mark_written(out)
 
 
+def _check_call_options(kernel, arch, split_k, fail: launch.ArgumentErrors) -> None:
+    """kernel, arch and split_k as far as they can be checked without a GPU (the fake kernel
+    runs this too, so torch.compile refuses what the eager call would)."""
+    if kernel is not None and not isinstance(kernel, str):
+        raise fail("kernel", "None or a kernel name (a str)", repr(kernel))
+    if arch is not None and arch not in arch_policy.PREFERENCE:
+        raise fail("arch", f"one of {', '.join(arch_policy.PREFERENCE)} or None", repr(arch))
+    if split_k is not None and (not isinstance(split_k, int) or isinstance(split_k, bool)
+                                or not 1 <= split_k <= 64):
+        raise fail("split_k", "an int in [1, 64] (K slices)", repr(split_k))
+
+
 def _scaled_mm_out_fake(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch=None,
                         split_k=None) -> None:
     check_arguments(out, a, b, scale_a, scale_b, bias, azp_adj, azp)
+    _check_call_options(kernel, arch, split_k, _fail_azp if azp_adj is not None else _fail)
 
 
 # out = epilogue(a · b); see gemmgen.scaled_mm / gemmgen.scaled_mm_azp.
@@ -218,6 +232,10 @@ scaled_mm_out = torch_ops.define_out_op(
 
 def _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch, split_k) -> None:
     if launch.through_custom_op(a):
+        fail = _fail_azp if azp_adj is not None else _fail
+        launch.refuse_non_tensors(fail, (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)),
+                                  (("bias", bias), ("azp_adj", azp_adj), ("azp", azp)))
+        _check_call_options(kernel, arch, split_k, fail)
         torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch,
                                         split_k)
     else:
@@ -233,8 +251,8 @@ def _output(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, out: Optio
             raise fail("a" if not isinstance(a, torch.Tensor) or a.dim() != 2 else "b", "a 2-D tensor",
                        _describe(a) if not isinstance(a, torch.Tensor) or a.dim() != 2 else _describe(b))
         return torch.empty((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
-    if out.dtype != out_dtype:
-        raise fail("out", f"dtype {out_dtype} (out_dtype)", _describe(out))
+    if not isinstance(out, torch.Tensor) or out.dtype != out_dtype:
+        raise fail("out", f"None or a {out_dtype} tensor (out_dtype)", _describe(out))
     return out
 
 
