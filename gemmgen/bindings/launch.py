@@ -214,16 +214,19 @@ def mark_written(*tensors: torch.Tensor) -> None:
 _increment_version = torch.autograd.graph.increment_version
 
 
-def refuse_non_tensors(fail: ArgumentErrors, required=(), optional=()) -> None:
+def refuse_wrong_kinds(fail: ArgumentErrors, required=(), optional=(), kernel=None) -> None:
     """Before a call goes through the custom op: a non-tensor where the op's schema takes a
-    tensor gets the op's ValueError naming the argument (torch's schema check would raise a
-    RuntimeError first). `required` / `optional`: (name, value) pairs."""
+    tensor, or a `kernel` that is not a name, gets the op's ValueError naming the argument
+    (torch's schema check would raise a RuntimeError first). `required` / `optional`: (name,
+    value) pairs."""
     for name, value in required:
         if not isinstance(value, torch.Tensor):
             raise fail(name, "a torch.Tensor", describe(value))
     for name, value in optional:
         if value is not None and not isinstance(value, torch.Tensor):
             raise fail(name, "None or a torch.Tensor", describe(value))
+    if kernel is not None and not isinstance(kernel, str):
+        raise fail("kernel", "None or a kernel name (a str)", repr(kernel))
 
 
 def through_custom_op(first: torch.Tensor) -> bool:

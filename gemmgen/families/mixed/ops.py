@@ -166,8 +166,8 @@ def mixed_mm(a: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor]
     """out[M, N] = a[M, K] @ dequant(packed)[K, N] (+ bias[N]), in a's dtype.
 
     a: [M, K] bfloat16 or float16, row-major. packed: a `gemmgen.PackedWeight` (from
-    `gemmgen.pack_weights`, `PackedWeight.from_gptq` or `.from_awq`; sm90a and sm80 share one
-    layout) whose scales have
+    `gemmgen.pack_weights`, `PackedWeight.from_gptq`, `.from_awq` or `.from_compressed_tensors`;
+    sm90a and sm80 share one layout) whose scales have
     a's dtype. bias: [N] in a's dtype. out: optional [M, N] row-major output. kernel: force a
     kernel by name (default: dispatch picks by M, N, K). An act-order weight (`packed.k_perm`,
     GPTQ desc_act) first gathers a's columns into the kernels' K order (one index_select).
@@ -195,9 +195,7 @@ def mixed_mm(a: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor]
     args = (out, a, packed.qweight, packed.scales, packed.zeros, bias, packed.weight_type,
             packed.group_size, packed.n, packed.k, kernel)
     if launch.through_custom_op(a):
-        launch.refuse_non_tensors(_fail, (("out", out),), (("bias", bias),))
-        if kernel is not None and not isinstance(kernel, str):
-            raise _fail("kernel", "None or a kernel name (a str)", repr(kernel))
+        launch.refuse_wrong_kinds(_fail, (("out", out),), (("bias", bias),), kernel)
         torch.ops.gemmgen.mixed_mm_out(*args)
     else:
         _mixed_mm_out_impl(*args)

@@ -305,12 +305,10 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
             kernel)
     if launch.through_custom_op(x):
         # (a missing weight_scale reaches the op's check, which says what it must be)
-        launch.refuse_non_tensors(_fail, (("x_scale", x_scale), ("group_list", group_list)),
-                                  (("weight_scale", w_scale),))
+        launch.refuse_wrong_kinds(_fail, (("x_scale", x_scale), ("group_list", group_list)),
+                                  (("weight_scale", w_scale),), kernel)
         if check is not None and not isinstance(check, bool):
             raise _fail("check", "None, True or False", repr(check))
-        if kernel is not None and not isinstance(kernel, str):
-            raise _fail("kernel", "None or a kernel name (a str)", repr(kernel))
         torch.ops.gemmgen.grouped_matmul_swiglu_quant_out(*args)
     else:
         _gmm_swiglu_quant_out_impl(*args)

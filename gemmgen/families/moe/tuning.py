@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from ...errors import GemmgenError
-from ...tuning.shapes import MOE_M_GRID as MOE_ROWS
 from ...tuning.measure import Candidate, graph_time_us
+from ...tuning.shapes import MOE_M_GRID as MOE_ROWS
 from . import ops
 from .packing import pack_moe_weights
 

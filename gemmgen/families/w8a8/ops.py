@@ -204,11 +204,9 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
     launch.mark_written(out)
 
 
-def _check_call_options(kernel, arch, split_k, fail: launch.ArgumentErrors) -> None:
-    """kernel, arch and split_k as far as they can be checked without a GPU (the fake kernel
-    runs this too, so torch.compile refuses what the eager call would)."""
-    if kernel is not None and not isinstance(kernel, str):
-        raise fail("kernel", "None or a kernel name (a str)", repr(kernel))
+def _check_call_options(arch, split_k, fail: launch.ArgumentErrors) -> None:
+    """arch and split_k as far as they can be checked without a GPU (the fake kernel runs this
+    too, so torch.compile refuses what the eager call would)."""
     if arch is not None and arch not in arch_policy.PREFERENCE:
         raise fail("arch", f"one of {', '.join(arch_policy.PREFERENCE)} or None", repr(arch))
     if split_k is not None and (not isinstance(split_k, int) or isinstance(split_k, bool)
@@ -219,7 +217,7 @@ def _check_call_options(kernel, arch, split_k, fail: launch.ArgumentErrors) -> N
 def _scaled_mm_out_fake(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch=None,
                         split_k=None) -> None:
     check_arguments(out, a, b, scale_a, scale_b, bias, azp_adj, azp)
-    _check_call_options(kernel, arch, split_k, _fail_azp if azp_adj is not None else _fail)
+    _check_call_options(arch, split_k, _fail_azp if azp_adj is not None else _fail)
 
 
 # out = epilogue(a · b); see gemmgen.scaled_mm / gemmgen.scaled_mm_azp.
@@ -233,9 +231,9 @@ scaled_mm_out = torch_ops.define_out_op(
 def _call(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch, split_k) -> None:
     if launch.through_custom_op(a):
         fail = _fail_azp if azp_adj is not None else _fail
-        launch.refuse_non_tensors(fail, (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)),
-                                  (("bias", bias), ("azp_adj", azp_adj), ("azp", azp)))
-        _check_call_options(kernel, arch, split_k, fail)
+        launch.refuse_wrong_kinds(fail, (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)),
+                                  (("bias", bias), ("azp_adj", azp_adj), ("azp", azp)), kernel)
+        _check_call_options(arch, split_k, fail)
         torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, azp_adj, azp, kernel, arch,
                                         split_k)
     else:
