@@ -10,7 +10,7 @@ same data:
   gemmgen_i4z    gemmgen.mixed_mm(a, uint4 weight + zeros, group 128)              (AWQ-style)
   gemmgen_i8     gemmgen.mixed_mm(a, int8 weight, per-channel scales)
   gemmgen_i4ao   with --act-order: the uint4b8 weight with GPTQ desc_act groups (a random g_idx),
-                 whose call gathers a's columns first (index_select) — the cost of act-order
+                 whose call gathers a's columns first (the entry point's gather kernel) — the cost of act-order
   sm80_i4        the uint4b8 weight through the sm80 library's kernel (the direct mma.sync kernel
                  that also serves Ampere; here PTX JIT-compiled for Hopper), up to --sm80-max-m
   floor_i4       int4 weights + group-128 scales read once at the measured copy bandwidth

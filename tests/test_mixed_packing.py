@@ -372,10 +372,10 @@ def test_packed_weight_checks_its_fields():
     assert "argument 'zeros'" in broken(zeros=p.zeros.to(torch.float16))
     assert "argument 'zeros'" in broken(weight_type="uint4b8")
     assert "argument 'scales'" in broken(scales=p.scales.to("meta"))
-    # act-order's k_perm: int64 [K], a permutation, on qweight's device
-    perm = torch.randperm(128)
+    # act-order's k_perm: int32 [K] (the kernels' gather reads it), a permutation, on qweight's device
+    perm = torch.randperm(128, dtype=torch.int32)
     assert dataclasses.replace(p, k_perm=perm).act_order
-    assert "argument 'k_perm'" in broken(k_perm=perm.int())
+    assert "argument 'k_perm'" in broken(k_perm=perm.long())
     assert "argument 'k_perm'" in broken(k_perm=perm[:64])
     assert "argument 'k_perm'" in broken(k_perm=perm.to("meta"))
     assert "a permutation of 0..127" in broken(k_perm=perm.clone().fill_(3))
@@ -595,7 +595,8 @@ def test_reference_scaled_mm_fp8():
 def test_act_order_kernel_view(weight_type):
     """What the kernels compute for an act-order weight, read from the packed tensors the way
     they read any weight (K position j in group j // group_size, zp = scale * (8 - zero) added
-    to the stored value times the scale) on activations gathered by k_perm as `mixed_mm` does,
+    to the stored value times the scale) on activations gathered by k_perm as the kernels' entry
+    points do (out[:, j] = a[:, k_perm[j]], gather_k.cuh),
     equals a @ dequantize(packed) in input-feature order, and the checkpoint's own math."""
     n, k, group, m = 24, 384, 128, 3
     q, scales, zeros = random_case(weight_type, n, k, group, torch.bfloat16, torch.int32, seed=9)

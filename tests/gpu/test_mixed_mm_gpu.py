@@ -54,9 +54,11 @@ def check(out: torch.Tensor, a: torch.Tensor, packed, bias=None) -> None:
 
 
 def run(m: int, n: int, k: int, weight_type: str, group_size: int, dtype, *, bias: bool,
-        kernel: str | None = None):
-    packed = random_packed(n, k, weight_type, group_size, dtype)
-    a = torch.randn(m, k, device="cuda").to(dtype)
+        kernel: str | None = None, act_order: bool = False):
+    """One call against the reference; with `act_order`, a desc_act weight and activations
+    that are a strided view (row stride K + 64), which the entry point's gather reads."""
+    packed = random_packed(n, k, weight_type, group_size, dtype, act_order=act_order)
+    a = torch.randn(m, k + 64 * act_order, device="cuda").to(dtype)[:, :k]
     b = torch.randn(n, device="cuda").to(dtype) if bias else None
     out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
     gemmgen.mixed_mm(a, packed, b, out=out, kernel=kernel)
@@ -78,6 +80,11 @@ def test_every_built_kernel(built_mixed_kernel):
                                (9, 264, 192, 64), (5, 128, 576, 576)):
             run(m, n, k, weight_type, group, dtype, bias=m % 2 == 0, kernel=built_mixed_kernel.name)
             run(m, n, k, weight_type, group, dtype, bias=m % 2 == 1, kernel=built_mixed_kernel.name)
+        # act-order (the entry point gathers a's columns into its workspace first; a CUTLASS
+        # stream-K kernel's own workspace follows the copy): groups of 64 and 128
+        for m, n, k, group in ((1, 256, 512, 128), (37, 384, 1024, 64), (200, 512, 768, 128)):
+            run(m, n, k, weight_type, group, dtype, bias=m % 2 == 1, kernel=built_mixed_kernel.name,
+                act_order=True)
 
 
 def test_own_kernels_are_deterministic_and_stay_in_bounds(built_mixed_kernel):
@@ -105,12 +112,12 @@ def test_own_kernels_are_deterministic_and_stay_in_bounds(built_mixed_kernel):
         assert outside.isnan().sum() == big.numel() - m * n, "wrote outside the output view"
 
 
-def chain_weights(weight_type: str, width: int, dtype) -> list:
+def chain_weights(weight_type: str, width: int, dtype, act_order: bool = False) -> list:
     """Two [width, width] group-128 weights whose scales keep the activations' size step after
     step (1 / (std(q - zero) sqrt(K))), so a chain of calls stays finite in fp16."""
     low, high = q_range(weight_type)
     spread = (high - low + 1) / 12 ** 0.5 * (2 ** 0.5 if weight_type == "uint4" else 1.0)
-    return [random_packed(width, width, weight_type, 128, dtype,
+    return [random_packed(width, width, weight_type, 128, dtype, act_order=act_order,
                           scale_size=1.0 / (spread * width ** 0.5)) for _ in range(2)]
 
 
@@ -120,7 +127,8 @@ def test_own_kernels_chained_under_pdl(built_mixed_kernel):
     wrote and writes over the activations the call before read (the family's kernels queue their
     weight copies before the PDL wait, their activation copies and stores after it). The same
     chain run call by call (PDL off, a sync and a fresh output each step, every step checked
-    against the reference) must give the bit-identical result (the kernels are deterministic)."""
+    against the reference) must give the bit-identical result (the kernels are deterministic).
+    Also with act-order weights: a gather kernel before each GEMM, in the same PDL chain."""
     spec = built_mixed_kernel.spec
     if not spec.config.is_own:
         pytest.skip("a CUTLASS kernel")
@@ -128,8 +136,9 @@ def test_own_kernels_chained_under_pdl(built_mixed_kernel):
     width, steps = 1024, 6
     before = launch.programmatic_dependent_launch()
     try:
-        for weight_type in WEIGHT_TYPES_FOR[(spec.w, spec.scheme)]:
-            weights = chain_weights(weight_type, width, dtype)
+        for weight_type, act_order in [(t, False) for t in WEIGHT_TYPES_FOR[(spec.w, spec.scheme)]] + \
+                [(WEIGHT_TYPES_FOR[(spec.w, spec.scheme)][0], True)]:
+            weights = chain_weights(weight_type, width, dtype, act_order)
             for m in (1, 37):
                 x0 = torch.randn(m, width, device="cuda").to(dtype)
                 # call by call: every step against the reference of its input
@@ -149,7 +158,8 @@ def test_own_kernels_chained_under_pdl(built_mixed_kernel):
                     gemmgen.mixed_mm(buffers[i % 2], weights[i % 2], out=buffers[(i + 1) % 2],
                                      kernel=built_mixed_kernel.name)
                 assert torch.equal(buffers[steps % 2], x), \
-                    f"{weight_type} m={m}: the chain under PDL differs from the call-by-call chain"
+                    f"{weight_type} m={m} act_order={act_order}: the chain under PDL differs from " \
+                    "the call-by-call chain"
     finally:
         launch.set_programmatic_dependent_launch(before)
 

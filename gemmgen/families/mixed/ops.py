@@ -35,9 +35,10 @@ def _ptr(t: Optional[torch.Tensor]) -> int:
 def check_arguments(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor,
                     scales: torch.Tensor, zeros: Optional[torch.Tensor],
                     bias: Optional[torch.Tensor], weight_type: str, group_size: int,
-                    n: int, k: int) -> None:
+                    n: int, k: int, k_perm: Optional[torch.Tensor] = None) -> None:
     """Validate every argument (shapes, dtypes, layouts, alignment) before launch; works on fake
-    tensors too, so torch.compile reports the same errors."""
+    tensors too, so torch.compile reports the same errors. (That `k_perm` is a permutation is
+    the PackedWeight's check, at construction: the op reads it as it is.)"""
     if not isinstance(a, torch.Tensor) or a.dim() != 2:
         raise _fail("a", "a 2-D [M, K] tensor", _describe(a))
     if a.dtype not in _ACTIVATIONS:
@@ -90,8 +91,12 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor,
         raise _fail("out", f"a 2-D {a.dtype} tensor (the activation dtype)", _describe(out))
     if bias is not None and not isinstance(bias, torch.Tensor):
         raise _fail("bias", f"None or a {a.dtype} tensor of N={n} elements", _describe(bias))
+    if k_perm is not None and (not isinstance(k_perm, torch.Tensor) or k_perm.dtype != torch.int32
+                               or tuple(k_perm.shape) != (k,) or not k_perm.is_contiguous()):
+        raise _fail("packed.k_perm", f"None or a contiguous torch.int32 tensor [K={k}]",
+                    _describe(k_perm))
     for name, t in (("packed.qweight", qweight), ("packed.scales", scales), ("packed.zeros", zeros),
-                    ("bias", bias), ("out", out)):
+                    ("packed.k_perm", k_perm), ("bias", bias), ("out", out)):
         if t is not None and t.get_device() != device:
             raise _fail(name, f"a tensor on cuda:{device} like a", _describe(t))
     ldd, out_inner = out.stride()
@@ -120,16 +125,17 @@ def _kernel_for(kernel: Optional[str], a: torch.Tensor, weight_type: str, m: int
 
 def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, group_size: int,
                        n: int, k: int, kernel: Optional[str] = None,
+                       k_perm: Optional[torch.Tensor] = None, *,
                        knobs: Optional[RuntimeKnobs] = None) -> None:
     """The eager implementation. `knobs` (the tuner's) overrides the kernel's run-time knobs."""
-    check_arguments(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k)
+    check_arguments(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k, k_perm)
     m = a.shape[0]
     if m == 0:
         if kernel is not None:
             _kernel_for(kernel, a, weight_type, 1, n, k)  # still reject a wrong name
         return
     for name, t in (("a", a), ("packed.qweight", qweight), ("packed.scales", scales),
-                    ("packed.zeros", zeros), ("out", out)):
+                    ("packed.zeros", zeros), ("packed.k_perm", k_perm), ("out", out)):
         if t is not None and t.data_ptr() % _ALIGN:
             raise _fail(name, "a 16-byte aligned data pointer", f"address {t.data_ptr():#x}")
     chosen, chosen_knobs = _kernel_for(kernel, a, weight_type, m, n, k)
@@ -138,7 +144,7 @@ def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, g
     launch.check_device(device, chosen, _fail)
     buffer = launch.args_buffer(MixedMmArgs)
     ARGS_LAYOUT.pack_into(buffer, 0, a.data_ptr(), qweight.data_ptr(), scales.data_ptr(),
-                          _ptr(zeros), _ptr(bias), out.data_ptr(), m, n, k,
+                          _ptr(zeros), _ptr(bias), out.data_ptr(), _ptr(k_perm), m, n, k,
                           a.stride(0) if m > 1 else k, out.stride(0) if m > 1 else n, group_size,
                           RASTER_CODES[knobs.raster], knobs.swizzle, knobs.split_k_slices,
                           launch.launch_flags(), LAYOUT_VERSION)
@@ -147,8 +153,8 @@ def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, g
 
 
 def _mixed_mm_out_fake(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k,
-                       kernel_name=None) -> None:
-    check_arguments(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k)
+                       kernel_name=None, k_perm=None) -> None:
+    check_arguments(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k, k_perm)
 
 
 # out = a @ dequant(packed weight) (+ bias); see gemmgen.mixed_mm.
@@ -157,7 +163,8 @@ def _mixed_mm_out_fake(out, a, qweight, scales, zeros, bias, weight_type, group_
 mixed_mm_out = torch_ops.define_out_op(
     "mixed_mm_out",
     "(Tensor(a!) out, Tensor a, Tensor qweight, Tensor scales, Tensor? zeros, Tensor? bias, "
-    "str weight_type, SymInt group_size, SymInt n, SymInt k, str? kernel_name=None) -> ()",
+    "str weight_type, SymInt group_size, SymInt n, SymInt k, str? kernel_name=None, "
+    "Tensor? k_perm=None) -> ()",
     _mixed_mm_out_impl, _mixed_mm_out_fake)
 
 
@@ -170,7 +177,8 @@ def mixed_mm(a: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor]
     sm90a and sm80 share one layout) whose scales have
     a's dtype. bias: [N] in a's dtype. out: optional [M, N] row-major output. kernel: force a
     kernel by name (default: dispatch picks by M, N, K). An act-order weight (`packed.k_perm`,
-    GPTQ desc_act) first gathers a's columns into the kernels' K order (one index_select).
+    GPTQ desc_act): the kernel's entry point first gathers a's columns into the packed K order,
+    in a kernel that overlaps the GEMM's weight read (gemmgen/mixed/gather_k.cuh).
     """
     if not isinstance(packed, PackedWeight):
         raise _fail("packed", "a gemmgen.PackedWeight (see gemmgen.pack_weights)", _describe(packed))
@@ -181,19 +189,10 @@ def mixed_mm(a: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor]
                     f"arch {packed.arch!r}, layout version {packed.layout_version}")
     if not isinstance(a, torch.Tensor) or a.dim() != 2:
         raise _fail("a", "a 2-D [M, K] tensor", _describe(a))
-    if packed.k_perm is not None:
-        # NOTES: checked before the gather, which would drop extra columns silently and assert on
-        # the GPU for missing ones; the custom op then checks the gathered copy like any `a`.
-        if a.shape[1] != packed.k:
-            raise _fail("a", f"K = {packed.k} columns (the packed weight's K)", _describe(a))
-        if a.device != packed.k_perm.device:
-            raise _fail("a", f"a tensor on {packed.k_perm.device} like the packed weight",
-                        _describe(a))
-        a = a.index_select(1, packed.k_perm)
     if out is None:
         out = torch.empty((a.shape[0], packed.n), dtype=a.dtype, device=a.device)
     args = (out, a, packed.qweight, packed.scales, packed.zeros, bias, packed.weight_type,
-            packed.group_size, packed.n, packed.k, kernel)
+            packed.group_size, packed.n, packed.k, kernel, packed.k_perm)
     if launch.through_custom_op(a):
         launch.refuse_wrong_kinds(_fail, (("out", out),), (("bias", bias),), kernel)
         torch.ops.gemmgen.mixed_mm_out(*args)

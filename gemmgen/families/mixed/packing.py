@@ -23,9 +23,9 @@ feature k, instead of k // group_size; every group holds exactly group_size feat
 quantizes K in a permuted order and numbers the groups along it). `pack_weights(..., g_idx=)`
 stores the weight with its K in group order, `k_perm = argsort(g_idx)` (stable: ascending k
 within a group), so that kernel position j holds input feature k_perm[j] and its group is
-j // group_size, as the kernels expect; `mixed_mm` gathers the activations' columns by k_perm
-(one `index_select` before the GEMM) and the kernels run unchanged. g_idx equal to
-k // group_size stores no permutation.
+j // group_size, as the kernels expect; `mixed_mm` passes k_perm (int32) to the kernel's entry
+point, which gathers the activations' columns by it (gemmgen/mixed/gather_k.cuh) and runs the
+GEMM unchanged. g_idx equal to k // group_size stores no permutation.
 
 Packed layout, version 2 (N = output features, K = input features, G = K / group_size). Every
 kernel of the family reads it: the CUTLASS 3.x sm90a kernels, the family's wgmma kernel and the
@@ -260,8 +260,8 @@ class PackedWeight:
     n: int
     layout_version: int = LAYOUT_VERSION
     arch: str = "sm90a"
-    # act-order: kernel position j of K holds input feature k_perm[j] (int64 [K], a permutation
-    # of 0..K-1, on qweight's device); None: the identity
+    # act-order: kernel position j of K holds input feature k_perm[j] (int32 [K], a permutation
+    # of 0..K-1, on qweight's device: the kernels' gather reads it); None: the identity
     k_perm: Optional[torch.Tensor] = None
 
     def __post_init__(self):
@@ -344,7 +344,7 @@ class PackedWeight:
         groups = torch.arange(self.k, device=self.device) // self.group_size
         if self.k_perm is None:
             return groups
-        return torch.empty_like(groups).index_copy_(0, self.k_perm, groups)
+        return torch.empty_like(groups).index_copy_(0, self.k_perm.long(), groups)
 
     def to(self, device, non_blocking: bool = False) -> "PackedWeight":
         """The same packed weight with every tensor on `device` (self if already there)."""
@@ -398,18 +398,19 @@ class PackedWeight:
 
 
 def _check_k_perm(where: str, k_perm, k: int, device: torch.device) -> None:
-    """A PackedWeight's k_perm: int64 [K] on qweight's device, a permutation of 0..K-1 (read
+    """A PackedWeight's k_perm: int32 [K] on qweight's device, a permutation of 0..K-1 (read
     only for plain tensors with data: meta and fake tensors are checked by shape alone)."""
-    if (not isinstance(k_perm, torch.Tensor) or k_perm.dtype != torch.int64 or k_perm.dim() != 1
+    if (not isinstance(k_perm, torch.Tensor) or k_perm.dtype != torch.int32 or k_perm.dim() != 1
             or k_perm.shape[0] != k or not k_perm.is_contiguous()):
-        raise _error(where, "k_perm", f"None or a contiguous torch.int64 tensor [K={k}] (the "
+        raise _error(where, "k_perm", f"None or a contiguous torch.int32 tensor [K={k}] (the "
                      "input feature at each kernel position of K)", _describe(k_perm))
     if k_perm.device != device:
         raise _error(where, "k_perm", f"a tensor on {device} like qweight", _describe(k_perm))
-    # NOTES: the op gathers the activations by k_perm; an index out of range would be a device-
-    # side assert on the GPU (the process's CUDA context lost), so it is refused here.
+    # NOTES: the op's gather kernel reads a's columns at k_perm's values unchecked (an index out
+    # of range would read out of bounds), so anything but a permutation is refused here.
     if type(k_perm) is torch.Tensor and not k_perm.is_meta:
-        if not torch.equal(torch.sort(k_perm).values, torch.arange(k, device=k_perm.device)):
+        if not torch.equal(torch.sort(k_perm).values,
+                           torch.arange(k, dtype=torch.int32, device=k_perm.device)):
             raise _error(where, "k_perm", f"a permutation of 0..{k - 1} (each once)",
                          "repeated or out-of-range values")
 
@@ -438,7 +439,7 @@ def _k_perm_from_g_idx(where: str, g_idx, k: int, group_size: int,
     k_perm = torch.argsort(g_idx, stable=True)
     if torch.equal(k_perm, torch.arange(k, device=device)):
         return None
-    return k_perm
+    return k_perm.to(torch.int32)
 
 
 def _check_range(where: str, name: str, t: torch.Tensor, low: int, high: int, what: str) -> None:
@@ -563,7 +564,7 @@ def unpack_weights(packed: PackedWeight
     layout = _LAYOUTS[packed.arch]
     q = layout.unpack_q(packed.qweight, packed.weight_type, packed.n)
     if packed.k_perm is not None:  # back to input-feature order
-        q = torch.empty_like(q).index_copy_(1, packed.k_perm, q)
+        q = torch.empty_like(q).index_copy_(1, packed.k_perm.long(), q)
     zeros = None
     if packed.zeros is not None:
         zeros = layout.zero_from_zp(packed.zeros, packed.scales).t().contiguous()

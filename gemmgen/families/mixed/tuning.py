@@ -78,7 +78,7 @@ def time_candidate(candidate: Candidate, problem: Problem) -> float:
     def call(i: int) -> None:
         x, q, scales, zeros = p.pool[i]
         ops._mixed_mm_out_impl(p.out, x, q, scales, zeros, None, p.weight_type, p.group_size,
-                               p.n, p.k, candidate.kernel, knobs)
+                               p.n, p.k, candidate.kernel, knobs=knobs)
     return gpu_time_us(call, len(p.pool))
 
 

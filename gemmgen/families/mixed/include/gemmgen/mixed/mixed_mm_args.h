@@ -10,6 +10,8 @@
  *          order (sm90_mixed_mm.hpp's FragmentOrderAtom); int8: [N, K] K-major
  *   scale  [K/group, N] (N contiguous), activation dtype
  *   zero   [K/group, N] (N contiguous), activation dtype: −scale·(zero − 8), or NULL
+ * Act-order (GPTQ desc_act): the packed K is in group order and k_perm[j] is the column of `a`
+ * at kernel position j; the entry point gathers a's columns first (gemmgen/mixed/gather_k.cuh).
  */
 #pragma once
 
@@ -26,6 +28,7 @@ typedef struct gemmgen_mixed_mm_args {
   const void* zero;       /* [K/group, N] or NULL (scale-only kernels) */
   const void* bias;       /* [N] in the output dtype, or NULL */
   void* d;                /* [M, N] output, row stride ldd */
+  const int32_t* k_perm;  /* [K] int32, 16-byte aligned, or NULL: K in a's own order */
   int64_t m, n, k;
   int64_t lda, ldd;
   int64_t group_size;     /* a multiple of the tile K that divides K, or K (per-channel) */

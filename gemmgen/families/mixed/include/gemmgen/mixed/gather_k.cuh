@@ -1,0 +1,115 @@
+/*
+ * gemmgen/mixed/gather_k.cuh — act-order (GPTQ desc_act) for every kernel of the mixed-input
+ * family: a weight packed with its K in group order (`k_perm`, packing.py) needs the activations'
+ * columns in that order too. When the arguments carry `k_perm`, the entry point first gathers
+ * a[:, k_perm] into the front of its workspace with the small kernel below, then runs the GEMM
+ * kernel on that copy (lda = K), unchanged.
+ *
+ * Launch. The gather and then the GEMM run in stream order, neither as a programmatic dependent
+ * (PDL). Measured on the H200 (session 24, benchmarks/prototypes/act_order_gather.py, RESULTS.md
+ * "Act-order"): with the GEMM as a dependent of the gather, or the gather as one of the kernel
+ * before, calls were faster at short K (4096 x 4096, one token: 6.9-8.0 µs against 10.0) and up
+ * to 1.8x slower at long K (8192 x 28672, 64 tokens: 139 against 90 µs), whether the gather
+ * released its dependent before or after its own wait; stream order is as fast as PDL off
+ * everywhere. Against torch's index_select before the op (session 23) it saves 2.4-4 µs a call:
+ * act-order costs 1.26-1.42x the same weight without it (geomean, 1-64 tokens), index_select
+ * 1.33-1.67x.
+ *
+ * A thread writes 8 consecutive kernel positions of a row (16 bytes) from 8 reads of a's row at
+ * k_perm's positions (k_perm is read 32 bytes at a time; its [K] int32 stays in L1/L2 across
+ * rows): 1.8-2.5 µs at 1-16 tokens, 10 µs for 64 tokens x K 28672 (scattered 2-byte reads).
+ */
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gemmgen/c_api.h"
+#include "gemmgen/mixed/mixed_mm_args.h"
+#include "gemmgen/runtime_support.hpp"
+
+namespace gemmgen::mixed::gather {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 4096;
+constexpr size_t kAlign = 256;  // the GEMM's own workspace starts at this alignment after the copy
+
+// out[row, j] = a[row, k_perm[j]] for 16-bit elements; out is [m, k] contiguous, k % 8 == 0.
+// Internal linkage: every translation unit that includes this header has its own.
+static __global__ void __launch_bounds__(kThreads)
+gather_columns(uint16_t const* a, int64_t lda, int32_t const* k_perm, uint16_t* out, int64_t m,
+               int k) {
+  // Launched in stream order, as is the GEMM after it (no programmatic dependent launch on
+  // either side): the kernel before has finished, written a and read the workspace.
+  int64_t const per_row = k / 8;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < m * per_row;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t const row = i / per_row;
+    int const j = static_cast<int>(i % per_row) * 8;
+    int4 const lo = __ldg(reinterpret_cast<int4 const*>(k_perm + j));
+    int4 const hi = __ldg(reinterpret_cast<int4 const*>(k_perm + j + 4));
+    uint16_t const* src = a + row * lda;
+    uint4 v;
+    v.x = uint32_t(src[lo.x]) | (uint32_t(src[lo.y]) << 16);
+    v.y = uint32_t(src[lo.z]) | (uint32_t(src[lo.w]) << 16);
+    v.z = uint32_t(src[hi.x]) | (uint32_t(src[hi.y]) << 16);
+    v.w = uint32_t(src[hi.z]) | (uint32_t(src[hi.w]) << 16);
+    *reinterpret_cast<uint4*>(out + row * k + j) = v;
+  }
+}
+
+// Bytes of the gathered copy at the front of the workspace (0 without k_perm).
+inline size_t copy_bytes(gemmgen_mixed_mm_args const* args) {
+  if (args->k_perm == nullptr || args->m < 1 || args->k < 1) {
+    return 0;
+  }
+  size_t const bytes = size_t(args->m) * size_t(args->k) * 2;
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+// Runs `run(args, workspace, workspace_bytes)` (a GEMM entry point), first gathering the
+// activations when `args->k_perm` is set: then `run` sees the copy as `a`, no k_perm, and the
+// workspace after the copy.
+template <class Run>
+int run_in_k_order(gemmgen_mixed_mm_args const* args, void* workspace, size_t workspace_bytes,
+                   void* stream, char const* kernel_name, Run&& run) {
+  if (args->k_perm == nullptr) {
+    return run(args, workspace, workspace_bytes);
+  }
+  auto const& a = *args;
+  size_t const bytes = copy_bytes(args);
+  if (a.m < 1 || a.k < 8 || a.k % 8 != 0 || a.k >= (int64_t(1) << 31) || a.lda < a.k ||
+      a.a == nullptr || reinterpret_cast<uintptr_t>(a.a) % 2 != 0 ||
+      reinterpret_cast<uintptr_t>(a.k_perm) % 16 != 0) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "act-order needs M >= 1, K a multiple of 8 below 2^31, lda >= K, 2-byte aligned "
+                "activations and a 16-byte aligned k_perm");
+  }
+  if (workspace == nullptr || workspace_bytes < bytes ||
+      reinterpret_cast<uintptr_t>(workspace) % kAlign != 0) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "act-order needs the workspace that gemmgen_workspace_<kernel> asks for, "
+                "256-byte aligned");
+  }
+  auto* copy = static_cast<uint16_t*>(workspace);
+  int64_t const work = a.m * (a.k / 8);
+  int const blocks = static_cast<int>(work / kThreads + 1 < kMaxBlocks ? work / kThreads + 1
+                                                                        : kMaxBlocks);
+  launch_maybe_pdl(gather_columns, dim3(blocks), dim3(kThreads), 0,
+                   static_cast<cudaStream_t>(stream), /*pdl=*/false,
+                   static_cast<uint16_t const*>(a.a),
+                   a.lda, a.k_perm, copy, a.m, static_cast<int>(a.k));
+  cudaError_t const launched = cudaGetLastError();
+  if (launched != cudaSuccess) {
+    return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
+  }
+  gemmgen_mixed_mm_args in_k_order = a;
+  in_k_order.a = copy;
+  in_k_order.lda = a.k;
+  in_k_order.k_perm = nullptr;
+  in_k_order.launch_flags &= ~GEMMGEN_LAUNCH_PDL;  // see the header's comment
+  return run(&in_k_order, static_cast<char*>(workspace) + bytes, workspace_bytes - bytes);
+}
+
+}  // namespace gemmgen::mixed::gather
