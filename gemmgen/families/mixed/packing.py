@@ -90,6 +90,7 @@ from typing import Optional
 import torch
 
 from ... import arch as arch_policy
+from ... import state_dicts
 from ...errors import argument_error, describe_argument
 
 WEIGHT_TYPES = ("int4", "uint4b8", "uint4", "int8", "uint8b128")
@@ -383,6 +384,30 @@ class PackedWeight:
         return from_compressed_tensors(weight_packed, weight_scale, weight_zero_point, weight_g_idx,
                                        num_bits=num_bits, weight_shape=weight_shape,
                                        group_size=group_size, arch=arch)
+
+    def state_dict(self, prefix: str = "") -> dict:
+        """What to save (gemmgen/state_dicts.py): the tensors qweight, scales, and zeros and
+        k_perm where present, under `prefix` + their names, and the metadata as strings;
+        `PackedWeight.from_state_dict(state, prefix)` reads it back."""
+        tensors = {"qweight": self.qweight, "scales": self.scales, "zeros": self.zeros,
+                   "k_perm": self.k_perm}
+        state = {prefix + key: t for key, t in tensors.items() if t is not None}
+        state.update(state_dicts.metadata(
+            prefix, "PackedWeight", weight_type=self.weight_type, group_size=self.group_size,
+            k=self.k, n=self.n, layout_version=self.layout_version, arch=self.arch))
+        return state
+
+    @classmethod
+    def from_state_dict(cls, state, prefix: str = "") -> "PackedWeight":
+        """The PackedWeight that `state_dict(prefix)` saved (from torch.load(weights_only=True) or
+        safetensors' tensors plus its metadata), on the tensors' device; checked like any."""
+        read = state_dicts.StateReader(state, prefix, "PackedWeight", "PackedWeight.from_state_dict")
+        return cls(qweight=read.tensor("qweight"), scales=read.tensor("scales"),
+                   zeros=read.tensor("zeros", optional=True),
+                   weight_type=read.string("weight_type", WEIGHT_TYPES),
+                   group_size=read.integer("group_size"), k=read.integer("k"), n=read.integer("n"),
+                   layout_version=read.integer("layout_version"), arch=read.string("arch"),
+                   k_perm=read.tensor("k_perm", optional=True))
 
     def describe(self) -> str:
         """One line: type, shape, groups, zeros, scale dtype, layout, device."""

@@ -35,6 +35,7 @@ from typing import Sequence, Union
 
 import torch
 
+from ... import state_dicts
 from ...errors import argument_error, describe_argument
 from .grouping import _stack_weights
 
@@ -96,6 +97,29 @@ class MoeWeight:
     def to(self, device) -> "MoeWeight":
         return MoeWeight(self.weight.to(device), self.scale.to(device), self.layout_version,
                          self.arch, self.bits)
+
+    def state_dict(self, prefix: str = "") -> dict:
+        """What to save (gemmgen/state_dicts.py): the tensors weight and scale under `prefix` +
+        their names, and the metadata as strings; `MoeWeight.from_state_dict` reads it back."""
+        state = {prefix + "weight": self.weight, prefix + "scale": self.scale}
+        state.update(state_dicts.metadata(prefix, "MoeWeight", layout_version=self.layout_version,
+                                          arch=self.arch, bits=self.bits))
+        return state
+
+    @classmethod
+    def from_state_dict(cls, state, prefix: str = "") -> "MoeWeight":
+        """The MoeWeight that `state_dict(prefix)` saved, on the tensors' device. A layout this
+        gemmgen does not read is refused here; the op checks the tensors when called."""
+        where = "MoeWeight.from_state_dict"
+        read = state_dicts.StateReader(state, prefix, "MoeWeight", where)
+        version, bits = read.integer("layout_version"), read.integer("bits")
+        if version != LAYOUT_VERSION:
+            raise argument_error(where, "state", f"entry '{prefix}layout_version' to be "
+                                 f"{LAYOUT_VERSION} (the layout this gemmgen reads: re-pack the "
+                                 "weights with gemmgen.pack_moe_weights)", repr(version))
+        if bits not in (4, 8):
+            raise argument_error(where, "state", f"entry '{prefix}bits' to be 4 or 8", repr(bits))
+        return cls(read.tensor("weight"), read.tensor("scale"), version, read.string("arch"), bits)
 
 
 def pack_int4(w_nk: torch.Tensor) -> torch.Tensor:
