@@ -12,17 +12,22 @@ all under an optional prefix, so many layers' weights share one file:
     tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
     safetensors.torch.save_file(tensors, path, metadata={k: v for k, v in state.items() if isinstance(v, str)})
 
-Reading names the missing or malformed entry; the class's own checks then refuse tensors that
-disagree with the metadata (and a layout this gemmgen does not read) as its constructor does.
+Reading names the missing or malformed entry, and refuses tensors that disagree with the
+metadata and a layout this gemmgen does not read (PackedWeight through its constructor's checks).
+Give each packed weight a prefix of its own: the field names (`qweight`, `scales`, `weight`,
+`scale`) are common ones, and entries of the same name in a dict the state is merged into would
+be overwritten.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Mapping, Optional
 
 from .errors import argument_error, describe_argument
 
 FORMAT_KEY = "gemmgen_format"
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")  # ASCII digits only (str.isdigit takes '²')
 
 
 def metadata(prefix: str, format_name: str, **fields) -> dict[str, str]:
@@ -74,7 +79,7 @@ class StateReader:
         value = self._entry(key, "an integer")
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        if isinstance(value, str) and _INTEGER.fullmatch(value):
             return int(value)
         raise self._error(key, "an integer (as a string)", describe_argument(value))
 

@@ -163,3 +163,41 @@ def test_moe_weight_refuses_another_layout_and_bits():
         gemmgen.MoeWeight.from_state_dict(state)
     with pytest.raises(ValueError, match=r"entry 'gemmgen_format' to be the string 'MoeWeight'"):
         gemmgen.MoeWeight.from_state_dict(packed_weight("int8", False).state_dict())
+
+
+@pytest.mark.parametrize("change,entry", [
+    (dict(bits="8"), "weight"),                                   # a uint8 int4 weight as 8-bit
+    (dict(weight=lambda w: w[:, :, :64]), "weight"),              # not contiguous
+    (dict(weight=lambda w: w[0]), "weight"),                      # 2-D
+    (dict(scale=lambda s: s.double()), "scale"),
+    (dict(scale=lambda s: s[:2]), "scale"),                       # E differs
+    (dict(scale=lambda s: s[:, :, :32]), "scale"),                # N differs
+    (dict(scale=lambda s: torch.cat([s, s[:, :1]], 1)), "scale"),  # 3 groups do not divide K=256
+    (dict(scale=lambda s: s.to("meta")), "scale"),                # another device
+    (dict(arch="sm80"), "arch"),
+])
+def test_moe_weight_entries_that_disagree_are_named(change, entry):
+    """MoeWeight has no constructor checks: from_state_dict checks the tensors against bits and
+    each other, naming the entry."""
+    state = moe_weight(4, 128).state_dict("w.")
+    for key, value in change.items():
+        state["w." + key] = value(state["w." + key]) if callable(value) else value
+    with pytest.raises(ValueError, match=rf"^gemmgen\.MoeWeight\.from_state_dict: argument 'state': "
+                                         rf"expected entry 'w\.{entry}' to be "):
+        gemmgen.MoeWeight.from_state_dict(state, "w.")
+
+
+@pytest.mark.parametrize("text,expected", [(" 128 ", 128), ("+3", 3), ("-1", -1)])
+def test_integer_entries(text, expected):
+    from gemmgen.state_dicts import StateReader
+    read = StateReader({"gemmgen_format": "X", "v": text}, "", "X", "test")
+    assert read.integer("v") == expected
+
+
+@pytest.mark.parametrize("text", ["--5", "\u00b2", "1.5", "", "12a"])
+def test_malformed_integer_entries_are_named(text):
+    from gemmgen.state_dicts import StateReader
+    read = StateReader({"gemmgen_format": "X", "v": text}, "", "X", "test")
+    with pytest.raises(ValueError, match=r"^gemmgen\.test: argument 'state': expected entry 'v' "
+                                         r"to be an integer \(as a string\)"):
+        read.integer("v")

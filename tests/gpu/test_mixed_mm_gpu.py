@@ -348,13 +348,15 @@ def test_torch_compile_fullgraph(act_order):
     torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2 * ref.abs().max().item())
 
 
-def test_opcheck():
-    packed = random_packed(256, 512, "uint4", 128, torch.bfloat16)
+@pytest.mark.parametrize("act_order", [False, True], ids=["", "act_order"])
+def test_opcheck(act_order):
+    packed = random_packed(256, 512, "uint4", 128, torch.bfloat16, act_order=act_order)
     a = torch.randn(16, 512, device="cuda").to(torch.bfloat16)
     out = torch.empty(16, 256, dtype=torch.bfloat16, device="cuda")
     torch.library.opcheck(torch.ops.gemmgen.mixed_mm_out,
                           (out, a, packed.qweight, packed.scales, packed.zeros, None,
-                           packed.weight_type, packed.group_size, packed.n, packed.k, None))
+                           packed.weight_type, packed.group_size, packed.n, packed.k, None,
+                           packed.k_perm))
 
 
 # ------------------------------------------------------------------------- 5. argument errors

@@ -178,7 +178,7 @@ def mixed_mm(a: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor]
     a's dtype. bias: [N] in a's dtype. out: optional [M, N] row-major output. kernel: force a
     kernel by name (default: dispatch picks by M, N, K). An act-order weight (`packed.k_perm`,
     GPTQ desc_act): the kernel's entry point first gathers a's columns into the packed K order,
-    in a kernel that overlaps the GEMM's weight read (gemmgen/mixed/gather_k.cuh).
+    in a kernel of its own before the GEMM, in stream order (gemmgen/mixed/gather_k.cuh).
     """
     if not isinstance(packed, PackedWeight):
         raise _fail("packed", "a gemmgen.PackedWeight (see gemmgen.pack_weights)", _describe(packed))

@@ -108,18 +108,40 @@ class MoeWeight:
 
     @classmethod
     def from_state_dict(cls, state, prefix: str = "") -> "MoeWeight":
-        """The MoeWeight that `state_dict(prefix)` saved, on the tensors' device. A layout this
-        gemmgen does not read is refused here; the op checks the tensors when called."""
+        """The MoeWeight that `state_dict(prefix)` saved, on the tensors' device. Another layout
+        version, and tensors that disagree with `bits` or each other (dtype, rank, E, N, the
+        scale groups), are refused naming the entry; the op checks the rest when called."""
         where = "MoeWeight.from_state_dict"
         read = state_dicts.StateReader(state, prefix, "MoeWeight", where)
+
+        def refuse(key: str, expected: str, got) -> ValueError:
+            return argument_error(where, "state", f"entry '{prefix}{key}' to be {expected}", got)
+
         version, bits = read.integer("layout_version"), read.integer("bits")
         if version != LAYOUT_VERSION:
-            raise argument_error(where, "state", f"entry '{prefix}layout_version' to be "
-                                 f"{LAYOUT_VERSION} (the layout this gemmgen reads: re-pack the "
-                                 "weights with gemmgen.pack_moe_weights)", repr(version))
+            raise refuse("layout_version", f"{LAYOUT_VERSION} (the layout this gemmgen reads: "
+                         "re-pack the weights with gemmgen.pack_moe_weights)", repr(version))
         if bits not in (4, 8):
-            raise argument_error(where, "state", f"entry '{prefix}bits' to be 4 or 8", repr(bits))
-        return cls(read.tensor("weight"), read.tensor("scale"), version, read.string("arch"), bits)
+            raise refuse("bits", "4 or 8", repr(bits))
+        arch = read.string("arch", ("sm90a",))
+        weight, scale = read.tensor("weight"), read.tensor("scale")
+        dtypes = (torch.uint8,) if bits == 4 else ELEMENT_DTYPES
+        if weight.dtype not in dtypes or weight.dim() != 3 or not weight.is_contiguous():
+            raise refuse("weight", f"a contiguous 3-D {' or '.join(map(str, dtypes))} tensor "
+                         f"[E, N, K{'/2' if bits == 4 else ''}] (bits={bits})",
+                         describe_argument(weight))
+        e, n, k = weight.shape[0], weight.shape[1], weight.shape[2] * (2 if bits == 4 else 1)
+        groups = scale.shape[1] if scale.dim() == 3 else 1
+        if (scale.dtype != torch.float32 or scale.dim() not in (2, 3) or scale.shape[0] != e
+                or scale.shape[-1] != n or groups < 1 or k % groups
+                or (bits == 8 and groups > 1) or not scale.is_contiguous()):
+            shapes = f"[E={e}, N={n}]" + (f" or [E, K/group, N] (K={k})" if bits == 4 else "")
+            raise refuse("scale", f"a contiguous torch.float32 tensor {shapes}",
+                         describe_argument(scale))
+        if scale.device != weight.device:
+            raise refuse("scale", f"a tensor on {weight.device} like the weight",
+                         describe_argument(scale))
+        return cls(weight, scale, version, arch, bits)
 
 
 def pack_int4(w_nk: torch.Tensor) -> torch.Tensor:
