@@ -325,11 +325,19 @@ def _run_ninja(library_dir: Path, jobs: int, units: dict[str, TranslationUnit],
         except BaseException:
             if proc.poll() is None:
                 def wait(seconds: float) -> bool:
+                    # ninja, then every compiler of its session: a process signalled a moment
+                    # ago may still be exiting when ninja is reaped (once seen in CI after the
+                    # SIGKILL round), and the next build must not start beside it
+                    deadline = time.monotonic() + seconds
                     try:
                         proc.wait(timeout=seconds)
                     except subprocess.TimeoutExpired:
                         return False
-                    return not _session_members(proc.pid, library_dir)
+                    while _session_members(proc.pid, library_dir):
+                        if time.monotonic() >= deadline:
+                            return False
+                        time.sleep(0.05)
+                    return True
 
                 _stop_session(proc.pid, [proc.pid, *_session_members(proc.pid, library_dir)], wait)
             raise
