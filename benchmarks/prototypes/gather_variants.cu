@@ -5,7 +5,8 @@
 // 2-byte positions and is fast only while L1 holds the row, and a gather CTA that shares its SM
 // with GEMM CTAs (~200 KB of shared memory each) gets the small L1 the carve-out leaves.
 //
-//   global  the shipped scheme: a thread writes 16 bytes of a row from 8 scattered global reads
+//   global  the shipped kernel (gather_k.cuh): a thread writes 16 bytes of a row from 8 scattered
+//           global reads
 //   staged  a CTA copies its row into shared memory with 16-byte coalesced reads, then writes its
 //           share of the row's outputs from shared memory (splits CTAs a row when rows are few)
 //
@@ -14,7 +15,9 @@
 // 200 KB of shared memory resident on every SM (spinning on a flag this program releases after
 // timing; a staged CTA that does not fit beside it is not run there). Not built by gemmgen; on a Hopper machine:
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/gather_variants benchmarks/prototypes/gather_variants.cu
+//   nvcc -O3 -std=c++17 -arch=sm_90a -Igemmgen/templates/include -Igemmgen/families/mixed/include \
+//        -I"$(python -c 'from gemmgen.build import toolchain; print(toolchain.find_toolchain().cutlass_root)')/include" \
+//        -o /tmp/gather_variants benchmarks/prototypes/gather_variants.cu
 //   /tmp/gather_variants
 //
 // Written in session 24 after its device time was spent: compiled, not yet run.
@@ -28,6 +31,8 @@
 #include <random>
 #include <vector>
 
+#include "gemmgen/mixed/gather_k.cuh"  // the shipped gather: gemmgen::mixed::gather::gather_columns
+
 #define CHECK(call)                                                                     \
   do {                                                                                  \
     cudaError_t e_ = (call);                                                            \
@@ -38,25 +43,6 @@
   } while (0)
 
 constexpr int kThreads = 256;
-
-__global__ void gather_global(uint16_t const* a, int32_t const* perm, uint16_t* out, int64_t m,
-                              int k) {
-  int64_t const per_row = k / 8;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < m * per_row;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t const row = i / per_row;
-    int const j = static_cast<int>(i % per_row) * 8;
-    int4 const lo = __ldg(reinterpret_cast<int4 const*>(perm + j));
-    int4 const hi = __ldg(reinterpret_cast<int4 const*>(perm + j + 4));
-    uint16_t const* src = a + row * k;
-    uint4 v;
-    v.x = uint32_t(src[lo.x]) | (uint32_t(src[lo.y]) << 16);
-    v.y = uint32_t(src[lo.z]) | (uint32_t(src[lo.w]) << 16);
-    v.z = uint32_t(src[hi.x]) | (uint32_t(src[hi.y]) << 16);
-    v.w = uint32_t(src[hi.z]) | (uint32_t(src[hi.w]) << 16);
-    *reinterpret_cast<uint4*>(out + row * k + j) = v;
-  }
-}
 
 // grid (splits, m): CTA (s, row) stages row `row` of a in shared memory, then writes outputs
 // j = 8 * (s * kThreads + t + c * splits * kThreads) .. + 7 of that row.
@@ -107,7 +93,8 @@ static void launch(char const* variant, Problem const& p, int sms, cudaStream_t 
   if (variant[0] == 'g') {
     int64_t const work = p.m * (p.k / 8);
     int const blocks = static_cast<int>(std::min<int64_t>(work / kThreads + 1, 4096));
-    gather_global<<<blocks, kThreads, 0, stream>>>(p.a, p.perm, p.out, p.m, p.k);
+    gemmgen::mixed::gather::gather_columns<<<blocks, kThreads, 0, stream>>>(p.a, p.k, p.perm,
+                                                                            p.out, p.m, p.k);
   } else {
     int const splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(16, 2 * sms / p.m)));
     gather_staged<<<dim3(splits, static_cast<unsigned>(p.m)), kThreads, p.k * 2, stream>>>(
