@@ -61,6 +61,13 @@ def _bits(where: str, name: str, bits) -> int:
     return bits
 
 
+def _scales_gn(where: str, scales, n: int) -> torch.Tensor:
+    """A GPTQ / AWQ checkpoint's scales: 2-D [G, N]."""
+    if not isinstance(scales, torch.Tensor) or scales.dim() != 2 or scales.shape[1] != n:
+        raise _error(where, "scales", f"a 2-D tensor [K/group_size, N={n}]", _describe(scales))
+    return scales
+
+
 def _same_device(where: str, reference: torch.Tensor, **tensors) -> None:
     """Tensors on the reference's device (other types are left to their own checks)."""
     for name, t in tensors.items():
@@ -139,8 +146,7 @@ def from_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
     qweight = _int32_2d(where, "qweight", qweight)
     qzeros = _int32_2d(where, "qzeros", qzeros)
     k, n = qweight.shape[0] * per_word, qweight.shape[1]
-    if not isinstance(scales, torch.Tensor) or scales.dim() != 2 or scales.shape[1] != n:
-        raise _error(where, "scales", f"a 2-D tensor [K/group_size, N={n}]", _describe(scales))
+    scales = _scales_gn(where, scales, n)
     g_idx = _g_idx(where, "g_idx", g_idx, k)
     _same_device(where, qweight, qzeros=qzeros, scales=scales, g_idx=g_idx)
     group_size = _group_size(where, k, scales.shape[0], group_size, g_idx, "scales", "g_idx")
@@ -175,8 +181,7 @@ def from_awq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, 
     qweight = _int32_2d(where, "qweight", qweight)
     qzeros = _int32_2d(where, "qzeros", qzeros)
     k, n = qweight.shape[0], qweight.shape[1] * 8
-    if not isinstance(scales, torch.Tensor) or scales.dim() != 2 or scales.shape[1] != n:
-        raise _error(where, "scales", f"a 2-D tensor [K/group_size, N={n}]", _describe(scales))
+    scales = _scales_gn(where, scales, n)
     _same_device(where, qweight, qzeros=qzeros, scales=scales)
     group_size = _group_size(where, k, scales.shape[0], group_size, None, "scales", "")
     groups = k // group_size

@@ -265,14 +265,11 @@ def read_config(reader, node: Any, index: int, line: int,
 def config_fields(entry: ConfigEntry) -> dict[str, Any]:
     """A config as the manifest spells it, defaults included (a dispatch `use` may spell them)."""
     cfg, knobs = entry.config, entry.knobs
-    if cfg.is_own:
-        fields = {"tile": list(cfg.tile), "cluster": list(cfg.cluster), "schedule": cfg.schedule,
-                  "stages": cfg.stages if cfg.stages else "auto", "swap_ab": cfg.swap_ab,
-                  "intermediate": cfg.intermediate, "fused": cfg.fused}
-        if cfg.is_direct:
-            fields["warps_k"] = cfg.warps_k
-        return fields
-    return {"tile": list(cfg.tile), "cluster": list(cfg.cluster), "schedule": cfg.schedule,
-            "stages": cfg.stages if cfg.stages else "auto", "swap_ab": cfg.swap_ab,
-            "intermediate": cfg.intermediate, "fused": cfg.fused, "raster": knobs.raster,
-            "swizzle": knobs.swizzle}
+    fields = {"tile": list(cfg.tile), "cluster": list(cfg.cluster), "schedule": cfg.schedule,
+              "stages": cfg.stages if cfg.stages else "auto", "swap_ab": cfg.swap_ab,
+              "intermediate": cfg.intermediate, "fused": cfg.fused}
+    if cfg.is_direct:
+        fields["warps_k"] = cfg.warps_k
+    if not cfg.is_own:  # CUTLASS's tile scheduler takes the run-time knobs
+        fields.update(raster=knobs.raster, swizzle=knobs.swizzle)
+    return fields
