@@ -5,10 +5,11 @@
 // 2-byte positions and is fast only while L1 holds the row, and a gather CTA that shares its SM
 // with GEMM CTAs (~200 KB of shared memory each) gets the small L1 the carve-out leaves.
 //
-//   global  the shipped kernel (gather_k.cuh): a thread writes 16 bytes of a row from 8 scattered
+//   global  gather_k.cuh's gather_columns: a thread writes 16 bytes of a row from 8 scattered
 //           global reads
-//   staged  a CTA copies its row into shared memory with 16-byte coalesced reads, then writes its
-//           share of the row's outputs from shared memory (splits CTAs a row when rows are few)
+//   staged  gather_k.cuh's gather_columns_staged: a CTA copies its row into shared memory with
+//           16-byte coalesced reads, then writes its share of the row's outputs from shared
+//           memory (rows split over CTAs while they are fewer than about two an SM, as shipped)
 //
 // Each variant is timed by CUDA events (median of 50 after 10 warm-ups), then its output checked
 // against a host gather: alone, and while a "hog" kernel on another stream keeps one CTA with
@@ -20,7 +21,8 @@
 //        -o /tmp/gather_variants benchmarks/prototypes/gather_variants.cu
 //   /tmp/gather_variants
 //
-// Written in session 24 after its device time was spent: compiled, not yet run.
+// Written in session 24; run in session 25 (RESULTS.md, "session 25"), when the staged kernel
+// moved into gather_k.cuh. GATHER_HOG=1 adds the hog columns.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,30 +45,6 @@
   } while (0)
 
 constexpr int kThreads = 256;
-
-// grid (splits, m): CTA (s, row) stages row `row` of a in shared memory, then writes outputs
-// j = 8 * (s * kThreads + t + c * splits * kThreads) .. + 7 of that row.
-__global__ void gather_staged(uint16_t const* a, int32_t const* perm, uint16_t* out, int k) {
-  extern __shared__ __align__(16) uint16_t row_copy[];
-  int64_t const row = blockIdx.y;
-  uint4 const* src = reinterpret_cast<uint4 const*>(a + row * k);
-  for (int i = threadIdx.x; i < k / 8; i += blockDim.x) {
-    reinterpret_cast<uint4*>(row_copy)[i] = src[i];
-  }
-  __syncthreads();
-  int const stride = gridDim.x * blockDim.x;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < k / 8; i += stride) {
-    int const j = i * 8;
-    int4 const lo = __ldg(reinterpret_cast<int4 const*>(perm + j));
-    int4 const hi = __ldg(reinterpret_cast<int4 const*>(perm + j + 4));
-    uint4 v;
-    v.x = uint32_t(row_copy[lo.x]) | (uint32_t(row_copy[lo.y]) << 16);
-    v.y = uint32_t(row_copy[lo.z]) | (uint32_t(row_copy[lo.w]) << 16);
-    v.z = uint32_t(row_copy[hi.x]) | (uint32_t(row_copy[hi.y]) << 16);
-    v.w = uint32_t(row_copy[hi.z]) | (uint32_t(row_copy[hi.w]) << 16);
-    *reinterpret_cast<uint4*>(out + row * k + j) = v;
-  }
-}
 
 // One CTA an SM holding its dynamic shared memory, counting itself in *arrived, then spinning
 // until *release != 0 (both in mapped host memory).
@@ -97,8 +75,9 @@ static void launch(char const* variant, Problem const& p, int sms, cudaStream_t 
                                                                             p.out, p.m, p.k);
   } else {
     int const splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(16, 2 * sms / p.m)));
-    gather_staged<<<dim3(splits, static_cast<unsigned>(p.m)), kThreads, p.k * 2, stream>>>(
-        p.a, p.perm, p.out, p.k);
+    gemmgen::mixed::gather::gather_columns_staged<<<dim3(splits, static_cast<unsigned>(p.m)),
+                                                    kThreads, p.k * 2, stream>>>(p.a, p.k, p.perm,
+                                                                                 p.out, p.k);
   }
 }
 
@@ -130,8 +109,8 @@ int main() {
   std::printf("%s, %d SMs\n", prop.name, sms);
   int const hog_smem = 200 * 1024;
   CHECK(cudaFuncSetAttribute(hog, cudaFuncAttributeMaxDynamicSharedMemorySize, hog_smem));
-  CHECK(cudaFuncSetAttribute(gather_staged, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             64 * 1024));
+  CHECK(cudaFuncSetAttribute(gemmgen::mixed::gather::gather_columns_staged,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
   int *flags, *flags_device;  // [0]: hog CTAs arrived, [1]: release
   CHECK(cudaHostAlloc(&flags, 2 * sizeof(int), cudaHostAllocMapped));
   CHECK(cudaHostGetDevicePointer(&flags_device, flags, 0));
@@ -142,11 +121,12 @@ int main() {
   std::mt19937 rng(24);
   std::printf("%6s %6s  %12s %12s  %12s %12s   (µs, median)\n", "M", "K", "global", "staged",
               "global+hog", "staged+hog");
-  for (int k : {4096, 14336, 28672}) {
+  bool const hog_too = std::getenv("GATHER_HOG") != nullptr;  // the hog columns (session 24's test)
+  for (int k : {4096, 8192, 14336, 28672}) {
     std::vector<int32_t> perm(k);
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
-    for (int64_t m : {1, 4, 16, 64}) {
+    for (int64_t m : {1, 4, 16, 64, 128, 256, 1024, 4096}) {
       std::vector<uint16_t> host(m * k);
       for (auto& v : host) v = static_cast<uint16_t>(rng());
       Problem p{m, k, nullptr, nullptr, nullptr};
@@ -158,6 +138,11 @@ int main() {
       float us[4];
       int column = 0;
       for (bool with_hog : {false, true}) {
+        if (with_hog && !hog_too) {
+          us[column++] = -1.0f;
+          us[column++] = -1.0f;
+          continue;
+        }
         for (char const* variant : {"global", "staged"}) {
           // a staged CTA (K * 2 bytes) does not fit beside the hog: it would wait for it
           if (with_hog && variant[0] == 's' && k * 2 + hog_smem > prop.sharedMemPerMultiprocessor - 2048) {

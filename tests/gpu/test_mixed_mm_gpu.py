@@ -80,9 +80,13 @@ def test_every_built_kernel(built_mixed_kernel):
                                (9, 264, 192, 64), (5, 128, 576, 576)):
             run(m, n, k, weight_type, group, dtype, bias=m % 2 == 0, kernel=built_mixed_kernel.name)
             run(m, n, k, weight_type, group, dtype, bias=m % 2 == 1, kernel=built_mixed_kernel.name)
-        # act-order (the entry point gathers a's columns into its workspace first; a CUTLASS
-        # stream-K kernel's own workspace follows the copy): groups of 64 and 128
-        for m, n, k, group in ((1, 256, 512, 128), (37, 384, 1024, 64), (200, 512, 768, 128)):
+        # act-order (the entry point gathers a's columns into its workspace first, a CUTLASS
+        # stream-K kernel's own workspace after the copy): groups of 64 and 128; K 4096-8192
+        # gives a direct kernel's warps ranges longer than its ring, 13 tokens two token tiles
+        # and rows past M, N = 264 rows past N; 64 tokens x K 8192 and 256 x 4096 the staged
+        # gather (gather_k.cuh's stages_rows)
+        for m, n, k, group in ((1, 256, 512, 128), (37, 384, 1024, 64), (200, 512, 768, 128),
+                               (13, 264, 4096, 128), (64, 136, 8192, 64), (256, 128, 4096, 128)):
             run(m, n, k, weight_type, group, dtype, bias=m % 2 == 1, kernel=built_mixed_kernel.name,
                 act_order=True)
 
@@ -290,25 +294,28 @@ def test_gptq_import_runs_through_the_op():
 def test_gptq_act_order_runs_through_the_op(zero_points):
     """A desc_act checkpoint (g_idx from a random quantization order): the op gathers the
     activations into the stored K order; dispatch from decode to prefill, against the
-    checkpoint's own dequantization in input-feature order (s[g_idx[k]] · (q − z[g_idx[k]]))."""
-    k, n, group = 1024, 512, 128
-    q = torch.randint(0, 16, (k, n), device="cuda")
-    zeros = (torch.randint(1, 16, (k // group, n), device="cuda") if zero_points
-             else torch.full((k // group, n), 8, device="cuda"))
-    scales = (torch.rand(k // group, n, device="cuda") * 0.02 + 0.005).half()
-    g_idx = act_order_g_idx(k, group)
-    packed = gemmgen.PackedWeight.from_gptq(_gptq_pack(q, 4, 0), _gptq_pack(zeros - 1, 4, 1),
-                                            scales, g_idx, bits=4)
-    assert packed.act_order and packed.weight_type == ("uint4" if zero_points else "uint4b8")
-    g = g_idx.long()
-    w = (q - zeros[g]).float() * scales.float()[g]                  # [K, N], input-feature order
-    for m in (1, 7, 16, 64, 300):
-        a = torch.randn(m, k, device="cuda").half()
-        out = torch.full((m, n), float("nan"), dtype=torch.half, device="cuda")
-        gemmgen.mixed_mm(a, packed, out=out)
-        check(out, a, packed)
-        ref = a.float() @ w
-        torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2 * ref.abs().max().item())
+    checkpoint's own dequantization in input-feature order (s[g_idx[k]] · (q − z[g_idx[k]]))
+    (K 8192 from 64 tokens: the staged gather)."""
+    n, group = 512, 128
+    for k, tokens in ((1024, (1, 7, 16, 64, 300)), (8192, (64, 300))):
+        q = torch.randint(0, 16, (k, n), device="cuda")
+        zeros = (torch.randint(1, 16, (k // group, n), device="cuda") if zero_points
+                 else torch.full((k // group, n), 8, device="cuda"))
+        scales = (torch.rand(k // group, n, device="cuda") * 0.02 + 0.005).half()
+        g_idx = act_order_g_idx(k, group)
+        packed = gemmgen.PackedWeight.from_gptq(_gptq_pack(q, 4, 0), _gptq_pack(zeros - 1, 4, 1),
+                                                scales, g_idx, bits=4)
+        assert packed.act_order and packed.weight_type == ("uint4" if zero_points else "uint4b8")
+        g = g_idx.long()
+        w = (q - zeros[g]).float() * scales.float()[g]              # [K, N], input-feature order
+        for m in tokens:
+            a = torch.randn(m, k, device="cuda").half()
+            out = torch.full((m, n), float("nan"), dtype=torch.half, device="cuda")
+            gemmgen.mixed_mm(a, packed, out=out)
+            check(out, a, packed)
+            ref = a.float() @ w
+            torch.testing.assert_close(out.float(), ref, rtol=3e-2,
+                                       atol=3e-2 * ref.abs().max().item())
 
 
 # ------------------------------------------------------------------------- 4. graphs, compile

@@ -15,14 +15,23 @@
  * act-order costs 1.26-1.42x the same weight without it (geomean, 1-64 tokens), index_select
  * 1.33-1.67x.
  *
- * A thread writes 8 consecutive kernel positions of a row (16 bytes) from 8 reads of a's row at
- * k_perm's positions (k_perm is read 32 bytes at a time; its [K] int32 stays in L1/L2 across
- * rows): 1.8-2.5 µs at 1-16 tokens, 10 µs for 64 tokens x K 28672 (scattered 2-byte reads).
+ * Two gathers. `gather_columns`: a thread writes 8 consecutive kernel positions of a row (16
+ * bytes) from 8 reads of a's row at k_perm's positions (k_perm is read 32 bytes at a time; its [K]
+ * int32 stays in L1/L2 across rows). `gather_columns_staged`: a CTA first copies its row into
+ * shared memory with 16-byte coalesced reads, then writes its slice of the row's outputs from
+ * there. Timed alone on the H200 (session 25, benchmarks/prototypes/gather_variants.cu, CUDA
+ * events, µs): the first is as fast or faster at 1-16 tokens (K 4096-28672: 5.8-7.9 against
+ * 6.0-8.6) and at 64 tokens x K 4096 (6.1 against 6.4); the staged one is level at 64 x 8192
+ * and ahead past it: 64 x 28672 10.5 against 14.6, 256 x 14336 10.4 / 16.7, 1024 x 28672 52.9 /
+ * 153.6, 4096 x 28672 186 / 679, 4096 x 4096 30.6 / 36.0 (the scattered 2-byte reads cost an L1
+ * or L2 access each once a row outgrows L1). `stages_rows` picks between them.
  */
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "gemmgen/c_api.h"
@@ -63,6 +72,45 @@ gather_columns(uint16_t const* a, int64_t lda, int32_t const* k_perm, uint16_t* 
   }
 }
 
+// The same gather for many tokens and long rows (see the header's comment): CTA (s, row) first
+// copies its row of a into shared memory (16-byte coalesced reads, `k` * 2 bytes), then writes
+// slice s of the row's outputs (gridDim.x slices of 8-value pieces) from the copy. a's rows are
+// 16-byte aligned (lda % 8 == 0, a 16-byte aligned).
+static __global__ void __launch_bounds__(kThreads)
+gather_columns_staged(uint16_t const* a, int64_t lda, int32_t const* k_perm, uint16_t* out, int k) {
+  extern __shared__ __align__(16) uint16_t row_copy[];
+  int64_t const row = blockIdx.y;
+  auto const* src = reinterpret_cast<uint4 const*>(a + row * lda);
+  for (int i = threadIdx.x; i < k / 8; i += blockDim.x) {
+    reinterpret_cast<uint4*>(row_copy)[i] = src[i];
+  }
+  __syncthreads();
+  unsigned const last = static_cast<unsigned>(k - 1);  // clamped as gather_columns does
+  auto at = [&](int index) { return uint32_t(row_copy[min(static_cast<unsigned>(index), last)]); };
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < k / 8; i += gridDim.x * blockDim.x) {
+    int const j = i * 8;
+    int4 const lo = __ldg(reinterpret_cast<int4 const*>(k_perm + j));
+    int4 const hi = __ldg(reinterpret_cast<int4 const*>(k_perm + j + 4));
+    uint4 v;
+    v.x = at(lo.x) | (at(lo.y) << 16);
+    v.y = at(lo.z) | (at(lo.w) << 16);
+    v.z = at(hi.x) | (at(hi.y) << 16);
+    v.w = at(hi.z) | (at(hi.w) << 16);
+    *reinterpret_cast<uint4*>(out + row * k + j) = v;
+  }
+}
+
+// When the staged gather runs (measured, the header's comment): K up to kStagedMaxK (the row
+// copy's shared memory), rows 16-byte aligned, and 64 tokens or more at K >= 8192, 256 or more
+// at K >= 4096.
+constexpr int kStagedMaxK = 49152;  // a 96 KB row copy
+
+inline bool stages_rows(gemmgen_mixed_mm_args const& a) {
+  bool const many_tokens = (a.m >= 64 && a.k >= 8192) || (a.m >= 256 && a.k >= 4096);
+  return many_tokens && a.k <= kStagedMaxK && a.lda % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(a.a) % 16 == 0;
+}
+
 // Bytes of the gathered copy at the front of the workspace (0 without k_perm).
 inline size_t copy_bytes(gemmgen_mixed_mm_args const* args) {
   if (args->k_perm == nullptr || args->m < 1 || args->k < 1) {
@@ -99,13 +147,26 @@ int run_in_k_order(gemmgen_mixed_mm_args const* args, void* workspace, size_t wo
   // NOTES: the GEMM checks its own arguments after this launch; a GEMM that then refuses leaves
   // the gather's copy unused in the workspace, nothing else (no output is written).
   auto* copy = static_cast<uint16_t*>(workspace);
-  int64_t const work = a.m * (a.k / 8);
-  int const blocks = static_cast<int>(work / kThreads + 1 < kMaxBlocks ? work / kThreads + 1
-                                                                        : kMaxBlocks);
-  launch_maybe_pdl(gather_columns, dim3(blocks), dim3(kThreads), 0,
-                   static_cast<cudaStream_t>(stream), /*pdl=*/false,
-                   static_cast<uint16_t const*>(a.a),
-                   a.lda, a.k_perm, copy, a.m, static_cast<int>(a.k));
+  auto const* a_in = static_cast<uint16_t const*>(a.a);
+  auto const cuda_stream = static_cast<cudaStream_t>(stream);
+  static std::atomic<bool> raised[detail::kMaxDevices] = {};
+  if (stages_rows(a) && a.m <= 65535 &&
+      allow_shared_memory_once(gather_columns_staged, kStagedMaxK * 2, raised, kernel_name) ==
+          GEMMGEN_OK) {
+    // about two CTAs an SM: rows split into slices while there are fewer rows than that
+    int const sms = detail::facts(detail::current_device()).sm_count.load(std::memory_order_acquire);
+    int64_t const slices = std::max<int64_t>(1, std::min<int64_t>(16, 2 * int64_t(sms) / a.m));
+    launch_maybe_pdl(gather_columns_staged, dim3(static_cast<unsigned>(slices),
+                                                 static_cast<unsigned>(a.m)),
+                     dim3(kThreads), static_cast<int>(a.k * 2), cuda_stream, /*pdl=*/false, a_in,
+                     a.lda, a.k_perm, copy, static_cast<int>(a.k));
+  } else {
+    int64_t const work = a.m * (a.k / 8);
+    int const blocks = static_cast<int>(work / kThreads + 1 < kMaxBlocks ? work / kThreads + 1
+                                                                          : kMaxBlocks);
+    launch_maybe_pdl(gather_columns, dim3(blocks), dim3(kThreads), 0, cuda_stream, /*pdl=*/false,
+                     a_in, a.lda, a.k_perm, copy, a.m, static_cast<int>(a.k));
+  }
   cudaError_t const launched = cudaGetLastError();
   if (launched != cudaSuccess) {
     return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
