@@ -28,14 +28,7 @@
 
 #include "gemmgen/mixed/direct_mixed_mm.cuh"
 
-#define CHECK(call)                                                                     \
-  do {                                                                                  \
-    cudaError_t e_ = (call);                                                            \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
+#include "cuda_check.h"  // CHECK
 
 using gemmgen::mixed::direct::DirectConfig;
 using gemmgen::mixed::direct::DirectMixedMm;

@@ -35,14 +35,7 @@
 
 #include "gemmgen/mixed/gather_k.cuh"  // the shipped gather: gemmgen::mixed::gather::gather_columns
 
-#define CHECK(call)                                                                     \
-  do {                                                                                  \
-    cudaError_t e_ = (call);                                                            \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
+#include "cuda_check.h"  // CHECK
 
 constexpr int kThreads = 256;
 
