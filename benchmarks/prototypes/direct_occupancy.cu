@@ -13,7 +13,7 @@
 //        -Igemmgen/families/mixed/include \
 //        -I"$(python -c 'from gemmgen.build import toolchain; print(toolchain.find_toolchain().cutlass_root)')/include" \
 //        -o /tmp/direct_occupancy benchmarks/prototypes/direct_occupancy.cu
-//   for kb in 0 76 113 200; do /tmp/direct_occupancy $kb; done
+//   for kb in 0 80 120; do /tmp/direct_occupancy $kb; done   # 3, 2, 1 CTAs an SM at one token
 //
 // Written in session 25 after its device time was spent: compiled, not yet run.
 #include <cuda_runtime.h>
