@@ -277,9 +277,20 @@ def summary(rows: list[dict], ms: list[int], device: str) -> str:
         lines += ["", "GPTQ act-order (desc_act; the call gathers a's columns first): its time / the "
                   "same kind of weight without act-order (gemmgen i4), geomean over the shapes:", "",
                   "| " + " | ".join(f"M = {m}" for m in ms) + " |", "|" + "---:|" * len(ms)]
-        cells = [_ratio(geomean([r.get("gemmgen_i4ao") for r in rows if r["m"] == m]),
-                        geomean([r.get("gemmgen_i4") for r in rows if r["m"] == m])) for m in ms]
+        both = [r for r in rows if r.get("gemmgen_i4ao") and r.get("gemmgen_i4")]  # paired shapes
+        cells = [_ratio(geomean([r["gemmgen_i4ao"] for r in both if r["m"] == m]),
+                        geomean([r["gemmgen_i4"] for r in both if r["m"] == m])) for m in ms]
         lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", "Per shape, act-order µs / gemmgen i4 µs = ratio:", "",
+                  "| N x K | " + " | ".join(f"M = {m}" for m in ms) + " |", "|---|" + "---|" * len(ms)]
+        for n, k in dict.fromkeys((r["n"], r["k"]) for r in rows):
+            cells = []
+            for m in ms:
+                row = next((r for r in rows if (r["n"], r["k"], r["m"]) == (n, k, m)), {})
+                ao, plain = row.get("gemmgen_i4ao", math.nan), row.get("gemmgen_i4", math.nan)
+                cells.append(f"{ao:.1f} / {plain:.1f} = {_ratio(ao, plain)}"
+                             if math.isfinite(ao) and math.isfinite(plain) else "–")
+            lines.append(f"| {n} x {k} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
