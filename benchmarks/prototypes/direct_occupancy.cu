@@ -5,8 +5,8 @@
 // (8192 x 8192 12.5 against 15.6 µs, 8192 x 28672 38.1 against 49.7) and 7-17% slower on the
 // other shapes, whose CTAs fill several waves. This program times the shipped kernel with its
 // dynamic shared memory padded so that at most 3, 2 or 1 CTAs fit an SM (argument: KB a CTA asks
-// for; 0 = its own), one token ([32, 8] tile) and 16 ([32, 16]), 32 features a warp, K split 8,
-// int4 group 128, bf16; back-to-back launches (PDL on), weights rotated past L2, CUDA events,
+// for; 0 = its own), one token ([32, 8] tile, K split 8, and split 4 as the rules take at N
+// 8192-10240) and 16 ([32, 16], K split 8), 32 features a warp, int4 group 128, bf16; back-to-back launches (PDL on), weights rotated past L2, CUDA events,
 // median of 9 batches of 40. Not built by gemmgen; on a Hopper machine:
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Igemmgen/templates/include \
@@ -35,6 +35,8 @@ using gemmgen::mixed::direct::DirectMixedMm;
 // the shipped decode configs: [32, 8] and [32, 16], 32 features a warp, K split 8, 4 stages
 struct OneToken : DirectConfig<cutlass::bfloat16_t, cutlass::int4b_t, false, 1, 8, 8, 64, 4, 0, 2> {};
 struct SixteenTokens : DirectConfig<cutlass::bfloat16_t, cutlass::int4b_t, false, 1, 8, 16, 64, 4, 0, 2> {};
+// the rules' one-token choice for N 8192-10240 at K >= 8192: K split 4
+struct OneTokenSplit4 : DirectConfig<cutlass::bfloat16_t, cutlass::int4b_t, false, 1, 4, 8, 64, 4, 0, 2> {};
 
 static uint16_t bf16_bits(float f) {
   uint32_t u;
@@ -43,7 +45,7 @@ static uint16_t bf16_bits(float f) {
 }
 
 template <class Config>
-void time_shape(int m, int n, int k, int smem_request) {
+void time_shape(int m, int n, int k, int smem_request, char const* label) {
   using K = DirectMixedMm<Config>;
   int const group = 128;
   size_t const weight_bytes = size_t(n) * k / 2;
@@ -102,8 +104,8 @@ void time_shape(int m, int n, int k, int smem_request) {
     us.push_back(ms * 1000.0f / 40);
   }
   std::sort(us.begin(), us.end());
-  std::printf("smem %3d KB (%d CTAs an SM)  m=%3d  %6d x %6d  %5u CTAs  %8.2f us\n", smem >> 10,
-              resident, m, n, k, grid.x * grid.y, us[us.size() / 2]);
+  std::printf("%-7s smem %3d KB (%d CTAs an SM)  m=%3d  %6d x %6d  %5u CTAs  %8.2f us\n", label,
+              smem >> 10, resident, m, n, k, grid.x * grid.y, us[us.size() / 2]);
   for (auto p : w) CHECK(cudaFree(p));
   CHECK(cudaFree(a));
   CHECK(cudaFree(scale));
@@ -116,7 +118,8 @@ int main(int argc, char** argv) {
   int const smem_request = argc > 1 ? std::atoi(argv[1]) * 1024 : 0;
   int const shapes[][2] = {{4096, 4096},  {6144, 4096},  {8192, 8192},   {10240, 8192},
                            {28672, 4096}, {4096, 14336}, {8192, 28672}, {57344, 8192}};
-  for (auto const& s : shapes) time_shape<OneToken>(1, s[0], s[1], smem_request);
-  for (auto const& s : shapes) time_shape<SixteenTokens>(16, s[0], s[1], smem_request);
+  for (auto const& s : shapes) time_shape<OneToken>(1, s[0], s[1], smem_request, "split8");
+  for (auto const& s : shapes) time_shape<OneTokenSplit4>(1, s[0], s[1], smem_request, "split4");
+  for (auto const& s : shapes) time_shape<SixteenTokens>(16, s[0], s[1], smem_request, "split8");
   return 0;
 }
