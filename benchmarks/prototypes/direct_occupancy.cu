@@ -3,10 +3,11 @@
 // "session 25") timed a variant of the [32, 8] r32 K-split-8 kernel that used 95 registers
 // instead of 80 (so two CTAs an SM fit, not three): 20-23% faster on N = 8192 at one token
 // (8192 x 8192 12.5 against 15.6 µs, 8192 x 28672 38.1 against 49.7) and 7-17% slower on the
-// other shapes, whose CTAs fill several waves. This program times the shipped kernel with its
-// dynamic shared memory padded so that at most 3, 2 or 1 CTAs fit an SM (argument: KB a CTA asks
-// for; 0 = its own), one token ([32, 8] tile, K split 8, and split 4 as the rules take at N
-// 8192-10240) and 16 ([32, 16], K split 8), 32 features a warp, int4 group 128, bf16; back-to-back launches (PDL on), weights rotated past L2, CUDA events,
+// other shapes. This program times the shipped kernel with its dynamic shared memory padded so
+// that at most 3, 2 or 1 CTAs fit an SM (argument: KB a CTA asks for; 0 = its own): one token
+// with the [32, 8] tile, K split 8 and K split 4 (the rules' choice at N 8192-10240), and 16
+// tokens with [32, 16], K split 8; 32 features a warp, int4 group 128, bf16; back-to-back
+// launches (PDL on), weights rotated past L2, CUDA events,
 // median of 9 batches of 40. Not built by gemmgen; on a Hopper machine:
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Igemmgen/templates/include \
