@@ -44,6 +44,20 @@ constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 4096;
 constexpr size_t kAlign = 256;  // the GEMM's own workspace starts at this alignment after the copy
 
+// Kernel positions j .. j + 7 of one row: row[k_perm[j + e]] for e = 0..7, packed into 16 bytes
+// (row: a's row in global memory, or its copy in shared memory). k_perm is a permutation
+// (PackedWeight checks it); clamped all the same, so a k_perm changed after packing, or passed
+// to the custom op directly, cannot read outside the row.
+__device__ __forceinline__ uint4 gather_piece(uint16_t const* row, int32_t const* k_perm, int j,
+                                              int k) {
+  int4 const lo = __ldg(reinterpret_cast<int4 const*>(k_perm + j));
+  int4 const hi = __ldg(reinterpret_cast<int4 const*>(k_perm + j + 4));
+  unsigned const last = static_cast<unsigned>(k - 1);
+  auto at = [&](int index) { return uint32_t(row[min(static_cast<unsigned>(index), last)]); };
+  return make_uint4(at(lo.x) | (at(lo.y) << 16), at(lo.z) | (at(lo.w) << 16),
+                    at(hi.x) | (at(hi.y) << 16), at(hi.z) | (at(hi.w) << 16));
+}
+
 // out[row, j] = a[row, k_perm[j]] for 16-bit elements; out is [m, k] contiguous, k % 8 == 0.
 // Internal linkage: every translation unit that includes this header has its own.
 static __global__ void __launch_bounds__(kThreads)
@@ -56,19 +70,7 @@ gather_columns(uint16_t const* a, int64_t lda, int32_t const* k_perm, uint16_t* 
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t const row = i / per_row;
     int const j = static_cast<int>(i % per_row) * 8;
-    int4 const lo = __ldg(reinterpret_cast<int4 const*>(k_perm + j));
-    int4 const hi = __ldg(reinterpret_cast<int4 const*>(k_perm + j + 4));
-    uint16_t const* src = a + row * lda;
-    // k_perm is a permutation (PackedWeight checks it); clamped all the same, so a k_perm
-    // changed after packing, or passed to the custom op directly, cannot read outside the row
-    unsigned const last = static_cast<unsigned>(k - 1);
-    auto at = [&](int index) { return uint32_t(src[min(static_cast<unsigned>(index), last)]); };
-    uint4 v;
-    v.x = at(lo.x) | (at(lo.y) << 16);
-    v.y = at(lo.z) | (at(lo.w) << 16);
-    v.z = at(hi.x) | (at(hi.y) << 16);
-    v.w = at(hi.z) | (at(hi.w) << 16);
-    *reinterpret_cast<uint4*>(out + row * k + j) = v;
+    *reinterpret_cast<uint4*>(out + row * k + j) = gather_piece(a + row * lda, k_perm, j, k);
   }
 }
 
@@ -85,18 +87,9 @@ gather_columns_staged(uint16_t const* a, int64_t lda, int32_t const* k_perm, uin
     reinterpret_cast<uint4*>(row_copy)[i] = src[i];
   }
   __syncthreads();
-  unsigned const last = static_cast<unsigned>(k - 1);  // clamped as gather_columns does
-  auto at = [&](int index) { return uint32_t(row_copy[min(static_cast<unsigned>(index), last)]); };
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < k / 8; i += gridDim.x * blockDim.x) {
     int const j = i * 8;
-    int4 const lo = __ldg(reinterpret_cast<int4 const*>(k_perm + j));
-    int4 const hi = __ldg(reinterpret_cast<int4 const*>(k_perm + j + 4));
-    uint4 v;
-    v.x = at(lo.x) | (at(lo.y) << 16);
-    v.y = at(lo.z) | (at(lo.w) << 16);
-    v.z = at(hi.x) | (at(hi.y) << 16);
-    v.w = at(hi.z) | (at(hi.w) << 16);
-    *reinterpret_cast<uint4*>(out + row * k + j) = v;
+    *reinterpret_cast<uint4*>(out + row * k + j) = gather_piece(row_copy, k_perm, j, k);
   }
 }
 
@@ -154,7 +147,7 @@ int run_in_k_order(gemmgen_mixed_mm_args const* args, void* workspace, size_t wo
       allow_shared_memory_once(gather_columns_staged, kStagedMaxK * 2, raised, kernel_name) ==
           GEMMGEN_OK) {
     // about two CTAs an SM: rows split into slices while there are fewer rows than that
-    int const sms = detail::facts(detail::current_device()).sm_count.load(std::memory_order_acquire);
+    int const sms = hardware_info().sm_count;
     int64_t const slices = std::max<int64_t>(1, std::min<int64_t>(16, 2 * int64_t(sms) / a.m));
     launch_maybe_pdl(gather_columns_staged, dim3(static_cast<unsigned>(slices),
                                                  static_cast<unsigned>(a.m)),
