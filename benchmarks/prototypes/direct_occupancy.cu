@@ -7,8 +7,9 @@
 // that at most 3, 2 or 1 CTAs fit an SM (argument: KB a CTA asks for; 0 = its own): one token
 // with the [32, 8] tile, K split 8 and K split 4 (the rules' choice at N 8192-10240), and 16
 // tokens with [32, 16], K split 8; 32 features a warp, int4 group 128, bf16; back-to-back
-// launches (PDL on), weights rotated past L2, CUDA events,
-// median of 9 batches of 40. Not built by gemmgen; on a Hopper machine:
+// launches, weights rotated past L2, CUDA events, median of 9 batches of 40. Arguments: KB a CTA
+// asks for, then `legacy` or `own` (the stream), 1 or 0 (PDL), and anything (the N = 8192 and
+// 6144 shapes at one token only). Not built by gemmgen; on a Hopper machine:
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Igemmgen/templates/include \
 //        -Igemmgen/families/mixed/include \
@@ -16,7 +17,13 @@
 //        -o /tmp/direct_occupancy benchmarks/prototypes/direct_occupancy.cu
 //   for kb in 0 80 120; do /tmp/direct_occupancy $kb; done   # 3, 2, 1 CTAs an SM at one token
 //
-// Written in session 25 after its device time was spent: compiled, not yet run.
+// Run in session 26 (H200; RESULTS.md, "session 26"): launched from this loop as programmatic
+// dependents, a grid of one to two CTAs an SM ran up to 1.4x slower with three CTAs an SM than
+// capped at two (8192 x 28672: 49.7 against 35.3 µs), on either stream; without PDL both were
+// level (37.4). Through gemmgen's own path (the Python op, eager back to back and in a CUDA
+// graph, PDL on) the uncapped kernel already ran at the capped speed (35.9 eager, 36.6 in a
+// graph), and a launcher that capped the residency measured level with it, so none ships: what
+// this loop shows is a property of a bare C++ launch loop, not of the kernel's use.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -44,6 +51,11 @@ static uint16_t bf16_bits(float f) {
   std::memcpy(&u, &f, 4);
   return static_cast<uint16_t>(u >> 16);
 }
+
+// How the calls are launched (argv[2], argv[3]): on the legacy default stream or a stream of
+// their own, as programmatic dependents (PDL, as gemmgen launches them) or not.
+static cudaStream_t g_stream = nullptr;
+static bool g_pdl = true;
 
 template <class Config>
 void time_shape(int m, int n, int k, int smem_request, char const* label) {
@@ -86,7 +98,7 @@ void time_shape(int m, int n, int k, int smem_request, char const* label) {
   dim3 const grid((m + K::kTokens - 1) / K::kTokens, (n + K::kRows * K::kWarpsN - 1) / (K::kRows * K::kWarpsN));
   auto call = [&](int i) {
     args.w = w[i % pool];
-    gemmgen::launch_maybe_pdl(kernel, grid, dim3(K::kThreads), smem, cudaStream_t(0), true,
+    gemmgen::launch_maybe_pdl(kernel, grid, dim3(K::kThreads), smem, g_stream, g_pdl,
                               gemmgen::mixed::direct::make_params(args));
   };
   for (int i = 0; i < 20; ++i) call(i);
@@ -96,9 +108,9 @@ void time_shape(int m, int n, int k, int smem_request, char const* label) {
   CHECK(cudaEventCreate(&stop));
   std::vector<float> us;
   for (int r = 0; r < 9; ++r) {
-    CHECK(cudaEventRecord(start));
+    CHECK(cudaEventRecord(start, g_stream));
     for (int i = 0; i < 40; ++i) call(i);
-    CHECK(cudaEventRecord(stop));
+    CHECK(cudaEventRecord(stop, g_stream));
     CHECK(cudaEventSynchronize(stop));
     float ms = 0;
     CHECK(cudaEventElapsedTime(&ms, start, stop));
@@ -117,6 +129,18 @@ void time_shape(int m, int n, int k, int smem_request, char const* label) {
 
 int main(int argc, char** argv) {
   int const smem_request = argc > 1 ? std::atoi(argv[1]) * 1024 : 0;
+  if (argc > 2 && std::strcmp(argv[2], "own") == 0) {
+    CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+  }
+  g_pdl = argc > 3 ? std::atoi(argv[3]) != 0 : true;
+  bool const quick = argc > 4;  // only the N = 8192 shapes at one token, K split 8
+  std::printf("stream %s, PDL %s\n", g_stream ? "own" : "legacy default", g_pdl ? "on" : "off");
+  if (quick) {
+    time_shape<OneToken>(1, 8192, 8192, smem_request, "split8");
+    time_shape<OneToken>(1, 8192, 28672, smem_request, "split8");
+    time_shape<OneToken>(1, 6144, 4096, smem_request, "split8");
+    return 0;
+  }
   int const shapes[][2] = {{4096, 4096},  {6144, 4096},  {8192, 8192},   {10240, 8192},
                            {28672, 4096}, {4096, 14336}, {8192, 28672}, {57344, 8192}};
   for (auto const& s : shapes) time_shape<OneToken>(1, s[0], s[1], smem_request, "split8");
