@@ -45,6 +45,7 @@ from . import families as registry
 from .bindings import library as _library_module
 from .bindings.library import Kernel, Library, all_kernels, libraries, manifest_sources
 from .dtypes import dtype_name  # noqa: F401  (part of this module's API)
+from .errors import NoKernelError
 from .family import OpFamily
 from .generator.kernel_config import RuntimeKnobs
 
@@ -384,10 +385,12 @@ def _choose(arches: tuple[str, ...], key: tuple[str, ...], values: tuple[int, ..
     described = family.describe_class(key) if family is not None else " ".join(key)
     fields = ", ".join(("arch", *family.spec_type.class_fields)) if family is not None else "arch, ..."
     if source is not None:
-        raise ValueError(f"no kernel of the manifests {', '.join(p for p, *_ in source)} for "
-                         f"{'/'.join(arches)} computes {described}; they build ({fields}): {built}.")
-    raise ValueError(f"no built kernel for {'/'.join(arches)} computes {described}; built "
-                     f"({fields}): {built}. Add it to a manifest and run `gemmgen build`.")
+        raise NoKernelError(key[0], arches, f"no kernel of the manifests {', '.join(p for p, *_ in source)} "
+                                    f"for {'/'.join(arches)} computes {described}; they build "
+                                    f"({fields}): {built}.")
+    raise NoKernelError(key[0], arches, f"no built kernel for {'/'.join(arches)} computes {described}; "
+                                f"built ({fields}): {built}. Add it to a manifest and run "
+                                "`gemmgen build`.")
 
 
 def _arches(arch, device: int | None = None) -> tuple[str, ...]:

@@ -59,6 +59,20 @@ class LibraryNotBuiltError(GemmgenError, RuntimeError):
     """No kernel library has been built yet, or it does not match its bindings."""
 
 
+class NoKernelError(GemmgenError, ValueError):
+    """No built kernel (or none of the given manifests) computes the class a call asks for:
+    `op` names the op (e.g. "scaled_mm"), `arches` the arches asked for; the message lists the
+    classes that are built."""
+
+    def __init__(self, op: str, arches: tuple[str, ...], message: str):
+        self.op = op
+        self.arches = tuple(arches)
+        super().__init__(message)
+
+    def __reduce__(self):
+        return type(self), (self.op, self.arches, str(self))
+
+
 class KernelLaunchError(GemmgenError, RuntimeError):
     """A kernel refused the problem or failed to launch; carries CUTLASS's or CUDA's reason."""
 

@@ -6,6 +6,7 @@ header and ABI symbol), bindings, library loading and dispatch — with no W8A8 
 from __future__ import annotations
 
 import ctypes
+import pickle
 import re
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ from family_demo import AxpbyArgs, AxpbyConfig, AxpbySpec  # noqa: E402
 from gemmgen import dispatch  # noqa: E402
 from gemmgen import families as registry  # noqa: E402
 from gemmgen.bindings.library import Kernel, Library, load_library  # noqa: E402
-from gemmgen.errors import LibraryNotBuiltError, ManifestError  # noqa: E402
+from gemmgen.errors import LibraryNotBuiltError, ManifestError, NoKernelError  # noqa: E402
 from gemmgen.generator.dispatch_rules import parse_condition  # noqa: E402
 from gemmgen.generator.expand import expand  # noqa: E402
 from gemmgen.generator.kernel_config import RuntimeKnobs  # noqa: E402
@@ -403,8 +404,11 @@ def test_dispatch_errors_speak_its_language(built, use):
     with pytest.raises(ValueError, match=r"axpby: unknown argument 'a_dtype'; a problem of axpby "
                                          r"is described by x_dtype, out_dtype, n, batch"):
         dispatch.choose("axpby", a_dtype="int8", out_dtype="bf16", m=1, n=1, k=1)
-    with pytest.raises(ValueError) as info:  # a class the library does not build
+    with pytest.raises(NoKernelError) as info:  # a class the library does not build
         dispatch.choose("axpby", x_dtype="fp32", out_dtype="fp32", n=8, batch=1)
+    assert isinstance(info.value, ValueError) and info.value.op == "axpby"
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert (copy.op, copy.arches, str(copy)) == ("axpby", info.value.arches, str(info.value))
     assert "computes axpby fp32->fp32" in str(info.value)
     assert "built (arch, x, out): [('sm90a', 'bf16', 'fp32')" in str(info.value)
 

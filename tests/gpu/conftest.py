@@ -10,21 +10,33 @@ Fixtures:
   * `built_kernel` (W8A8) and `built_<family>_kernel` (e.g. `built_mixed_kernel`): parametrized
     at collection time over every built kernel of that op family (`gemmgen.list_kernels()`);
     collection never fails: without GPU or library it yields one skipped case.
+  * `w8a8_built`: skips unless a W8A8 kernel is built; `w8a8_dispatch_library`: the built
+    library the tuner would take for W8A8 (one with dispatch rules: the shipped manifest's, not
+    the rule-less test samples'), or a skip when there is none.
   * autouse: per-test seed (stable hash of the test id, so a failure reproduces), and a
     `torch.cuda.synchronize()` after each test so an asynchronous CUDA error is reported by the
     test that caused it.
+
+Only the small test manifests built (tests/gpu/manifests/): a test that asks dispatch for a class
+(dtypes, epilogue, scheme) none of them builds raises gemmgen.errors.NoKernelError; that test is
+reported as skipped, naming the class and the shipped manifests that build it, as long as none
+of the op's shipped libraries is built. With one built, a missing class stays a failure.
 """
 
 from __future__ import annotations
 
 import functools
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import gemmgen
-from gemmgen.errors import LibraryNotBuiltError
+from gemmgen import settings
+from gemmgen.bindings.library import libraries
+from gemmgen.errors import LibraryNotBuiltError, NoKernelError
 
 
 @functools.cache
@@ -63,6 +75,60 @@ def w8a8_built(gpu_ready) -> None:
     """For the tests that need the W8A8 family's kernels (its tuner's), whatever else is built."""
     if not any(k.spec.family == "w8a8" for k in gemmgen.list_kernels()):
         pytest.skip("no W8A8 kernel built (these tests tune or dispatch the int8 scaled_mm)")
+
+
+@pytest.fixture(scope="session")
+def w8a8_dispatch_library(gpu_ready):
+    """The library `gemmgen tune` takes for W8A8 on this GPU (the one with W8A8 dispatch rules)."""
+    from gemmgen import tuning  # torch-heavy: only where a test tunes
+
+    if not any(lib.dispatch and any(k.spec.family == "w8a8" for k in lib.kernels.values())
+               for lib in libraries()):
+        pytest.skip("no built W8A8 library has dispatch rules (the test samples have none): "
+                    "build gemmgen/manifests/w8a8_sm90.yaml to tune")
+    return tuning.choose_library(None, "w8a8")
+
+
+@functools.cache
+def _shipped_libraries() -> dict[tuple[str, str], tuple[str, ...]]:
+    """(op, arch) -> the `library` names of the shipped manifests that build it."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(Path(settings.DEFAULT_MANIFEST_DIR).glob("*.yaml")):
+        if ".tuned" in path.name:
+            continue
+        manifest = yaml.safe_load(path.read_text())
+        for family in manifest.get("families", []):
+            found.setdefault((family["op"], manifest["arch"]), []).append(manifest["library"])
+    return {key: tuple(dict.fromkeys(names)) for key, names in found.items()}
+
+
+def _no_kernel_in_samples(error: BaseException | None) -> str | None:
+    """Why a test that failed with `error` is a skip: a NoKernelError (itself or in its chain of
+    causes) for an op and arch none of whose shipped libraries is built. None: a failure."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, NoKernelError):
+            shipped = [name for arch in error.arches
+                       for name in _shipped_libraries().get((error.op, arch), ())]
+            built = sorted(lib.name for lib in libraries())
+            if shipped and not set(shipped) & set(built):
+                return (f"{error} (built libraries: {', '.join(built)}; the shipped "
+                        f"{', '.join(shipped)} would build it)")
+            return None
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "call" and report.failed and call.excinfo is not None:
+        reason = _no_kernel_in_samples(call.excinfo.value)
+        if reason is not None:
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {reason}")
 
 
 @pytest.fixture(autouse=True)

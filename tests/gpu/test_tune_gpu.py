@@ -26,10 +26,10 @@ GRID = (8, 256, 4096)
 
 
 @pytest.fixture(scope="module")
-def tuned(w8a8_built, tmp_path_factory):
+def tuned(w8a8_dispatch_library, tmp_path_factory):
     """Two independent fresh tunes of the sm90a library's int8 kernels; the table texts."""
     root = tmp_path_factory.mktemp("tune")
-    library = tuning.choose_library(None, "w8a8")
+    library = w8a8_dispatch_library
     texts = []
     for run in range(2):
         options = tuning.TuneOptions(shapes=SHAPES, m_grid=GRID, library=library.name,
