@@ -5,6 +5,8 @@ Public API (torch is imported only when an op is first used):
     gemmgen.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None, out=None, *, kernel=None)
     gemmgen.scaled_mm_azp(a, b, scale_a, scale_b, out_dtype, azp_adj, azp=None, bias=None, out=None)
     gemmgen.mixed_mm(a, packed, bias=None, out=None, *, kernel=None)
+    gemmgen.grouped_matmul_swiglu_quant(x, weight, weight_scale, x_scale, group_list, ...),
+    gemmgen.pack_moe_weights(...), gemmgen.MoeWeight
     gemmgen.pack_weights(q, scales, zeros=None, *, weight_type, group_size, g_idx=None, arch=None)
     gemmgen.unpack_weights(packed), gemmgen.PackedWeight.from_gptq / .from_awq / .from_compressed_tensors
     gemmgen.reference.mixed_mm / scaled_mm   # plain torch definitions the tests compare against
@@ -18,8 +20,9 @@ from __future__ import annotations
 import importlib
 
 __version__ = "0.1.0"
-__all__ = ["scaled_mm", "scaled_mm_azp", "mixed_mm", "pack_weights", "unpack_weights",
-           "PackedWeight", "list_kernels", "dispatch", "reference", "reload", "autotune", "__version__"]
+# `__all__` is every op family's `public_api` and these (computed on first use, in __getattr__, so
+# that a new family's names are exported without editing this file)
+_GENERIC_API = ("list_kernels", "dispatch", "reference", "reload", "autotune", "__version__")
 
 
 
@@ -40,6 +43,9 @@ def list_kernels(op: str | None = None):
 def __getattr__(name: str):
     """Each op family's public ops (e.g. scaled_mm) import torch on first use only; later
     lookups hit the module globals."""
+    if name == "__all__":  # not cached: a family registered later joins it
+        from .families import all_families
+        return [api for family in all_families() for api in family.public_api] + list(_GENERIC_API)
     if name in ("dispatch", "reference"):
         value = importlib.import_module(f"gemmgen.{name}")
     else:

@@ -136,6 +136,23 @@ def test_registry_knows_the_family_only_while_registered(demo_family):
     registry.register(demo_family)
 
 
+def test_every_family_public_api_is_in_gemmgen_all(demo_family, monkeypatch):
+    """`gemmgen.__all__` is every known family's public_api and the generic names: a new family's
+    names are exported without a generic file changing (a registered one's too)."""
+    import gemmgen
+
+    monkeypatch.setattr(demo_family, "public_api", ("axpby",))
+    exported = gemmgen.__all__
+    assert len(exported) == len(set(exported))
+    for family in registry.all_families():
+        assert set(family.public_api) <= set(exported), family.name
+    assert {"grouped_matmul_swiglu_quant", "MoeWeight", "mixed_mm", "scaled_mm", "list_kernels",
+            "reload", "autotune"} <= set(exported)
+    registry.unregister("demo_axpby")
+    assert "axpby" not in gemmgen.__all__
+    registry.register(demo_family)
+
+
 def test_the_out_of_tree_include_dir_is_a_build_include_root(demo_family):
     dirs = include_dirs()
     assert dirs[0] == INCLUDE_DIR and demo_family.include_dir in dirs
