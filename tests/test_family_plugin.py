@@ -136,6 +136,26 @@ def test_registry_knows_the_family_only_while_registered(demo_family):
     registry.register(demo_family)
 
 
+def test_discovery_refuses_two_folders_claiming_one_op(demo_family, monkeypatch):
+    """Folders under gemmgen/families/ are checked against each other as `register` checks a
+    registered family: a second folder taking an op is an error naming it, not a silent shadow."""
+    thief = type("Thief", (type(demo_family),), {"name": "thief"})()
+    modules = {"gemmgen.families.a_demo": SimpleNamespace(FAMILY=demo_family),
+               "gemmgen.families.b_thief": SimpleNamespace(FAMILY=thief)}
+    infos = [SimpleNamespace(name=name.rsplit(".", 1)[1], ispkg=True) for name in modules]
+    monkeypatch.setattr(registry.pkgutil, "iter_modules", lambda path: infos)
+    monkeypatch.setattr(registry.importlib, "import_module", modules.__getitem__)
+    registry._discovered.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"op family 'thief' \(gemmgen/families/b_thief\) "
+                                             r"claims op\(s\) \['axpby'\] of family 'demo_axpby'"):
+            registry._discovered()
+    finally:
+        monkeypatch.undo()
+        registry._discovered.cache_clear()
+    assert registry.for_op("scaled_mm").name == "w8a8"  # the real folders again
+
+
 def test_every_family_public_api_is_in_gemmgen_all(demo_family, monkeypatch):
     """`gemmgen.__all__` is every known family's public_api and the generic names: a new family's
     names are exported without a generic file changing (a registered one's too)."""

@@ -1,7 +1,8 @@
 """The registry of op families: every folder here with a `FAMILY` in its `__init__.py`, found
 on first use (importing one imports no torch), plus any registered at run time (`register`).
 
-Adding a family is adding its folder; nothing here or in another family changes.
+Adding a family is adding its folder; nothing here or in another family changes. A family may not
+take another's name, manifest op or user op: discovery and `register` refuse it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,21 @@ def _discovered() -> tuple[OpFamily, ...]:
             module = importlib.import_module(f"{__name__}.{info.name}")
             family = getattr(module, "FAMILY", None)
             if isinstance(family, OpFamily):
+                for other in found:  # two folders may not claim one name or op
+                    _refuse_clash(other, family, f"gemmgen/families/{info.name}")
                 found.append(family)
     return tuple(found)
+
+
+def _refuse_clash(known: OpFamily, family: OpFamily, where: str = "") -> None:
+    """ValueError when `family` takes `known`'s name, or a manifest op or user op of it."""
+    source = f" ({where})" if where else ""
+    if known.name == family.name and known is not family:
+        raise ValueError(f"an op family named {family.name!r} is already known{source}")
+    clash = (set(known.ops) | set(known.api_ops)) & (set(family.ops) | set(family.api_ops))
+    if known.name != family.name and clash:
+        raise ValueError(f"op family {family.name!r}{source} claims op(s) {sorted(clash)} of "
+                         f"family {known.name!r}")
 
 
 def all_families() -> tuple[OpFamily, ...]:
@@ -38,12 +52,7 @@ def register(family: OpFamily) -> OpFamily:
     """Make a family defined outside this package known (tests, out-of-tree families).
     Its ops and api ops must not collide with another family's."""
     for other in all_families():
-        if other.name == family.name and other is not family:
-            raise ValueError(f"an op family named {family.name!r} is already known")
-        clash = (set(other.ops) | set(other.api_ops)) & (set(family.ops) | set(family.api_ops))
-        if other.name != family.name and clash:
-            raise ValueError(f"op family {family.name!r} claims op(s) {sorted(clash)} of family "
-                             f"{other.name!r}")
+        _refuse_clash(other, family)
     _registered[family.name] = family
     return family
 
