@@ -73,8 +73,10 @@ class OpFamily(ABC):
     public_api: ClassVar[tuple[str, ...]] = ()  # names of ops_module exported as gemmgen.<name>
     # The tuner's hooks (usually the family's tuning module): classes(built, options),
     # make_problem(cls, m, n, k, seed=, shape=), time_candidate(candidate, problem),
-    # knob_variants(kernel), knobs_worth_trying(kernel, m, n, sm_count), output_tiles(kernel, m,
-    # n), optionally knobs_always_tried(kernel, m, n, sm_count) (knob settings timed even when
+    # knob_variants(kernel), knobs_worth_trying(kernel, m, n, sm_count), optionally
+    # accepts_shape(shape) (default: shapes naming no experts), grid_for(shape, m_grid) (the M
+    # measured on a shape), autotune_options(key) (tuning at first use; without it, none),
+    # knobs_always_tried(kernel, m, n, sm_count) (knob settings timed even when
     # the kernel's first pass is not among the fastest), retime_window(m) (how far from the
     # fastest, a fraction, first-pass times are re-timed side by side) and MEASURE_METHOD (a name
     # for how make_problem / time_candidate measure, put in the store's file name so that a store
