@@ -729,6 +729,21 @@ def test_pack_errors(weight, scale, argument, expected):
         gemmgen.pack_moe_weights(weight, scale)
 
 
+@pytest.mark.parametrize("scale", [torch.ones(2, 1, 16), [torch.ones(1, 16), torch.ones(1, 16)]],
+                         ids=["stacked", "list"])
+def test_per_group_scales_imply_a8w4_in_the_op_as_in_the_reference(scale):
+    """weight_bits=None with per-group scales means A8W4 (the reference's rule): the op goes on to
+    its next check (a CUDA x, on this machine) instead of refusing the scales as A8W8's; an
+    explicit weight_bits=8 still refuses them."""
+    x, x_scale, groups = torch.zeros(4, 32, dtype=INT8), torch.ones(4), torch.tensor([2, 2])
+    with pytest.raises(ValueError, match="argument 'x': expected a CUDA tensor"):
+        gemmgen.grouped_matmul_swiglu_quant(x, _W, scale, x_scale, groups)
+    with pytest.raises(ValueError, match="per-group \\[E, K/group, N\\] scales are A8W4's"):
+        gemmgen.grouped_matmul_swiglu_quant(x, _W, scale, x_scale, groups, weight_bits=8)
+    q, q_scale = gemmgen.reference.grouped_matmul_swiglu_quant(x, _W, scale, x_scale, groups)
+    assert q.shape == (4, 8) and q_scale.shape == (4,)
+
+
 # ---- A8W4: int4 values, two per byte
 
 def _random_int4(e, k, n, seed=0) -> torch.Tensor:
@@ -1164,8 +1179,14 @@ _EARLY_A8W4 = [
      "a torch.float32 tensor [E, K/group, N]: group sizes that are multiples of 128"),
     ("per-group, 8-bit MoeWeight", dataclasses.replace(_P8, scale=_PER_GROUP), None, {}, "weight_scale",
      _PER_CHANNEL),
-    ("per-group, raw 8-bit", _W, _PER_GROUP, {}, "weight_scale", _PER_CHANNEL),
-    ("per-group, raw 8-bit list", _W, list(_PER_GROUP), {}, "weight_scale", _PER_CHANNEL),
+    ("per-group, raw, bits 8", _W, _PER_GROUP, dict(weight_bits=8), "weight_scale", _PER_CHANNEL),
+    ("per-group, raw list, bits 8", _W, list(_PER_GROUP), dict(weight_bits=8), "weight_scale",
+     _PER_CHANNEL),
+    # weight_bits None with per-group scales is A8W4 (the reference's rule): packed as int4
+    ("per-group, raw, bits None", _W, _PER_GROUP, {}, "weight_scale",
+     "a torch.float32 tensor [E=2, K/group, N=16] on cpu: group sizes that are multiples of 128"),
+    ("per-group, raw list, bits None", _W, list(_PER_GROUP), {}, "weight_scale",
+     "a torch.float32 tensor [E=2, K/group, N=16] on cpu: group sizes that are multiples of 128"),
     # a raw weight with weight_bits=4 is packed on the call (pack_moe_weights' checks, the op's name)
     ("per-group, raw int4", _W, _PER_GROUP, dict(weight_bits=4), "weight_scale",
      "a torch.float32 tensor [E=2, K/group, N=16] on cpu: group sizes that are multiples of 128"),

@@ -204,6 +204,14 @@ def _capturing(device: int) -> bool:
         return torch.cuda.is_current_stream_capturing()
 
 
+def _per_group(weight_scale) -> bool:
+    """Whether unpacked weight scales are per group: [E, G, N], or a list of E [G, N]."""
+    if isinstance(weight_scale, torch.Tensor):
+        return weight_scale.dim() == 3
+    return (isinstance(weight_scale, (list, tuple)) and len(weight_scale) > 0
+            and isinstance(weight_scale[0], torch.Tensor) and weight_scale[0].dim() == 2)
+
+
 def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: torch.Tensor,
                                 group_list: torch.Tensor, group_list_type: str = "count",
                                 check: Optional[bool] = None, *,
@@ -219,10 +227,12 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     contract states them, x's dtype [E, K, N] or a list of E [K, N] (packed, a copy, on every
     call: pack once), N a multiple of 8. weight_scale: float32 [E, N] (or a list of
     E [N]). x_scale: float32 [M]. group_list: int64 [E] on x's device, rows per expert
-    ("count") or end offsets ("cumsum"), read on the device only.
+    ("count") or end offsets ("cumsum"), read on the device (and by the host only to check
+    it: see `check`).
 
     A8W4: int8 x with int4 weights — a MoeWeight packed with weight_bits=4, or an int8 [E, K, N]
-    weight holding -8..7 with weight_bits=4 (packed on this call, which reads the values back
+    weight holding -8..7 with weight_bits=4, or with weight_bits None and per-group scales
+    (packed on this call, which reads the values back
     to check their range: a sync, so pack once for CUDA graphs). Weight scales per channel
     [E, N] or per group of K, [E, K/group, N] (or a list of E [K/group, N]), the group size a
     multiple of 128 dividing K (128, 256, ...): C = x_scale · Σ_g (X·W)_g ⊙ weight_scale[g], each
@@ -271,7 +281,8 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
                         repr(weight_bits))
         w, w_scale, bits = weight.weight, weight.scale, weight.bits
     else:
-        bits = 8 if weight_bits is None else weight_bits
+        # None: 4 where the scales are per group (A8W4's only), as gemmgen.reference decides
+        bits = weight_bits if weight_bits is not None else (4 if _per_group(weight_scale) else 8)
         if bits == 4:
             packed = pack(OP, weight, weight_scale, 4)
             w, w_scale = packed.weight, packed.scale
