@@ -457,6 +457,11 @@ def test_kernels_lists_only_its_kernels(built, use, tmp_path):
     use(_library(manifest, kernels), _library(w8a8, expand(w8a8)))
     assert [k.name for k in dispatch.kernels("axpby")] == [k.name for k in kernels]
     assert all(k.family.name == "demo_axpby" for k in dispatch.kernels("axpby"))
+    # (name, config, origin) as README lists them: the origin is the manifest entry's file:line
+    first = dispatch.kernels("axpby")[0]
+    assert (first.name, first.config, first.origin) == (first.spec.name, first.spec.config,
+                                                        first.spec.origin)
+    assert first.origin is not None and first.origin.line > 0
     assert {k.spec.family for k in dispatch.kernels("scaled_mm")} == {"w8a8"}
     assert len(dispatch.kernels()) == len(kernels) + 2
     # the W8A8 op still dispatches beside it

@@ -59,6 +59,11 @@ class Kernel:
         return self.spec.config
 
     @property
+    def origin(self):
+        """The manifest entry that produced it (file, line)."""
+        return self.spec.origin
+
+    @property
     def family(self) -> OpFamily:
         return registry.get(self.spec.family)
 
