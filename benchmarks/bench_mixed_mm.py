@@ -14,7 +14,8 @@ same data:
   sm80_i4        the uint4b8 weight through the sm80 library's kernel (the direct mma.sync kernel
                  that also serves Ampere; here PTX JIT-compiled for Hopper), up to --sm80-max-m
   floor_i4       int4 weights + group-128 scales read once at the measured copy bandwidth
-It prints µs and the speed-ups over bf16 mm; writes results.md (+ --append-results to RESULTS.md).
+It prints µs and the speed-ups over bf16 mm; writes <--out-dir>/bench_mixed_mm.md (+
+--append-results to RESULTS.md).
 --dtype fp16 runs the activations, scales and the dense baseline in fp16 (tinygemm: bf16 only).
 --kernels REGEX also times every built kernel of that dtype whose name matches, forced (on the
 weight of its scheme: uint4b8, uint4 + zeros or int8 per channel), checked against the reference

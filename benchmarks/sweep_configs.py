@@ -1,4 +1,6 @@
-"""Time every built kernel of one library over an M grid × weight shapes; report the best per M.
+"""Time every W8A8 kernel of one library (scaled_mm, bias epilogue, bf16 out) over an M grid ×
+weight shapes; report the best per M. (Mixed-input and MoE configs are compared side by side by
+`bench_mixed_mm.py --kernels REGEX` and `bench_moe.py --kernels REGEX`.)
 
 Used to choose the default manifest's dispatch table: for each dtype and M it prints each config's
 geomean slowdown against the per-shape best (1.00 = best everywhere), and the winner.
@@ -83,6 +85,11 @@ def main() -> None:
     kernels = [k for k in gemmgen.list_kernels("scaled_mm")
                if k.spec.library == args.library and k.spec.epilogue == "ScaledEpilogueBias"
                and k.spec.d == "bf16" and (not args.configs or k.spec.origin.config in args.configs)]
+    if not kernels:
+        parser.error(f"library {args.library!r} has no scaled_mm kernel with the bias epilogue and "
+                     f"bf16 output{' among --configs' if args.configs else ''} (this sweep times "
+                     "W8A8 configs only; mixed-input and MoE: bench_mixed_mm.py / bench_moe.py "
+                     "--kernels)")
     knob_grid = ([RuntimeKnobs(r, s) for r in RASTER_ORDERS for s in args.swizzles] if args.knobs
                  else [None])
     rows = []
@@ -114,7 +121,7 @@ def main() -> None:
                         rows.append(dict(dtype=a_name, model=model, n=n, k=k_dim, m=m,
                                          config=label, us=us, tflops=2 * m * n * k_dim / us / 1e6))
                     del sets
-    if args.csv:
+    if args.csv and rows:
         with open(args.csv, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
             writer.writeheader()

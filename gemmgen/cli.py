@@ -371,8 +371,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gemmgen", description=__doc__.split("\n", 1)[0])
     parser.add_argument("--version", action="version", version=f"gemmgen {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    build_dir_help = (f"build directory (default: ${settings.BUILD_DIR_VARIABLE} or "
-                      "~/.cache/gemmgen)")
+    build_dir_help = (f"build directory (default: ${settings.BUILD_DIR_VARIABLE}, else "
+                      "$XDG_CACHE_HOME/gemmgen, else ~/.cache/gemmgen)")
     build = sub.add_parser("build", help="validate, generate, compile and publish manifests "
                                          "(default: the shipped manifests)")
     build.add_argument("manifests", nargs="*", help="manifest YAML files")
@@ -411,14 +411,20 @@ def _parser() -> argparse.ArgumentParser:
                              "(gemmgen.autotune(), GEMMGEN_AUTOTUNE=1), timed or pending")
     tuning.add_argument("--m", help="comma-separated M grid (default: 1..16384, powers of two and "
                                     "between; for MoE expert layers, rows 2..8192)")
-    tuning.add_argument("--library", help="library to tune (default: the one this GPU dispatches to)")
+    tuning.add_argument("--library", help="library to tune (default: the one built library with "
+                                          "dispatch rules for this GPU's arch; with several, e.g. "
+                                          "the shipped w8a8, mixed and moe, name it or --family)")
     tuning.add_argument("--family", help="op family to tune (e.g. w8a8, mixed, moe): picks its library "
                                          "when several are built")
-    tuning.add_argument("--dtypes", nargs="+", help="input dtypes, e.g. int8 e4m3 (default: all built)")
+    tuning.add_argument("--dtypes", nargs="+", help="input dtypes (W8A8: int8 e4m3; MoE: x's, "
+                                                    "int8 e4m3; mixed-input: the activations', "
+                                                    "bf16 fp16; default: all built)")
     tuning.add_argument("--out-dtype", default="bf16", choices=["bf16", "fp16"],
-                        help="output dtype measured (the table serves the other through the same configs)")
+                        help="W8A8 only: output dtype measured (the table serves the other "
+                             "through the same configs)")
     tuning.add_argument("--epilogue", default="ScaledEpilogueBias",
-                        help="epilogue measured (others use the same configs' kernels)")
+                        help="W8A8 only: epilogue measured (others use the same configs' "
+                             "kernels)")
     tuning.add_argument("--knob-top", type=_non_negative(int), default=3,
                         help="try every run-time knob on this many fastest kernels per point "
                              "(and on those the family always tries, e.g. the mixed wgmma "

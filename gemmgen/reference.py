@@ -59,7 +59,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
               out_dtype: torch.dtype, bias: Optional[torch.Tensor] = None,
               azp_adj: Optional[torch.Tensor] = None, azp: Optional[torch.Tensor] = None
               ) -> torch.Tensor:
-    """The W8A8 scaled GEMM in float64 [M, N] (the arguments of gemmgen.scaled_mm[_azp]):
+    """The W8A8 scaled GEMM in float64 [M, N] (the arguments of gemmgen.scaled_mm[_azp], by
+    keyword past out_dtype: here bias comes before azp_adj and azp, as it does in scaled_mm):
 
         acc = A·B                                        a [M, K], b [K, N] (int8 or fp8)
         ScaledEpilogue / Bias:     D = s_a · s_b · acc (+ bias)

@@ -1,4 +1,4 @@
-"""The MoE family's packed weight layout (layout version 2, sm90a) and its packer.
+"""The MoE family's packed weight layout (layout version 3, sm90a) and its packer.
 
 The op takes the expert weights as the contract states them, [E, K, N] (or a list of E [K, N]),
 but 8-bit wgmma reads both operands K-major, so the kernels want each expert's weight as [N, K]
