@@ -2,16 +2,21 @@
 
 Public API (torch is imported only when an op is first used):
 
-    gemmgen.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None, out=None, *, kernel=None)
-    gemmgen.scaled_mm_azp(a, b, scale_a, scale_b, out_dtype, azp_adj, azp=None, bias=None, out=None)
+    gemmgen.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None, out=None, *, kernel=None,
+                      arch=None, split_k=None)
+    gemmgen.scaled_mm_azp(a, b, scale_a, scale_b, out_dtype, azp_adj, azp=None, bias=None, out=None,
+                          *, kernel=None, arch=None, split_k=None)
     gemmgen.mixed_mm(a, packed, bias=None, out=None, *, kernel=None)
     gemmgen.grouped_matmul_swiglu_quant(x, weight, weight_scale, x_scale, group_list, ...),
     gemmgen.pack_moe_weights(...), gemmgen.MoeWeight
     gemmgen.pack_weights(q, scales, zeros=None, *, weight_type, group_size, g_idx=None, arch=None)
     gemmgen.unpack_weights(packed), gemmgen.PackedWeight.from_gptq / .from_awq / .from_compressed_tensors
-    gemmgen.reference.mixed_mm / scaled_mm   # plain torch definitions the tests compare against
+    PackedWeight / MoeWeight .state_dict(prefix) / .from_state_dict(state, prefix)
+    gemmgen.reference.scaled_mm / mixed_mm / grouped_matmul_swiglu_quant   # the plain torch
+                                             # definitions the tests compare against
     gemmgen.list_kernels(op=None)
-    gemmgen.dispatch.lookup / explain / kernels
+    gemmgen.dispatch.choose / lookup / explain / kernels
+    gemmgen.autotune(enabled=True)   # context manager: tuning at first use
     gemmgen.reload()      # pick up a library rebuilt while this process runs
 """
 

@@ -1,6 +1,6 @@
 """The mixed-input family's PyTorch op: argument checks, the torch custom op, and the launch.
 
-`gemmgen.mixed_mm(a, packed, bias=None, out=None, kernel=None)` takes a `PackedWeight`; the
+`gemmgen.mixed_mm(a, packed, bias=None, out=None, *, kernel=None)` takes a `PackedWeight`; the
 custom op `gemmgen::mixed_mm_out` takes its tensors and metadata (custom ops take tensors and
 scalars only), writes into `out`, and so works under CUDA graphs and `torch.compile`.
 """
