@@ -45,6 +45,10 @@ def list_kernels(op: str | None = None):
     return kernels(op)
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__getattr__("__all__")))
+
+
 def __getattr__(name: str):
     """Each op family's public ops (e.g. scaled_mm) import torch on first use only; later
     lookups hit the module globals."""

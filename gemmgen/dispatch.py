@@ -385,12 +385,11 @@ def _choose(arches: tuple[str, ...], key: tuple[str, ...], values: tuple[int, ..
     described = family.describe_class(key) if family is not None else " ".join(key)
     fields = ", ".join(("arch", *family.spec_type.class_fields)) if family is not None else "arch, ..."
     if source is not None:
-        raise NoKernelError(key[0], arches, f"no kernel of the manifests {', '.join(p for p, *_ in source)} "
-                                    f"for {'/'.join(arches)} computes {described}; they build "
-                                    f"({fields}): {built}.")
-    raise NoKernelError(key[0], arches, f"no built kernel for {'/'.join(arches)} computes {described}; "
-                                f"built ({fields}): {built}. Add it to a manifest and run "
-                                "`gemmgen build`.")
+        raise NoKernelError(key, arches, f"no kernel of the manifests "
+                            f"{', '.join(p for p, *_ in source)} for {'/'.join(arches)} computes "
+                            f"{described}; they build ({fields}): {built}.", from_manifests=True)
+    raise NoKernelError(key, arches, f"no built kernel for {'/'.join(arches)} computes {described}; "
+                        f"built ({fields}): {built}. Add it to a manifest and run `gemmgen build`.")
 
 
 def _arches(arch, device: int | None = None) -> tuple[str, ...]:

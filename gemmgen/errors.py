@@ -61,16 +61,20 @@ class LibraryNotBuiltError(GemmgenError, RuntimeError):
 
 class NoKernelError(GemmgenError, ValueError):
     """No built kernel (or none of the given manifests) computes the class a call asks for:
-    `op` names the op (e.g. "scaled_mm"), `arches` the arches asked for; the message lists the
-    classes that are built."""
+    `key` is that dispatch class (op, *class fields), `op` its op (e.g. "scaled_mm"), `arches`
+    the arches asked for, `from_manifests` whether the answer came from manifests rather than
+    built libraries; the message lists the classes there are."""
 
-    def __init__(self, op: str, arches: tuple[str, ...], message: str):
-        self.op = op
+    def __init__(self, key: tuple[str, ...], arches: tuple[str, ...], message: str,
+                 from_manifests: bool = False):
+        self.key = tuple(key)
+        self.op = self.key[0]
         self.arches = tuple(arches)
+        self.from_manifests = from_manifests
         super().__init__(message)
 
     def __reduce__(self):
-        return type(self), (self.op, self.arches, str(self))
+        return type(self), (self.key, self.arches, str(self), self.from_manifests)
 
 
 class KernelLaunchError(GemmgenError, RuntimeError):

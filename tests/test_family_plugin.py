@@ -168,6 +168,14 @@ def test_every_family_public_api_is_in_gemmgen_all(demo_family, monkeypatch):
         assert set(family.public_api) <= set(exported), family.name
     assert {"grouped_matmul_swiglu_quant", "MoeWeight", "mixed_mm", "scaled_mm", "list_kernels",
             "reload", "autotune"} <= set(exported)
+    assert "axpby" in dir(gemmgen) and "reload" in dir(gemmgen)
+    # two families may not export one name (gemmgen.<name> would take the first silently)
+    copycat = type("Copycat", (type(demo_family),), {"name": "copycat", "ops": ("copy",),
+                                                     "api_ops": ("copy",),
+                                                     "public_api": ("mixed_mm",)})()
+    with pytest.raises(ValueError, match=r"exports \['mixed_mm'\] as gemmgen.<name>, as family "
+                                         r"'mixed' does"):
+        registry.register(copycat)
     registry.unregister("demo_axpby")
     assert "axpby" not in gemmgen.__all__
     registry.register(demo_family)
@@ -444,8 +452,10 @@ def test_dispatch_errors_speak_its_language(built, use):
     with pytest.raises(NoKernelError) as info:  # a class the library does not build
         dispatch.choose("axpby", x_dtype="fp32", out_dtype="fp32", n=8, batch=1)
     assert isinstance(info.value, ValueError) and info.value.op == "axpby"
+    assert info.value.key == ("axpby", "fp32", "fp32") and not info.value.from_manifests
     copy = pickle.loads(pickle.dumps(info.value))
-    assert (copy.op, copy.arches, str(copy)) == ("axpby", info.value.arches, str(info.value))
+    assert ((copy.key, copy.arches, str(copy), copy.from_manifests)
+            == (info.value.key, info.value.arches, str(info.value), False))
     assert "computes axpby fp32->fp32" in str(info.value)
     assert "built (arch, x, out): [('sm90a', 'bf16', 'fp32')" in str(info.value)
 

@@ -742,6 +742,9 @@ def test_per_group_scales_imply_a8w4_in_the_op_as_in_the_reference(scale):
         gemmgen.grouped_matmul_swiglu_quant(x, _W, scale, x_scale, groups, weight_bits=8)
     q, q_scale = gemmgen.reference.grouped_matmul_swiglu_quant(x, _W, scale, x_scale, groups)
     assert q.shape == (4, 8) and q_scale.shape == (4,)
+    # fp8 x: 8 bits stay, and the message says per-group scales are A8W4's (not an int4 check)
+    with pytest.raises(ValueError, match="per-group \\[E, K/group, N\\] scales are A8W4's"):
+        gemmgen.grouped_matmul_swiglu_quant(x.view(FP8), _W.view(FP8), scale, x_scale, groups)
 
 
 # ---- A8W4: int4 values, two per byte

@@ -31,14 +31,21 @@ def _discovered() -> tuple[OpFamily, ...]:
 
 
 def _refuse_clash(known: OpFamily, family: OpFamily, where: str = "") -> None:
-    """ValueError when `family` takes `known`'s name, or a manifest op or user op of it."""
+    """ValueError when `family` takes `known`'s name, a manifest op or user op of it, or a name
+    it exports as gemmgen.<name> (`public_api`)."""
     source = f" ({where})" if where else ""
     if known.name == family.name and known is not family:
         raise ValueError(f"an op family named {family.name!r} is already known{source}")
+    if known.name == family.name:
+        return
     clash = (set(known.ops) | set(known.api_ops)) & (set(family.ops) | set(family.api_ops))
-    if known.name != family.name and clash:
+    if clash:
         raise ValueError(f"op family {family.name!r}{source} claims op(s) {sorted(clash)} of "
                          f"family {known.name!r}")
+    exported = set(known.public_api) & set(family.public_api)
+    if exported:
+        raise ValueError(f"op family {family.name!r}{source} exports {sorted(exported)} as "
+                         f"gemmgen.<name>, as family {known.name!r} does")
 
 
 def all_families() -> tuple[OpFamily, ...]:

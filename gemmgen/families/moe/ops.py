@@ -281,8 +281,10 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
                         repr(weight_bits))
         w, w_scale, bits = weight.weight, weight.scale, weight.bits
     else:
-        # None: 4 where the scales are per group (A8W4's only), as gemmgen.reference decides
-        bits = weight_bits if weight_bits is not None else (4 if _per_group(weight_scale) else 8)
+        # None: 4 where the scales are per group (A8W4's only) and x is int8, as
+        # gemmgen.reference decides (fp8 x keeps 8 bits, and the refusal of its per-group scales)
+        a8w4 = _per_group(weight_scale) and getattr(x, "dtype", None) == torch.int8
+        bits = weight_bits if weight_bits is not None else (4 if a8w4 else 8)
         if bits == 4:
             packed = pack(OP, weight, weight_scale, 4)
             w, w_scale = packed.weight, packed.scale
