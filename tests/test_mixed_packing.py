@@ -232,8 +232,12 @@ def test_zero_points_by_hand_float16():
     # stored 3-8 = -5 -> 0xB, 12-8 = 4 -> 0x4; q = 0 -> 0x8; 15 -> 0x7
     assert (nibble(packed, 0, 0), nibble(packed, 0, 1), nibble(packed, 0, 2)) == (0xB, 0x4, 0x8)
     assert nibble(packed, 1, 64) == 0x7 and nibble(packed, 1, 65) == 0x8
-    # what the kernel computes, stored * scale + zp, is scale * (q - zero) here (no rounding)
-    assert (3 - 8) * 0.5 + 2.5 == 0.5 * (3 - 3)
+    # what the kernel computes from the packed fields, stored * scale + zp, is scale * (q - zero)
+    # here (no rounding): q 3 and 12 against zero 3 in group 0, row 0
+    signed = lambda code: code - 16 if code >= 8 else code  # noqa: E731
+    scale, zp = packed.scales[0, 0].item(), packed.zeros[0, 0].item()
+    assert signed(nibble(packed, 0, 0)) * scale + zp == 0.5 * (3 - 3)
+    assert signed(nibble(packed, 0, 1)) * scale + zp == 0.5 * (12 - 3)
 
 
 def test_zero_point_rounding_by_hand_bfloat16():
@@ -249,7 +253,9 @@ def test_zero_point_rounding_by_hand_bfloat16():
     _, _, z = unpack_weights(packed)
     assert (z == 1).all()
     # the kernel's stored*scale + zp for q == zero is then 2^-7 instead of 0: the documented error
-    assert (1 - 8) * s + 7.0625 == 2**-7
+    stored = nibble(packed, 0, 0) - 16                     # q 1 is stored as 1 - 8 = -7 (0x9)
+    assert stored == -7
+    assert stored * packed.scales[0, 0].double().item() + packed.zeros[0, 0].double().item() == 2**-7
 
 
 @pytest.mark.parametrize("dtype", SCALE_DTYPES)
@@ -290,8 +296,11 @@ def test_extreme_scales_through_the_public_api(dtype):
     assert torch.equal(z, zeros.to(torch.int32)) and torch.equal(bits16(s), bits16(scales))
     # the largest scale with zero 8 is fine (zp = 0); with zero 0 its zp overflows: refused
     big = torch.full((8, 1), info.max, dtype=dtype)
-    pack_weights(torch.zeros(8, 64, dtype=torch.uint8), big, torch.full((8, 1), 8),
-                 weight_type="uint4", group_size=64)
+    at_eight = pack_weights(torch.zeros(8, 64, dtype=torch.uint8), big, torch.full((8, 1), 8),
+                            weight_type="uint4", group_size=64)
+    assert (at_eight.zeros == 0).all()
+    _, s8, z8 = unpack_weights(at_eight)
+    assert (z8 == 8).all() and torch.equal(bits16(s8), bits16(big))
     with pytest.raises(ValueError, match=r"argument 'scales'.*overflows"):
         pack_weights(torch.zeros(8, 64, dtype=torch.uint8), big, torch.zeros(8, 1, dtype=torch.int32),
                      weight_type="uint4", group_size=64)
@@ -325,7 +334,8 @@ def small_packed(weight_type="uint4", dtype=torch.bfloat16, group=64):
 def test_packed_weight_is_a_plain_object():
     p = small_packed()
     assert not isinstance(p, torch.Tensor)
-    assert hash(p) == hash(p) and p == p and p != small_packed()     # identity equality
+    other = small_packed()                       # equal fields, another object: identity equality
+    assert p != other and {p: 1}.get(other) is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.k = 3
     assert {p: 1}[p] == 1

@@ -284,10 +284,15 @@ def test_gptq_import_runs_through_the_op():
     packed = gemmgen.PackedWeight.from_gptq(_gptq_pack(q, 4, 0), _gptq_pack(zeros - 1, 4, 1),
                                             scales, bits=4)
     a = torch.randn(19, k, device="cuda").half()
-    out = gemmgen.mixed_mm(a, packed)
+    out = torch.full((19, n), float("nan"), dtype=torch.float16, device="cuda")
+    assert gemmgen.mixed_mm(a, packed, out=out) is out
+    # the checkpoint's own math, from the unpacked GPTQ tensors (not through gemmgen's packer)
     ref = a.float() @ ((q - zeros.repeat_interleave(group, 0)).float()
                        * scales.float().repeat_interleave(group, 0))
+    assert not out.isnan().any(), "unwritten output elements (NaN poison left)"
+    assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2
     torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2 * ref.abs().max().item())
+    check(out, a, packed)  # and the reference's reading of the imported weight
 
 
 @pytest.mark.parametrize("zero_points", [False, True], ids=["uint4b8", "uint4"])

@@ -26,7 +26,7 @@ import torch
 
 import gemmgen
 import gemmgen.families.w8a8.ops  # noqa: F401  (registers torch.ops.gemmgen.scaled_mm_out)
-from gemmgen.errors import KernelLaunchError
+from gemmgen.errors import KernelLaunchError, NoKernelError
 from gemmgen.families.w8a8.configs import AZP_EPILOGUES
 
 pytestmark = pytest.mark.gpu
@@ -700,18 +700,12 @@ def test_dispatch_lookup_and_kernel_call(in_name, out_name, epilogue):
     in_dtype, out_dtype = IN_DTYPES[in_name], OUT_DTYPES[out_name]
     op = "scaled_mm_azp" if epilogue in AZP_EPILOGUES else "scaled_mm"
     op_kernels = {kern.name for kern in gemmgen.list_kernels(op)}
-    swap_checked = True
     for m in (1, 7, 16, 17, 64, 65, 128, 200, 4000):
         # the manifest's rules (a tuned table may pick differently, by measurement)
         kern = gemmgen.dispatch.lookup(op, a_dtype=in_dtype, out_dtype=out_dtype, epilogue=epilogue,
                                        m=m, n=4096, k=4096, tuned=False)
         assert (kern.spec.a, kern.spec.d, kern.spec.epilogue) == (in_name, out_name, epilogue), kern.name
         assert kern.name in op_kernels, f"{kern.name} is not listed by list_kernels({op!r})"
-        if m <= 16:
-            if _is_default_manifest(kern):
-                assert kern.config.swap_ab, f"m={m}: the default manifest uses swap-AB, got {kern.name}"
-            else:
-                swap_checked = False
         text = gemmgen.dispatch.explain(op, a_dtype=in_dtype, out_dtype=out_dtype, epilogue=epilogue,
                                         m=m, n=4096, k=4096, tuned=False)
         assert kern.name in text
@@ -740,8 +734,19 @@ def test_dispatch_lookup_and_kernel_call(in_name, out_name, epilogue):
     assert kern(p.a, p.b, scale_a, scale_b, out_dtype, *extra, out=out, **kwargs) is out
     assert_matches(out, ref, in_dtype=in_dtype, mag=scaled_mag(p, scale_a, scale_b),
                    label=f"{kern.name}(..., out=)")
-    if not swap_checked:
-        pytest.skip("dispatch does not come from the default manifest: swap-AB for m <= 16 unchecked")
+
+
+@pytest.mark.parametrize("in_name,out_name,epilogue", LOOKUP_CASES,
+                         ids=[f"{i}-{o}-{e}" for i, o, e in LOOKUP_CASES])
+def test_default_manifest_uses_swap_ab_at_small_m(in_name, out_name, epilogue):
+    """The shipped sm90 manifest's rules run the swap-AB configs at m <= 16."""
+    op = "scaled_mm_azp" if epilogue in AZP_EPILOGUES else "scaled_mm"
+    for m in (1, 7, 16):
+        kern = gemmgen.dispatch.lookup(op, a_dtype=IN_DTYPES[in_name], out_dtype=OUT_DTYPES[out_name],
+                                       epilogue=epilogue, m=m, n=4096, k=4096, tuned=False)
+        if not _is_default_manifest(kern):
+            pytest.skip(f"dispatch at m={m} comes from {kern.spec.origin}, not the shipped w8a8_sm90.yaml")
+        assert kern.config.swap_ab, f"m={m}: the default manifest uses swap-AB, got {kern.name}"
 
 
 CHECKED_ROWS = 48  # rows of a tuned-table check compared with the float64 reference (plus the first and last)
@@ -800,10 +805,12 @@ def test_every_tuned_table_choice():
 
 
 def test_lookup_refuses_unbuilt_combinations():
-    with pytest.raises(ValueError):
+    # fp8 with an azp epilogue: no manifest builds it
+    with pytest.raises(NoKernelError, match=r"computes scaled_mm e4m3->bf16 with ScaledEpilogueAzp"):
         gemmgen.dispatch.lookup("scaled_mm_azp", a_dtype=FP8, out_dtype=torch.bfloat16,
                                 epilogue="ScaledEpilogueAzp", m=8, n=512, k=256)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"epilogue 'ScaledEpilogueAzp' does not belong to op "
+                                         r"'scaled_mm'"):
         gemmgen.dispatch.lookup("scaled_mm", a_dtype=torch.int8, out_dtype=torch.bfloat16,
                                 epilogue="ScaledEpilogueAzp", m=8, n=512, k=256)
 

@@ -31,7 +31,10 @@ def _problem(m: int, n: int, k: int, out_dtype: torch.dtype):
     w = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda")
     scale_a = torch.rand(m, 1, device="cuda") * 1e-3 + 1e-4
     scale_b = torch.rand(1, n, device="cuda") * 1e-3 + 1e-4
-    bias = torch.randn(n, device="cuda").to(out_dtype)
+    # the bias as large as a typical element of the unbiased result, so that a wrong GEMM part
+    # cannot hide under it in the relative checks of _assert_close
+    rms = float(_reference(a, w.t(), scale_a, scale_b).pow(2).mean().sqrt())
+    bias = (torch.randn(n, dtype=torch.float64, device="cuda") * rms).to(out_dtype)
     return a, w.t(), scale_a, scale_b, bias
 
 
