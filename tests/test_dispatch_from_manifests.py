@@ -13,7 +13,7 @@ from gemmgen import dispatch, settings
 from gemmgen.bindings import library as binding_library
 from gemmgen.bindings.library import manifest_libraries, manifest_library
 from gemmgen.cli import main as cli_main
-from gemmgen.errors import LibraryNotBuiltError
+from gemmgen.errors import LibraryNotBuiltError, NoKernelError
 from gemmgen.generator.expand import expand
 from gemmgen.generator.manifest import load_manifest
 from gemmgen.generator.render import render_bindings
@@ -167,6 +167,23 @@ def test_a_problem_description_with_a_wrong_argument_is_refused_by_name():
     with pytest.raises(ValueError, match=r"scaled_mm: missing argument 'k'; a problem of scaled_mm "
                                          r"is described by "):
         dispatch.choose("scaled_mm", source="manifests", m=37, n=4096, **INT8_BIAS)
+
+
+def test_a_class_no_manifest_builds_is_a_no_kernel_error():
+    """fp8 with an azp epilogue: no shipped manifest builds it, so dispatch from the manifests
+    raises NoKernelError (a ValueError) with the class key and `from_manifests`; an epilogue of
+    the other op is the problem description's own ValueError."""
+    import torch
+    with pytest.raises(NoKernelError, match=r"no kernel of the manifests .* computes scaled_mm "
+                                            r"e4m3->bf16 with ScaledEpilogueAzp") as info:
+        dispatch.lookup("scaled_mm_azp", source="manifests", a_dtype=torch.float8_e4m3fn,
+                        out_dtype=torch.bfloat16, epilogue="ScaledEpilogueAzp", m=8, n=512, k=256)
+    assert info.value.key == ("scaled_mm", "e4m3", "bf16", "ScaledEpilogueAzp")
+    assert info.value.from_manifests and set(info.value.arches) >= {"sm90a"}
+    with pytest.raises(ValueError, match=r"epilogue 'ScaledEpilogueAzp' does not belong to op "
+                                         r"'scaled_mm'"):
+        dispatch.lookup("scaled_mm", source="manifests", a_dtype=torch.int8,
+                        out_dtype=torch.bfloat16, epilogue="ScaledEpilogueAzp", m=8, n=512, k=256)
 
 
 def test_a_problems_arguments_are_read_from_the_familys_signature(monkeypatch):
