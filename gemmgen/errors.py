@@ -68,10 +68,13 @@ class NoKernelError(GemmgenError, ValueError):
     def __init__(self, key: tuple[str, ...], arches: tuple[str, ...], message: str,
                  from_manifests: bool = False):
         self.key = tuple(key)
-        self.op = self.key[0]
         self.arches = tuple(arches)
         self.from_manifests = from_manifests
         super().__init__(message)
+
+    @property
+    def op(self) -> str:
+        return self.key[0]
 
     def __reduce__(self):
         return type(self), (self.key, self.arches, str(self), self.from_manifests)

@@ -30,11 +30,13 @@ FORMAT_KEY = "gemmgen_format"
 _INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")  # ASCII digits only (str.isdigit takes '²')
 
 
-def metadata(prefix: str, format_name: str, **fields) -> dict[str, str]:
-    """The metadata entries of a state dict: every field as a string, and the format entry."""
-    entries = {prefix + FORMAT_KEY: format_name}
-    entries.update({prefix + key: str(value) for key, value in fields.items()})
-    return entries
+def entries(prefix: str, format_name: str, tensors: Mapping, **fields) -> dict:
+    """A packed weight's state dict: its tensors (None ones left out) under `prefix` + their
+    names, then the format entry and every metadata field as a string."""
+    state = {prefix + key: t for key, t in tensors.items() if t is not None}
+    state[prefix + FORMAT_KEY] = format_name
+    state.update({prefix + key: str(value) for key, value in fields.items()})
+    return state
 
 
 class StateReader:
@@ -52,17 +54,18 @@ class StateReader:
         self.state, self.prefix = state, prefix
         found = self._entry(FORMAT_KEY, f"the string {format_name!r}")
         if found != format_name:
-            raise self._error(FORMAT_KEY, f"the string {format_name!r} (a state dict of "
+            raise self.error(FORMAT_KEY, f"the string {format_name!r} (a state dict of "
                               f"gemmgen.{format_name}.state_dict)", describe_argument(found))
 
-    def _error(self, key: str, expected: str, got: str) -> ValueError:
+    def error(self, key: str, expected: str, got: str) -> ValueError:
+        """The ValueError for entry `key` not being what was expected."""
         return argument_error(self.where, "state", f"entry '{self.prefix}{key}' to be {expected}",
                               got)
 
     def _entry(self, key: str, expected: str):
         name = self.prefix + key
         if name not in self.state:
-            raise self._error(key, expected, "no such entry")
+            raise self.error(key, expected, "no such entry")
         return self.state[name]
 
     def tensor(self, key: str, optional: bool = False):
@@ -71,7 +74,7 @@ class StateReader:
             return None
         value = self._entry(key, "a tensor")
         if not (hasattr(value, "dtype") and hasattr(value, "shape")):
-            raise self._error(key, "a tensor", describe_argument(value))
+            raise self.error(key, "a tensor", describe_argument(value))
         return value
 
     def integer(self, key: str) -> int:
@@ -81,11 +84,11 @@ class StateReader:
             return value
         if isinstance(value, str) and _INTEGER.fullmatch(value):
             return int(value)
-        raise self._error(key, "an integer (as a string)", describe_argument(value))
+        raise self.error(key, "an integer (as a string)", describe_argument(value))
 
     def string(self, key: str, choices: Optional[tuple[str, ...]] = None) -> str:
         value = self._entry(key, "a string")
         if not isinstance(value, str) or (choices is not None and value not in choices):
             expected = f"one of {', '.join(choices)}" if choices else "a string"
-            raise self._error(key, expected, describe_argument(value))
+            raise self.error(key, expected, describe_argument(value))
         return value

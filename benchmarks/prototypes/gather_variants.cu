@@ -37,7 +37,7 @@
 
 #include "cuda_check.h"  // CHECK
 
-constexpr int kThreads = 256;
+using gemmgen::mixed::gather::kThreads;  // the shipped launch's settings
 
 // One CTA an SM holding its dynamic shared memory, counting itself in *arrived, then spinning
 // until *release != 0 (both in mapped host memory).
@@ -63,7 +63,7 @@ struct Problem {
 static void launch(char const* variant, Problem const& p, int sms, cudaStream_t stream) {
   if (variant[0] == 'g') {
     int64_t const work = p.m * (p.k / 8);
-    int const blocks = static_cast<int>(std::min<int64_t>(work / kThreads + 1, 4096));
+    int const blocks = static_cast<int>(std::min<int64_t>(work / kThreads + 1, gemmgen::mixed::gather::kMaxBlocks));
     gemmgen::mixed::gather::gather_columns<<<blocks, kThreads, 0, stream>>>(p.a, p.k, p.perm,
                                                                             p.out, p.m, p.k);
   } else {
@@ -103,7 +103,8 @@ int main() {
   int const hog_smem = 200 * 1024;
   CHECK(cudaFuncSetAttribute(hog, cudaFuncAttributeMaxDynamicSharedMemorySize, hog_smem));
   CHECK(cudaFuncSetAttribute(gemmgen::mixed::gather::gather_columns_staged,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             gemmgen::mixed::gather::kStagedMaxK * 2));
   int *flags, *flags_device;  // [0]: hog CTAs arrived, [1]: release
   CHECK(cudaHostAlloc(&flags, 2 * sizeof(int), cudaHostAllocMapped));
   CHECK(cudaHostGetDevicePointer(&flags_device, flags, 0));

@@ -194,6 +194,16 @@ def _stop_session(leader: int, members: list[int], wait: Callable[[float], bool]
     wait(NINJA_STOP_SECONDS)
 
 
+def _poll_until(done, deadline: float) -> bool:
+    """Whether `done()` became true before time.monotonic() reached `deadline` (polled every
+    50 ms)."""
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _stop_leftover_ninja(library_dir: Path, log: Callable[[str], None]) -> None:
     """Stop the ninja of a build that died without stopping it (kill -9): it would compile the
     same objects beside ours. Called with the lock held, so no live build owns that ninja."""
@@ -215,12 +225,8 @@ def _stop_leftover_ninja(library_dir: Path, log: Callable[[str], None]) -> None:
             f"in {library_dir} by a build that was killed")
 
         def wait(seconds: float) -> bool:
-            deadline = time.monotonic() + seconds
-            while time.monotonic() < deadline:
-                if not any(_alive(pid) for pid in members):
-                    return True
-                time.sleep(0.05)
-            return not any(_alive(pid) for pid in members)
+            return _poll_until(lambda: not any(_alive(pid) for pid in members),
+                               time.monotonic() + seconds)
 
         _stop_session(leader, members, wait)
     state_path.unlink(missing_ok=True)
@@ -333,11 +339,8 @@ def _run_ninja(library_dir: Path, jobs: int, units: dict[str, TranslationUnit],
                         proc.wait(timeout=seconds)
                     except subprocess.TimeoutExpired:
                         return False
-                    while _session_members(proc.pid, library_dir):
-                        if time.monotonic() >= deadline:
-                            return False
-                        time.sleep(0.05)
-                    return True
+                    return _poll_until(lambda: not _session_members(proc.pid, library_dir),
+                                       deadline)
 
                 _stop_session(proc.pid, [proc.pid, *_session_members(proc.pid, library_dir)], wait)
             raise

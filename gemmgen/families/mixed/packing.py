@@ -391,11 +391,9 @@ class PackedWeight:
         `PackedWeight.from_state_dict(state, prefix)` reads it back."""
         tensors = {"qweight": self.qweight, "scales": self.scales, "zeros": self.zeros,
                    "k_perm": self.k_perm}
-        state = {prefix + key: t for key, t in tensors.items() if t is not None}
-        state.update(state_dicts.metadata(
-            prefix, "PackedWeight", weight_type=self.weight_type, group_size=self.group_size,
-            k=self.k, n=self.n, layout_version=self.layout_version, arch=self.arch))
-        return state
+        return state_dicts.entries(prefix, "PackedWeight", tensors, weight_type=self.weight_type,
+                                   group_size=self.group_size, k=self.k, n=self.n,
+                                   layout_version=self.layout_version, arch=self.arch)
 
     @classmethod
     def from_state_dict(cls, state, prefix: str = "") -> "PackedWeight":

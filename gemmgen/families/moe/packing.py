@@ -101,33 +101,27 @@ class MoeWeight:
     def state_dict(self, prefix: str = "") -> dict:
         """What to save (gemmgen/state_dicts.py): the tensors weight and scale under `prefix` +
         their names, and the metadata as strings; `MoeWeight.from_state_dict` reads it back."""
-        state = {prefix + "weight": self.weight, prefix + "scale": self.scale}
-        state.update(state_dicts.metadata(prefix, "MoeWeight", layout_version=self.layout_version,
-                                          arch=self.arch, bits=self.bits))
-        return state
+        return state_dicts.entries(prefix, "MoeWeight", {"weight": self.weight, "scale": self.scale},
+                                   layout_version=self.layout_version, arch=self.arch,
+                                   bits=self.bits)
 
     @classmethod
     def from_state_dict(cls, state, prefix: str = "") -> "MoeWeight":
         """The MoeWeight that `state_dict(prefix)` saved, on the tensors' device. Another layout
         version, and tensors that disagree with `bits` or each other (dtype, rank, E, N, the
         scale groups), are refused naming the entry; the op checks the rest when called."""
-        where = "MoeWeight.from_state_dict"
-        read = state_dicts.StateReader(state, prefix, "MoeWeight", where)
-
-        def refuse(key: str, expected: str, got) -> ValueError:
-            return argument_error(where, "state", f"entry '{prefix}{key}' to be {expected}", got)
-
+        read = state_dicts.StateReader(state, prefix, "MoeWeight", "MoeWeight.from_state_dict")
         version, bits = read.integer("layout_version"), read.integer("bits")
         if version != LAYOUT_VERSION:
-            raise refuse("layout_version", f"{LAYOUT_VERSION} (the layout this gemmgen reads: "
+            raise read.error("layout_version", f"{LAYOUT_VERSION} (the layout this gemmgen reads: "
                          "re-pack the weights with gemmgen.pack_moe_weights)", repr(version))
         if bits not in (4, 8):
-            raise refuse("bits", "4 or 8", repr(bits))
+            raise read.error("bits", "4 or 8", repr(bits))
         arch = read.string("arch", ("sm90a",))
         weight, scale = read.tensor("weight"), read.tensor("scale")
         dtypes = (torch.uint8,) if bits == 4 else ELEMENT_DTYPES
         if weight.dtype not in dtypes or weight.dim() != 3 or not weight.is_contiguous():
-            raise refuse("weight", f"a contiguous 3-D {' or '.join(map(str, dtypes))} tensor "
+            raise read.error("weight", f"a contiguous 3-D {' or '.join(map(str, dtypes))} tensor "
                          f"[E, N, K{'/2' if bits == 4 else ''}] (bits={bits})",
                          describe_argument(weight))
         e, n, k = weight.shape[0], weight.shape[1], weight.shape[2] * (2 if bits == 4 else 1)
@@ -136,10 +130,10 @@ class MoeWeight:
                 or scale.shape[-1] != n or groups < 1 or k % groups
                 or (bits == 8 and groups > 1) or not scale.is_contiguous()):
             shapes = f"[E={e}, N={n}]" + (f" or [E, K/group, N] (K={k})" if bits == 4 else "")
-            raise refuse("scale", f"a contiguous torch.float32 tensor {shapes}",
+            raise read.error("scale", f"a contiguous torch.float32 tensor {shapes}",
                          describe_argument(scale))
         if scale.device != weight.device:
-            raise refuse("scale", f"a tensor on {weight.device} like the weight",
+            raise read.error("scale", f"a tensor on {weight.device} like the weight",
                          describe_argument(scale))
         return cls(weight, scale, version, arch, bits)
 

@@ -113,17 +113,13 @@ inline size_t copy_bytes(gemmgen_mixed_mm_args const* args) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
-// Runs `run(args, workspace, workspace_bytes)` (a GEMM entry point), first gathering the
-// activations when `args->k_perm` is set: then `run` sees the copy as `a`, no k_perm, and the
-// workspace after the copy.
-template <class Run>
-int run_in_k_order(gemmgen_mixed_mm_args const* args, void* workspace, size_t workspace_bytes,
-                   void* stream, char const* kernel_name, Run&& run) {
-  if (args->k_perm == nullptr) {
-    return run(args, workspace, workspace_bytes);
-  }
-  auto const& a = *args;
-  size_t const bytes = copy_bytes(args);
+// Gathers the activations of `args` (k_perm set) into the front of the workspace, in stream
+// order; GEMMGEN_OK or the failure recorded by fail(). One function for every GEMM entry point of
+// a translation unit (static, as the gather kernels are): its checks, the staged kernel's
+// shared-memory attribute (once per device) and the launch are compiled once, not per kernel.
+static int gather_into_workspace(gemmgen_mixed_mm_args const& a, void* workspace,
+                                 size_t workspace_bytes, void* stream, char const* kernel_name) {
+  size_t const bytes = copy_bytes(&a);
   if (a.m < 1 || a.k < 8 || a.k % 8 != 0 || a.k >= (int64_t(1) << 31) || a.lda < a.k ||
       a.a == nullptr || reinterpret_cast<uintptr_t>(a.a) % 2 != 0 ||
       reinterpret_cast<uintptr_t>(a.k_perm) % 16 != 0) {
@@ -164,9 +160,26 @@ int run_in_k_order(gemmgen_mixed_mm_args const* args, void* workspace, size_t wo
   if (launched != cudaSuccess) {
     return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
   }
-  gemmgen_mixed_mm_args in_k_order = a;
-  in_k_order.a = copy;
-  in_k_order.lda = a.k;
+  return GEMMGEN_OK;
+}
+
+// Runs `run(args, workspace, workspace_bytes)` (a GEMM entry point), first gathering the
+// activations when `args->k_perm` is set: then `run` sees the copy as `a`, no k_perm, and the
+// workspace after the copy.
+template <class Run>
+int run_in_k_order(gemmgen_mixed_mm_args const* args, void* workspace, size_t workspace_bytes,
+                   void* stream, char const* kernel_name, Run&& run) {
+  if (args->k_perm == nullptr) {
+    return run(args, workspace, workspace_bytes);
+  }
+  int const gathered = gather_into_workspace(*args, workspace, workspace_bytes, stream, kernel_name);
+  if (gathered != GEMMGEN_OK) {
+    return gathered;
+  }
+  size_t const bytes = copy_bytes(args);
+  gemmgen_mixed_mm_args in_k_order = *args;
+  in_k_order.a = workspace;
+  in_k_order.lda = args->k;
   in_k_order.k_perm = nullptr;
   in_k_order.launch_flags &= ~GEMMGEN_LAUNCH_PDL;  // see the header's comment
   return run(&in_k_order, static_cast<char*>(workspace) + bytes, workspace_bytes - bytes);
