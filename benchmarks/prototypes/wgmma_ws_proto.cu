@@ -125,6 +125,87 @@ __device__ __forceinline__ void tensor_copy_2d(uint32_t dst, CUtensorMap const* 
       : "memory");
 }
 
+// The producer warp of both kernels here: lane 0 queues chunk i into ring slot i % Stages once
+// the chunk Stages before it was released (`empty`), counted on `full`. The tile's weight rows
+// are one contiguous run of row blocks a chunk (rows past N: fewer bytes, the slot's rest left as
+// it is: it only reaches outputs past N, which are not stored), its factors one run of rows (N a
+// multiple of 8). The packed weights are model constants: the first Stages chunks' are queued
+// before the PDL wait, the tokens after it.
+template <int Rows, int Stages, bool WithZero, int ActStageBytes, int WeightStageBytes,
+          int FactorStageBytes>
+__device__ void produce(Params const& p, CUtensorMap const* tokens_map, int lane, int n0, int t0,
+                        int c_begin, int count, uint32_t act_ring, uint32_t weight_ring,
+                        uint32_t factor_ring, uint32_t full, uint32_t empty) {
+  constexpr int kStepK = 64, kBlockBytes = 512;
+  int64_t const row_blocks = (p.n + 15) / 16;
+  int const valid_rows = p.n - n0 < Rows ? p.n - n0 : Rows;
+  uint32_t const weight_bytes = uint32_t((valid_rows + 15) / 16) * kBlockBytes;
+  uint32_t const factor_bytes = uint32_t(valid_rows) * 2;
+  uint32_t const chunk_bytes = ActStageBytes + weight_bytes + factor_bytes * (WithZero ? 2 : 1);
+  int const chunks_per_group = p.group / kStepK;
+  auto queue_weights = [&](int i) {
+    int const s = i % Stages, c = c_begin + i;
+    uint32_t const bar = full + 8 * s;
+    mbar::arrive_expect_tx(bar, chunk_bytes);
+    bulk_copy(weight_ring + s * WeightStageBytes,
+              p.w + (int64_t(c) * row_blocks + n0 / 16) * kBlockBytes, weight_bytes, bar);
+    int64_t const factors = int64_t(c / chunks_per_group) * p.n + n0;
+    uint32_t const factor_slot = factor_ring + s * FactorStageBytes;
+    bulk_copy(factor_slot, static_cast<uint16_t const*>(p.scale) + factors, factor_bytes, bar);
+    if constexpr (WithZero) {
+      bulk_copy(factor_slot + Rows * 2, static_cast<uint16_t const*>(p.zero) + factors,
+                factor_bytes, bar);
+    }
+  };
+  auto queue_tokens = [&](int i) {
+    int const s = i % Stages;
+    tensor_copy_2d(act_ring + s * ActStageBytes, tokens_map, (c_begin + i) * kStepK, t0,
+                   full + 8 * s);
+  };
+  int const first = count < Stages ? count : Stages;
+  if (lane == 0) {
+    for (int i = 0; i < first; ++i) {
+      queue_weights(i);
+    }
+  }
+  pdl_wait();
+  pdl_release();
+  if (lane == 0) {
+    for (int i = 0; i < first; ++i) {
+      queue_tokens(i);
+    }
+    for (int i = Stages; i < count; ++i) {
+      mbar::wait(empty + 8 * (i % Stages), ((i / Stages) + 1) & 1);
+      queue_weights(i);
+      queue_tokens(i);
+    }
+  }
+  __syncwarp();
+}
+
+// The K split's sums of both kernels (as the shipped kernel adds them, wgmma::add_split_piece):
+// the `Threads` threads that hold sums (`holds`) leave them in shared memory and add their CTA's
+// pieces over the cluster; `store(j, sum)` writes piece j. Every thread of the CTA calls it.
+template <int Pieces, int Threads, class Store>
+__device__ void add_split_sums(uint32_t smem, int tid, bool holds, float const* acc, int rank,
+                               int splits, Store&& store) {
+  if (holds) {
+    for (int j = 0; j < Pieces; ++j) {
+      wgmma::store_shared4(smem + uint32_t(j * Threads + tid) * 16u, acc + 4 * j);
+    }
+  }
+  wgmma::cluster_sync();
+  if (holds) {
+    int const j_begin = Pieces * rank / splits, j_end = Pieces * (rank + 1) / splits;
+    for (int j = j_begin; j < j_end; ++j) {
+      float sum[4];
+      wgmma::add_split_piece(smem + uint32_t(j * Threads + tid) * 16u, splits, sum);
+      store(j, sum);
+    }
+  }
+  wgmma::cluster_sync_relaxed();
+}
+
 template <class Config>
 struct WgmmaWsMixedMm {
   using Base = wgmma::WgmmaMixedMm<Config>;
@@ -180,56 +261,9 @@ struct WgmmaWsMixedMm {
     __syncthreads();
 
     if (producer) {
-      // Lane 0 queues chunk i into slot i % kStages once every consumer warp released the chunk
-      // kStages before it. The weights' rows of the tile are one contiguous run of blocks per
-      // chunk (rows past N: fewer bytes, the slot's rest left as it is: it only reaches outputs
-      // past N, which are not stored), the factors one run of rows (N a multiple of 8).
-      int64_t const row_blocks = (p.n + 15) / 16;
-      int const valid_rows = p.n - n0 < kRows ? p.n - n0 : kRows;
-      uint32_t const weight_bytes = uint32_t((valid_rows + 15) / 16) * kBlockBytes;
-      uint32_t const factor_bytes = uint32_t(valid_rows) * 2;
-      uint32_t const chunk_bytes =
-          kActStageBytes + weight_bytes + factor_bytes * (kWithZero ? 2 : 1);
-      int const chunks_per_group = p.group / kStepK;
-      auto queue_weights = [&](int i) {
-        int const s = i % kStages, c = c_begin + i;
-        uint32_t const bar = full_bars + 8 * s;
-        mbar::arrive_expect_tx(bar, chunk_bytes);
-        bulk_copy(weight_ring + s * kWeightStageBytes,
-                  p.w + (int64_t(c) * row_blocks + n0 / 16) * kBlockBytes, weight_bytes, bar);
-        int64_t const factors = int64_t(c / chunks_per_group) * p.n + n0;
-        uint32_t const factor_slot = factor_ring + s * kFactorStageBytes;
-        bulk_copy(factor_slot, static_cast<uint16_t const*>(p.scale) + factors, factor_bytes, bar);
-        if constexpr (kWithZero) {
-          bulk_copy(factor_slot + kRows * 2, static_cast<uint16_t const*>(p.zero) + factors,
-                    factor_bytes, bar);
-        }
-      };
-      auto queue_tokens = [&](int i) {
-        int const s = i % kStages;
-        tensor_copy_2d(act_ring + s * kActStageBytes, tokens_map, (c_begin + i) * kStepK, t0,
-                       full_bars + 8 * s);
-      };
-      int const first = count < kStages ? count : kStages;
-      if (lane == 0) {
-        // the packed weights are model constants: queued before the previous kernel ends
-        for (int i = 0; i < first; ++i) {
-          queue_weights(i);
-        }
-      }
-      pdl_wait();
-      pdl_release();
-      if (lane == 0) {
-        for (int i = 0; i < first; ++i) {
-          queue_tokens(i);
-        }
-        for (int i = kStages; i < count; ++i) {
-          mbar::wait(empty_bars + 8 * (i % kStages), ((i / kStages) + 1) & 1);
-          queue_weights(i);
-          queue_tokens(i);
-        }
-      }
-      __syncwarp();
+      produce<kRows, kStages, kWithZero, kActStageBytes, kWeightStageBytes, kFactorStageBytes>(
+          p, tokens_map, lane, n0, t0, c_begin, count, act_ring, weight_ring, factor_ring,
+          full_bars, empty_bars);
     } else {
       pdl_wait();  // before the output is written
       pdl_release();
@@ -346,43 +380,12 @@ struct WgmmaWsMixedMm {
     // The K split's sums, as in the cp.async kernel: every copy has landed (each slot's full
     // barrier was waited for), so after this barrier the ring holds the partial sums.
     __syncthreads();
-    constexpr int kPieces = kAccRegs / 4;
-    if (!producer) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kPieces; ++j) {
-        Base::store_shared4(smem + uint32_t(j * kConsumers + tid) * 16u, acc + 4 * j);
-      }
-    }
-    Base::cluster_sync();
-    if (!producer) {
-      int const j_begin = kPieces * rank / splits, j_end = kPieces * (rank + 1) / splits;
-      for (int j = j_begin; j < j_end; ++j) {
-        uint32_t const addr = smem + uint32_t(j * kConsumers + tid) * 16u;
-        float parts[kMaxSplits][4];
-        CUTLASS_PRAGMA_UNROLL
-        for (int s = 0; s < kMaxSplits; ++s) {
-          if (s < splits) {
-            Base::load_from_cta4(addr, s, parts[s]);
-          }
-        }
-        float sum[4] = {0.f, 0.f, 0.f, 0.f};
-        CUTLASS_PRAGMA_UNROLL
-        for (int s = 0; s < kMaxSplits; ++s) {  // rank order: bit-identical run to run
-          if (s < splits) {
-            CUTLASS_PRAGMA_UNROLL
-            for (int i = 0; i < 4; ++i) {
-              sum[i] += parts[s][i];
-            }
-          }
-        }
-        asm volatile("" ::"f"(sum[0]), "f"(sum[1]), "f"(sum[2]), "f"(sum[3]));
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < 4; ++i) {
-          store(4 * j + i, sum[i]);
-        }
-      }
-    }
-    Base::cluster_sync_relaxed();
+    add_split_sums<kAccRegs / 4, kConsumers>(smem, tid, !producer, acc, rank, splits,
+                                             [&](int j, float const (&sum)[4]) {
+                                               for (int i = 0; i < 4; ++i) {
+                                                 store(4 * j + i, sum[i]);
+                                               }
+                                             });
   }
 };
 
@@ -412,6 +415,34 @@ CUresult encode_tokens_map(CUtensorMap* map, gemmgen_mixed_mm_args const& a) {
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
+// The launch of both kernels here: the tokens' tensor map, the K split chosen as the shipped
+// kernel chooses it, clusters (1, 1, S), PDL as asked. GEMMGEN_OK or the failure recorded.
+template <class Map, class... Params>
+int launch_with_map(void (*kernel)(Params...), Map encode, int threads, int smem_bytes,
+                    int64_t feature_tiles, int64_t token_tiles, gemmgen_mixed_mm_args const& a,
+                    void* stream, char const* kernel_name) {
+  CUtensorMap tokens_map;
+  if (encode(&tokens_map) != CUDA_SUCCESS) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "cuTensorMapEncodeTiled refused the activations (pointer, sizes or row stride)");
+  }
+  int const sms = hardware_info().sm_count;
+  int const splits = wgmma::choose_splits(feature_tiles * token_tiles, static_cast<int>(a.k / 64),
+                                          sms, a.split_k_slices);
+  dim3 const grid(static_cast<unsigned>(token_tiles), static_cast<unsigned>(feature_tiles),
+                  static_cast<unsigned>(splits));
+  bool const pdl = (a.launch_flags & GEMMGEN_LAUNCH_PDL) != 0;
+  cudaError_t launched = launch_clustered_maybe_pdl(
+      kernel, grid, dim3(threads), smem_bytes, static_cast<cudaStream_t>(stream), pdl,
+      dim3(1, 1, splits), direct::make_params(a), tokens_map);
+  cudaError_t const last = cudaGetLastError();
+  launched = launched != cudaSuccess ? launched : last;
+  if (launched != cudaSuccess) {
+    return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
+  }
+  return GEMMGEN_OK;
+}
+
 template <class Config>
 int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char const* kernel_name) {
   using K = WgmmaWsMixedMm<Config>;
@@ -438,27 +469,10 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
   if (allowed != GEMMGEN_OK) {
     return allowed;
   }
-  CUtensorMap tokens_map;
-  if (encode_tokens_map<Config>(&tokens_map, a) != CUDA_SUCCESS) {
-    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
-                "cuTensorMapEncodeTiled refused the activations (pointer, sizes or row stride)");
-  }
-  int const sms = hardware_info().sm_count;
-  int const splits = wgmma::choose_splits(feature_tiles * token_tiles,
-                                          static_cast<int>(a.k / K::kStepK), sms, a.split_k_slices);
-  dim3 const grid(static_cast<unsigned>(token_tiles), static_cast<unsigned>(feature_tiles),
-                  static_cast<unsigned>(splits));
-  bool const pdl = (a.launch_flags & GEMMGEN_LAUNCH_PDL) != 0;
-  cudaError_t launched = launch_clustered_maybe_pdl(
-      wgmma_ws_mixed_mm_kernel<Config>, grid, dim3(K::kThreads), K::kSmemBytes,
-      static_cast<cudaStream_t>(stream), pdl, dim3(1, 1, splits), direct::make_params(a),
-      tokens_map);
-  cudaError_t const last = cudaGetLastError();
-  launched = launched != cudaSuccess ? launched : last;
-  if (launched != cudaSuccess) {
-    return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
-  }
-  return GEMMGEN_OK;
+  return launch_with_map(
+      wgmma_ws_mixed_mm_kernel<Config>,
+      [&](CUtensorMap* map) { return encode_tokens_map<Config>(map, a); }, K::kThreads,
+      K::kSmemBytes, feature_tiles, token_tiles, a, stream, kernel_name);
 }
 
 }  // namespace gemmgen::mixed::wgmma_ws
@@ -581,51 +595,9 @@ struct WgmmaCsMixedMm {
     }
 
     if (warp == kProducerWarp) {
-      int64_t const row_blocks = (p.n + 15) / 16;
-      int const valid_rows = p.n - n0 < kF ? p.n - n0 : kF;
-      uint32_t const weight_bytes = uint32_t((valid_rows + 15) / 16) * 512;
-      uint32_t const factor_bytes = uint32_t(valid_rows) * 2;
-      uint32_t const chunk_bytes =
-          kActStageBytes + weight_bytes + factor_bytes * (kWithZero ? 2 : 1);
-      int const chunks_per_group = p.group / kStepK;
-      auto queue_weights = [&](int i) {
-        int const s = i % kInStages, c = c_begin + i;
-        uint32_t const bar = full_in + 8 * s;
-        mbar::arrive_expect_tx(bar, chunk_bytes);
-        bulk_copy(weight_ring + s * kWeightStageBytes,
-                  p.w + (int64_t(c) * row_blocks + n0 / 16) * 512, weight_bytes, bar);
-        int64_t const factors = int64_t(c / chunks_per_group) * p.n + n0;
-        uint32_t const factor_slot = factor_ring + s * kFactorStageBytes;
-        bulk_copy(factor_slot, static_cast<uint16_t const*>(p.scale) + factors, factor_bytes, bar);
-        if constexpr (kWithZero) {
-          bulk_copy(factor_slot + kF * 2, static_cast<uint16_t const*>(p.zero) + factors,
-                    factor_bytes, bar);
-        }
-      };
-      auto queue_tokens = [&](int i) {
-        int const s = i % kInStages;
-        tensor_copy_2d(act_ring + s * kActStageBytes, tokens_map, (c_begin + i) * kStepK, t0,
-                       full_in + 8 * s);
-      };
-      int const first = count < kInStages ? count : kInStages;
-      if (lane == 0) {
-        for (int i = 0; i < first; ++i) {
-          queue_weights(i);
-        }
-      }
-      pdl_wait();
-      pdl_release();
-      if (lane == 0) {
-        for (int i = 0; i < first; ++i) {
-          queue_tokens(i);
-        }
-        for (int i = kInStages; i < count; ++i) {
-          mbar::wait(empty_in + 8 * (i % kInStages), ((i / kInStages) + 1) & 1);
-          queue_weights(i);
-          queue_tokens(i);
-        }
-      }
-      __syncwarp();
+      wgmma_ws::produce<kF, kInStages, kWithZero, kActStageBytes, kWeightStageBytes,
+                        kFactorStageBytes>(p, tokens_map, lane, n0, t0, c_begin, count, act_ring,
+                                           weight_ring, factor_ring, full_in, empty_in);
     } else if (warp >= 4) {
       pdl_wait();
       pdl_release();
@@ -755,41 +727,11 @@ struct WgmmaCsMixedMm {
       return;
     }
     __syncthreads();  // every copy landed and every wgmma retired: the ring holds the sums
-    constexpr int kPieces = kAccRegs / 4;
-    if (mma_warp) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kPieces; ++j) {
-        Rs::store_shared4(smem + uint32_t(j * 128 + tid) * 16u, acc + 4 * j);
-      }
-    }
-    Rs::cluster_sync();
-    if (mma_warp) {
-      int const j_begin = kPieces * rank / splits, j_end = kPieces * (rank + 1) / splits;
-      for (int j = j_begin; j < j_end; ++j) {
-        uint32_t const addr = smem + uint32_t(j * 128 + tid) * 16u;
-        float parts[kMaxSplits][4];
-        CUTLASS_PRAGMA_UNROLL
-        for (int s = 0; s < kMaxSplits; ++s) {
-          if (s < splits) {
-            Rs::load_from_cta4(addr, s, parts[s]);
-          }
-        }
-        float sum[4] = {0.f, 0.f, 0.f, 0.f};
-        CUTLASS_PRAGMA_UNROLL
-        for (int s = 0; s < kMaxSplits; ++s) {
-          if (s < splits) {
-            CUTLASS_PRAGMA_UNROLL
-            for (int e = 0; e < 4; ++e) {
-              sum[e] += parts[s][e];
-            }
-          }
-        }
-        asm volatile("" ::"f"(sum[0]), "f"(sum[1]), "f"(sum[2]), "f"(sum[3]));
-        store_pair(j, false, sum[0], sum[1]);
-        store_pair(j, true, sum[2], sum[3]);
-      }
-    }
-    Rs::cluster_sync_relaxed();
+    wgmma_ws::add_split_sums<kAccRegs / 4, 128>(smem, tid, mma_warp, acc, rank, splits,
+                                                [&](int j, float const (&sum)[4]) {
+                                                  store_pair(j, false, sum[0], sum[1]);
+                                                  store_pair(j, true, sum[2], sum[3]);
+                                                });
   }
 };
 
@@ -821,28 +763,12 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
   if (allowed != GEMMGEN_OK) {
     return allowed;
   }
-  CUtensorMap tokens_map;
   // the same box as the producer-warp kernel's: 64 K x 64 tokens, 128-byte swizzle
   using Ws = wgmma::WgmmaConfig<typename K::ElementA, cutlass::int4b_t, false, 1, 64, 3>;
-  if (wgmma_ws::encode_tokens_map<Ws>(&tokens_map, a) != CUDA_SUCCESS) {
-    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "cuTensorMapEncodeTiled refused");
-  }
-  int const sms = hardware_info().sm_count;
-  int const splits = wgmma::choose_splits(feature_tiles * token_tiles,
-                                          static_cast<int>(a.k / K::kStepK), sms, a.split_k_slices);
-  dim3 const grid(static_cast<unsigned>(token_tiles), static_cast<unsigned>(feature_tiles),
-                  static_cast<unsigned>(splits));
-  bool const pdl = (a.launch_flags & GEMMGEN_LAUNCH_PDL) != 0;
-  cudaError_t launched = launch_clustered_maybe_pdl(
-      wgmma_cs_mixed_mm_kernel<Config>, grid, dim3(K::kThreads), K::kSmemBytes,
-      static_cast<cudaStream_t>(stream), pdl, dim3(1, 1, splits), direct::make_params(a),
-      tokens_map);
-  cudaError_t const last = cudaGetLastError();
-  launched = launched != cudaSuccess ? launched : last;
-  if (launched != cudaSuccess) {
-    return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
-  }
-  return GEMMGEN_OK;
+  return wgmma_ws::launch_with_map(
+      wgmma_cs_mixed_mm_kernel<Config>,
+      [&](CUtensorMap* map) { return wgmma_ws::encode_tokens_map<Ws>(map, a); }, K::kThreads,
+      K::kSmemBytes, feature_tiles, token_tiles, a, stream, kernel_name);
 }
 
 }  // namespace gemmgen::mixed::wgmma_cs

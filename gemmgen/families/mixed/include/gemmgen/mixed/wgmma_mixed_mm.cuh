@@ -102,6 +102,61 @@ struct WgmmaConfig {
 
 inline constexpr int kMaxSplits = 8;  // the portable cluster size
 
+// The K split's cluster (1, 1, S): barriers, and the partial sums moved through distributed
+// shared memory.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n"
+               "barrier.cluster.wait.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void store_shared4(uint32_t addr, float const* v) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};"
+               :: "r"(addr), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]) : "memory");
+}
+// The 16 bytes at shared address `addr` of the cluster's CTA `rank`.
+__device__ __forceinline__ void load_from_cta4(uint32_t addr, uint32_t rank, float (&v)[4]) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(remote) : "memory");
+}
+
+// The K split's sums: once every wgmma has retired, each thread that holds sums leaves its
+// registers in its CTA's shared memory, four (one token tile) a 16-byte piece, piece j of every
+// thread together; after a cluster barrier, CTA `rank` owns a range of pieces and adds each over
+// every CTA (this function), then a relaxed cluster barrier keeps every CTA until the others'
+// reads have returned (relaxed: a release would also wait for this CTA's global stores to drain).
+// Piece `addr` of every CTA of the cluster (S = `splits`), read at once (one round trip) and added
+// in rank order: bit-identical run to run.
+__device__ __forceinline__ void add_split_piece(uint32_t addr, int splits, float (&sum)[4]) {
+  float parts[kMaxSplits][4];
+  CUTLASS_PRAGMA_UNROLL
+  for (int s = 0; s < kMaxSplits; ++s) {
+    if (s < splits) {
+      load_from_cta4(addr, s, parts[s]);
+    }
+  }
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    sum[i] = 0.f;
+  }
+  CUTLASS_PRAGMA_UNROLL
+  for (int s = 0; s < kMaxSplits; ++s) {  // rank order
+    if (s < splits) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        sum[i] += parts[s][i];
+      }
+    }
+  }
+  // the sums exist here, whether or not they are stored (tokens past M): every remote read has
+  // returned before the exit barrier (a volatile asm keeps its place among them)
+  asm volatile("" ::"f"(sum[0]), "f"(sum[1]), "f"(sum[2]), "f"(sum[3]));
+}
+
 template <class Config>
 struct WgmmaMixedMm {
   using ElementA = typename Config::ElementA;
@@ -190,26 +245,6 @@ struct WgmmaMixedMm {
   static __device__ void mma(uint32_t const (&a)[4], uint64_t desc, float (&acc)[kAccRegs],
                              std::index_sequence<I...>) {
     Mma::fma(a[0], a[1], a[2], a[3], desc, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
-  }
-
-  static __device__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-  }
-  static __device__ void cluster_sync_relaxed() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n"
-                 "barrier.cluster.wait.aligned;" ::: "memory");
-  }
-  static __device__ void store_shared4(uint32_t addr, float const* v) {
-    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};"
-                 :: "r"(addr), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]) : "memory");
-  }
-  // The 16 bytes at shared address `addr` of the cluster's CTA `rank`.
-  static __device__ void load_from_cta4(uint32_t addr, uint32_t rank, float (&v)[4]) {
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(remote) : "memory");
   }
 
   static __device__ void kernel_body(Params const& p, char* smem_raw) {
@@ -454,11 +489,9 @@ struct WgmmaMixedMm {
       }
       return;
     }
-    // The K split's sums: each thread leaves its registers in its CTA's shared memory, four
-    // (one token tile) a 16-byte piece, piece j of every thread together; CTA `rank` owns
-    // pieces [j_begin, j_end) and reads each from every CTA at once (one round trip a piece).
+    // The K split's sums (see add_split_piece): the ring becomes the partial sums.
     cute::cp_async_wait<0>();
-    __syncthreads();  // every warpgroup's wgmmas are done: the ring becomes the partial sums
+    __syncthreads();  // every warpgroup's wgmmas are done
     constexpr int kPieces = kAccRegs / 4;
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < kPieces; ++j) {
@@ -467,34 +500,13 @@ struct WgmmaMixedMm {
     cluster_sync();  // every CTA's partial sums are written
     int const j_begin = kPieces * rank / splits, j_end = kPieces * (rank + 1) / splits;
     for (int j = j_begin; j < j_end; ++j) {
-      uint32_t const addr = smem + uint32_t(j * kThreads + tid) * 16u;
-      float parts[kMaxSplits][4];
-      CUTLASS_PRAGMA_UNROLL
-      for (int s = 0; s < kMaxSplits; ++s) {
-        if (s < splits) {
-          load_from_cta4(addr, s, parts[s]);
-        }
-      }
-      float sum[4] = {0.f, 0.f, 0.f, 0.f};
-      CUTLASS_PRAGMA_UNROLL
-      for (int s = 0; s < kMaxSplits; ++s) {  // rank order: bit-identical run to run
-        if (s < splits) {
-          CUTLASS_PRAGMA_UNROLL
-          for (int i = 0; i < 4; ++i) {
-            sum[i] += parts[s][i];
-          }
-        }
-      }
-      // the sums exist here, whether or not they are stored (tokens past M): every remote read
-      // has returned before the exit barrier below (a volatile asm keeps its place among them)
-      asm volatile("" ::"f"(sum[0]), "f"(sum[1]), "f"(sum[2]), "f"(sum[3]));
+      float sum[4];
+      add_split_piece(smem + uint32_t(j * kThreads + tid) * 16u, splits, sum);
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < 4; ++i) {
         store(4 * j + i, sum[i]);
       }
     }
-    // No CTA leaves while another reads its shared memory. Relaxed: the reads have returned
-    // (above), and a release would also wait for this CTA's global stores to drain.
     cluster_sync_relaxed();
   }
 };
