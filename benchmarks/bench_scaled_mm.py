@@ -48,6 +48,7 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import gemmgen
+from gemmgen.errors import NoKernelError
 
 MODELS = {"llama3-8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)],
           "llama2-70b": [(10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)]}
@@ -233,6 +234,12 @@ def measure(impl: str, model: str, n: int, k: int, m: int, pairs: list, args, st
                     row["status"] = "check_failed"
                     return row
         samples, host_bound = time_calls(impl_fn(impl, args.fast_accum, forced), pairs, args)
+    except NoKernelError as exc:  # no built library serves this column (e.g. the sm80 one): said once
+        row["status"] = "n/a: not built"
+        if impl not in state["unbuilt"]:
+            state["unbuilt"][impl] = str(exc).split(";")[0]
+            print(f"\n{LABELS[impl]}: {state['unbuilt'][impl]}; its column is n/a\n", file=sys.stderr)
+        return row
     except Exception as exc:  # baselines: e.g. torch._int_mm refuses M <= 16; gemmgen: a bug, said loudly
         message = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         row["status"] = ("error: " if impl.startswith("gemmgen_") else "n/a: ") + message
@@ -368,6 +375,9 @@ def write_markdown(table, host, rows, state, args, device: str, path: Path) -> s
     failed += [f"{r['impl']} M={r['m']} N={r['n']} K={r['k']}: {r['status']}" for r in rows if r["status"].startswith("error")]
     checked = (f"FAILED: {'; '.join(failed)}" if failed else f"{len(state['checked'])} (dtype, M, kernel) "
                f"checks passed (rel. err < {CHECK_TOL})") if args.check else "skipped (--no-check)"
+    if state["unbuilt"]:
+        checked += "; not built (columns n/a): " + "; ".join(
+            f"{LABELS[impl]} ({why})" for impl, why in state["unbuilt"].items())
     text = [f"## gemmgen scaled_mm vs torch/cuBLAS on {device} ({datetime.date.today().isoformat()})", "",
             f"- torch {torch.__version__} (CUDA {torch.version.cuda}), gemmgen {gemmgen.__version__}, "
             f"L2 {l2_bytes() / 2**20:.0f} MiB", f"- command: `python {shlex.join(sys.argv)}`",
@@ -402,7 +412,7 @@ def main(argv=None) -> int:
     args.bandwidth = copy_bandwidth(dev)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     print(f"{device}, torch {torch.__version__}, L2 {l2 / 2**20:.0f} MiB, M={args.m}, repeats={args.repeats}")
-    rows, state, start = [], {"checked": {}}, time.perf_counter()
+    rows, state, start = [], {"checked": {}, "unbuilt": {}}, time.perf_counter()
     for model in args.models:
         for n, k in MODELS[model]:
             counts = {m: set_count(m, n, k, l2, args) for m in args.m}

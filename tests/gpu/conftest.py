@@ -80,10 +80,10 @@ def w8a8_built(gpu_ready) -> None:
 @pytest.fixture(scope="session")
 def w8a8_dispatch_library(gpu_ready):
     """The library `gemmgen tune` takes for W8A8 on this GPU (the one with W8A8 dispatch rules)."""
-    from gemmgen import tuning  # torch-heavy: only where a test tunes
+    from gemmgen.tuning.tune import choose_library  # torch-heavy: only where a test tunes
 
     try:
-        return tuning.choose_library(None, "w8a8")
+        return choose_library(None, "w8a8")
     except GemmgenError as exc:  # none (the test samples have no rules) or several
         pytest.skip(f"no one W8A8 library for the tuner: {exc} (build "
                     "gemmgen/manifests/w8a8_sm90.yaml alone beside the samples)")

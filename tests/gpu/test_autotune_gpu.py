@@ -17,7 +17,10 @@ from gemmgen.tuning import autotune
 from gemmgen.tuning import tune as tuning
 from gemmgen.tuning.measure import Store
 
-N, K = 1280, 8192  # Llama-3-70B's qkv projection at tensor parallel 8: in no shipped table
+# A shape of no model in gemmgen/manifests/shapes/, so in no shipped tuned table (tables list the
+# shapes they were tuned on; Llama-3-70B's TP=8 qkv projection, 1280 x 8192, used here before,
+# joined them in session 22). `_unlisted` checks it on the GPU at hand.
+N, K = 1408, 6144
 
 
 def _inputs(m: int):
@@ -57,9 +60,16 @@ def _choice(m):
                            epilogue="ScaledEpilogueBias", m=m, n=N, k=K)
 
 
+def _unlisted(m):
+    """(N, K) at `m` is not a measured point of this GPU's table (settled: nothing to tune)."""
+    choice = _choice(m)
+    assert not choice.settled, f"pick another (N, K) for these tests: {choice.reason}"
+    assert choice.source != "autotune", choice.reason
+
+
 def test_first_use_times_records_and_is_reused(cache_dir, monkeypatch):
     m = 300
-    assert _choice(m).source != "autotune"
+    _unlisted(m)
     args = _inputs(m)
     out = torch.full((m, N), float("nan"), dtype=torch.bfloat16, device="cuda")
     with gemmgen.autotune():
@@ -93,6 +103,7 @@ def test_first_use_times_records_and_is_reused(cache_dir, monkeypatch):
 
 def test_graph_capture_records_pending_and_replays(cache_dir, monkeypatch):
     m = 64
+    _unlisted(m)
     args = _inputs(m)
     out = torch.full((m, N), float("nan"), dtype=torch.bfloat16, device="cuda")
     monkeypatch.setattr(tuning, "measure", lambda *a, **k: pytest.fail("timed during capture"))
