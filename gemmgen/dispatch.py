@@ -533,9 +533,12 @@ def _call_key(op, arch, tuned, device, source, manifests, problem) -> tuple | No
 
 
 def _current_device() -> int | None:
-    """The current CUDA device's index, or None without CUDA."""
+    """The current CUDA device's index, or None without CUDA (`is_available` reads the
+    environment each call: asked only until CUDA is initialized)."""
     import torch
-    return torch.cuda.current_device() if torch.cuda.is_available() else None
+    if torch.cuda.is_initialized() or torch.cuda.is_available():
+        return torch.cuda.current_device()
+    return None
 
 
 def lookup(op: str = "scaled_mm", *, arch=None, tuned: bool = True, source: str = "built",
