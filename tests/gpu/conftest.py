@@ -10,9 +10,10 @@ Fixtures:
   * `built_kernel` (W8A8) and `built_<family>_kernel` (e.g. `built_mixed_kernel`): parametrized
     at collection time over every built kernel of that op family (`gemmgen.list_kernels()`);
     collection never fails: without GPU or library it yields one skipped case.
-  * `w8a8_built`: skips unless a W8A8 kernel is built; `w8a8_dispatch_library`: the built
-    library the tuner would take for W8A8 (one with dispatch rules: the shipped manifest's, not
-    the rule-less test samples'), or a skip when there is none.
+  * `w8a8_built`: skips unless a W8A8 kernel is built; `w8a8_dispatch_library` and
+    `moe_dispatch_library`: the built library the tuner would take for the family (one with
+    dispatch rules: the shipped manifest's, not the rule-less test samples'), or a skip when
+    there is none.
   * autouse: per-test seed (stable hash of the test id, so a failure reproduces), and a
     `torch.cuda.synchronize()` after each test so an asynchronous CUDA error is reported by the
     test that caused it.
@@ -77,16 +78,28 @@ def w8a8_built(gpu_ready) -> None:
         pytest.skip("no W8A8 kernel built (these tests tune or dispatch the int8 scaled_mm)")
 
 
-@pytest.fixture(scope="session")
-def w8a8_dispatch_library(gpu_ready):
-    """The library `gemmgen tune` takes for W8A8 on this GPU (the one with W8A8 dispatch rules)."""
+def _tuner_library(family: str, manifest: str):
+    """The library `gemmgen tune` takes for `family` on this GPU (the one with its dispatch
+    rules), or a skip saying why there is none."""
     from gemmgen.tuning.tune import choose_library  # torch-heavy: only where a test tunes
 
     try:
-        return choose_library(None, "w8a8")
+        return choose_library(None, family)
     except GemmgenError as exc:  # none (the test samples have no rules) or several
-        pytest.skip(f"no one W8A8 library for the tuner: {exc} (build "
-                    "gemmgen/manifests/w8a8_sm90.yaml alone beside the samples)")
+        pytest.skip(f"no one {family} library for the tuner: {exc} (build "
+                    f"gemmgen/manifests/{manifest} alone beside the samples)")
+
+
+@pytest.fixture(scope="session")
+def w8a8_dispatch_library(gpu_ready):
+    """The library `gemmgen tune` takes for W8A8 on this GPU (the one with W8A8 dispatch rules)."""
+    return _tuner_library("w8a8", "w8a8_sm90.yaml")
+
+
+@pytest.fixture(scope="session")
+def moe_dispatch_library(gpu_ready):
+    """The library `gemmgen tune` takes for the MoE family on this GPU."""
+    return _tuner_library("moe", "moe_sm90.yaml")
 
 
 @functools.cache

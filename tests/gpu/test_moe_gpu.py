@@ -1020,8 +1020,10 @@ def test_a8w4_argument_errors_on_gpu():
         gemmgen.pack_moe_weights(weight, per_group, weight_bits=4)
     with pytest.raises(ValueError, match=rf"^gemmgen\.{OP}{refused}"):
         op(w=gemmgen.MoeWeight(packed.weight, per_group, bits=4), ws=None)
+    with pytest.raises(ValueError, match=rf"^gemmgen\.{OP}{refused}"):
+        op(ws=per_group)  # weight_bits None with per-group scales and int8 x: A8W4, as above
     with pytest.raises(ValueError, match=error_pattern("weight_scale") + "per-channel scales"):
-        op(ws=per_group)                                 # weight_bits 8: [E, N] only
+        op(ws=per_group, weight_bits=8)                  # weight_bits 8: [E, N] only
 
     # the assist matrix: A8W4's only, [E, N] float32
     int8_weight = random_values((e, k, n), torch.int8)
@@ -1088,7 +1090,7 @@ def test_a8w4_argument_errors_on_gpu():
                 op(w=w_arg, ws=None, kernel=kernels[0].name, **extra)
 
 
-def test_tune_measures_moe_layers_and_its_winners_are_correct(tmp_path):
+def test_tune_measures_moe_layers_and_its_winners_are_correct(tmp_path, moe_dispatch_library):
     """`gemmgen tune` on the MoE library, end to end on a small expert layer (E = 8, top-2):
     every int8-activation class measured at 2 and 128 rows (1 and 64 tokens), a table of the layer
     with buckets over rows, each bucket's kernel the fastest within the tie tolerance of
@@ -1098,7 +1100,7 @@ def test_tune_measures_moe_layers_and_its_winners_are_correct(tmp_path):
     from gemmgen.tuning.shapes import WeightShape
     from gemmgen.tuning.table import load_table
 
-    library = tuning.choose_library(None, "moe")
+    library = moe_dispatch_library
     layer = WeightShape("w13", 1024, 512, "test", "test:1", experts=8, top_k=2)
     grid = (2, 128)
     options = tuning.TuneOptions(shapes=[layer], m_grid=grid, library=library.name,
