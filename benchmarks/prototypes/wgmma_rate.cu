@@ -6,7 +6,7 @@
 // (session 27, RESULTS.md): is RS m64n64k16 itself slower than the SM's peak (2048 bf16 MACs a
 // cycle), which would cap the register-operand design at 64 tokens whatever its pipeline?
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr \
+//   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Igemmgen/templates/include \
 //        -I"$(python -c 'from gemmgen.build import toolchain; print(toolchain.find_toolchain().cutlass_root)')/include" \
 //        -o /tmp/wgmma_rate benchmarks/prototypes/wgmma_rate.cu
 //   /tmp/wgmma_rate
@@ -19,6 +19,7 @@
 #include "cute/arch/mma_sm90_desc.hpp"
 #include "cute/arch/mma_sm90_gmma.hpp"
 #include "cutlass/numeric_types.h"
+#include "gemmgen/shared_memory.cuh"
 
 #include "cuda_check.h"  // CHECK
 
@@ -27,16 +28,6 @@ using Bf16 = cutlass::bfloat16_t;
 
 constexpr int kIters = 512;    // wgmma groups a warpgroup issues
 constexpr int kPerGroup = 4;   // wgmmas a group (one 64-K chunk)
-
-__device__ uint64_t descriptor(uint32_t addr) {
-  cute::GmmaDescriptor desc;
-  desc.bitfield.start_address_ = static_cast<uint16_t>(addr >> 4);
-  desc.bitfield.leading_byte_offset_ = 1;
-  desc.bitfield.stride_byte_offset_ = 1024 >> 4;
-  desc.bitfield.base_offset_ = 0;
-  desc.bitfield.layout_type_ = 1;  // SWIZZLE_128B
-  return desc.desc_;
-}
 
 template <int N, bool RegisterA, size_t... I>
 __device__ void issue(uint32_t const (&a)[4], uint64_t desc_a, uint64_t desc_b, float (&acc)[N / 2],
@@ -64,7 +55,8 @@ __global__ void __launch_bounds__(N == 256 ? 384 : 512, 1) rate_kernel(long long
   }
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   __syncthreads();
-  uint64_t const desc_a = descriptor(base), desc_b = descriptor(base + 64 * 128);
+  uint64_t const desc_a = gemmgen::smem::sw128_k_major_descriptor(base);
+  uint64_t const desc_b = gemmgen::smem::sw128_k_major_descriptor(base + 64 * 128);
   uint32_t a[4];
   for (int r = 0; r < 4; ++r) a[r] = 0x3c003c00u + threadIdx.x + r;
   float acc[N / 2];
