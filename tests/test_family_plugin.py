@@ -415,6 +415,28 @@ def use(monkeypatch):
     dispatch.cache_clear()
 
 
+def test_choose_is_memoized_per_call_and_gpu_and_forgets_with_the_choices(built, use, monkeypatch):
+    """A repeated `choose` of the built libraries answers from its memo (the problem is not
+    checked again), per GPU index; `cache_clear` forgets it; a wrong problem is never memoized."""
+    manifest, kernels = built
+    use(_library(manifest, kernels))
+    problem = dict(x_dtype="fp16", out_dtype="fp16", n=4096, batch=8)
+    first = dispatch.choose("axpby", **problem)
+    assert dispatch.choose("axpby", **problem) is first
+    requests = []
+    checked = dispatch._dispatch_request
+    monkeypatch.setattr(dispatch, "_dispatch_request",
+                        lambda op, p: requests.append(op) or checked(op, p))
+    assert dispatch.choose("axpby", **problem) is first and requests == []
+    assert dispatch.choose("axpby", device=1, **problem) == first and requests == ["axpby"]
+    assert dispatch.choose("axpby", device=1, **problem) is not first and requests == ["axpby"]
+    dispatch.cache_clear()
+    assert dispatch.choose("axpby", **problem) is not first and requests == ["axpby"] * 2
+    for _ in range(2):  # an error is raised each time, not remembered
+        with pytest.raises(ValueError, match="batch"):
+            dispatch.choose("axpby", x_dtype="fp16", out_dtype="fp16", n=8, batch=0)
+
+
 @pytest.mark.parametrize("x, out, n, batch, terse, rule", [
     ("fp16", "fp16", 4096, 8, "b128_v2", 0),
     ("fp16", "fp16", 4097, 8, "b512_v4", 2),
