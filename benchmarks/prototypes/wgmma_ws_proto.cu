@@ -44,7 +44,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -76,7 +75,6 @@ namespace gemmgen::mixed::wgmma_ws {
 
 using direct::lds128;
 using direct::Params;
-using wgmma::kMaxSplits;
 
 namespace mbar {
 __device__ __forceinline__ void init(uint32_t bar, uint32_t count) {
@@ -488,7 +486,6 @@ namespace gemmgen::mixed::wgmma_cs {
 
 using direct::lds128;
 using direct::Params;
-using wgmma::kMaxSplits;
 using wgmma_ws::bulk_copy;
 using wgmma_ws::tensor_copy_2d;
 namespace mbar = wgmma_ws::mbar;
