@@ -129,8 +129,9 @@ __device__ __forceinline__ void load_from_cta4(uint32_t addr, uint32_t rank, flo
 // thread together; after a cluster barrier, CTA `rank` owns a range of pieces and adds each over
 // every CTA (this function), then a relaxed cluster barrier keeps every CTA until the others'
 // reads have returned (relaxed: a release would also wait for this CTA's global stores to drain).
-// Piece `addr` of every CTA of the cluster (S = `splits`), read at once (one round trip) and added
-// in rank order: bit-identical run to run.
+//
+// add_split_piece: piece `addr` of every CTA of the cluster (S = `splits`), read at once (one
+// round trip) and added in rank order: bit-identical run to run.
 __device__ __forceinline__ void add_split_piece(uint32_t addr, int splits, float (&sum)[4]) {
   float parts[kMaxSplits][4];
   CUTLASS_PRAGMA_UNROLL
