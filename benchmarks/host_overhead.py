@@ -77,7 +77,8 @@ def main() -> None:
         "torch.ops.gemmgen.scaled_mm_out (the op on the dispatcher)":
             lambda: torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, None, None, forced),
         "torch.compile(fullgraph=True) of gemmgen.scaled_mm, no CUDA graphs": lambda: compiled(a),
-        "  argument checks": lambda: ops.check_arguments(out, a, b, scale_a, scale_b, bias, None, None),
+        "  argument checks (check_arguments: every refusal explained)":
+            lambda: ops.check_arguments(out, a, b, scale_a, scale_b, bias, None, None),
         "  dispatch.choose (memoized)": lambda: dispatch.choose(
             "scaled_mm", a_dtype=torch.int8, out_dtype=torch.bfloat16, epilogue="ScaledEpilogueBias",
             m=M, n=N, k=K),
@@ -87,6 +88,9 @@ def main() -> None:
             a8, b8, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=torch.bfloat16),
         "torch._int_mm (M=32)": lambda: torch._int_mm(a32, b),
     }
+    if hasattr(ops, "_common_problem"):  # since session 28: the eager call's quick acceptance
+        rows["  argument checks, quick path (the eager call's)"] = (
+            lambda: ops._common_problem(out, a, b, scale_a, scale_b, bias))
     print(f"host time per call on {torch.cuda.get_device_name()} (torch {torch.__version__})")
     for name, fn in rows.items():
         print(f"{name:55s} {per_call_us(fn):8.2f} µs")

@@ -249,6 +249,44 @@ def test_the_ops_memo_follows_new_records(case, use, build_dir, monkeypatch):
     launch.clear_caches()
 
 
+def test_how_long_a_choice_holds_and_the_plans_made_from_it(case, use, build_dir, monkeypatch):
+    """launch.choice says how long its answer holds (the ops memoize what they derive from it by
+    that): the rules' choice until tuning at first use is on (False), a choice under capture not
+    at all (None), a timed one for good (True); plan memos are emptied with the choices and never
+    keep a provisional plan."""
+    from gemmgen.bindings import launch
+    library = use(_library(case))
+    large = _name(library, "large")
+    launch.clear_caches()
+
+    def fake_tune_point(lib, key, m, n, k, gpu, device):
+        if autotune.not_now_reason() is not None:
+            return None
+        entry = autotune.Entry(tuple(key), n, k, autotune.m_bucket(m), m, large, RuntimeKnobs(), 5.0,
+                               kernel_set=lib.kernel_set)
+        autotune.cache_for(lib.name, gpu).add(entry)
+        return entry
+
+    monkeypatch.setattr(autotune, "tune_point", fake_tune_point)
+    lasting = lambda: launch.choice("scaled_mm", 0, ("sm90a",), KEY, (40, 4096, 4096))[2]  # noqa: E731
+    assert lasting() is False
+    monkeypatch.setattr(autotune, "not_now_reason", lambda: "CUDA graph capture")
+    with gemmgen.autotune():
+        assert lasting() is None
+    monkeypatch.setattr(autotune, "not_now_reason", lambda: None)
+    with gemmgen.autotune():
+        assert lasting() is True
+    memo = launch.plan_memo()
+    launch.store_plan(memo, ("provisional",), ("plan", None))
+    launch.store_plan(memo, ("kept",), ("plan", False))
+    assert memo == {("kept",): ("plan", False)}
+    launch.forget_choices()
+    assert memo == {}
+    launch.store_plan(memo, ("kept",), ("plan", True))
+    launch.clear_caches()
+    assert memo == {}
+
+
 def test_an_own_table_listing_the_shape_comes_before_a_record(case, use, build_dir, tmp_path):
     base = _library(case)
     library = use(_install(base, _model_table(base, tmp_path)))

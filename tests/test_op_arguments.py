@@ -4,6 +4,7 @@ with CPU tensors show which op an error names. And dispatch's range check of m, 
 
 from __future__ import annotations
 
+import random
 import re
 
 import pytest
@@ -154,3 +155,75 @@ def test_argument_errors_show_values_in_plain_words(value, shown):
     """No Python type names (NoneType, list, ...) in an op's argument error: plain words."""
     with pytest.raises(ValueError, match=rf"^gemmgen\.scaled_mm: argument 'a': expected .*; got {re.escape(shown)}$"):
         gemmgen.scaled_mm(value, None, None, None, BF16)
+
+
+# ------------------------------------------------- the eager path's quick acceptance
+
+_DTYPES = [INT8, FP8, BF16, torch.float16, torch.float32, torch.int32]
+
+
+def _strided(sizes, strides, dtype):
+    return torch.empty_strided(sizes, strides, dtype=dtype, device="cuda")
+
+
+def _slow_problem(out, a, b, scale_a, scale_b, bias):
+    """What the implementation reads after check_arguments, the long way (or None: refused)."""
+    try:
+        ops.check_arguments(out, a, b, scale_a, scale_b, bias, None, None)
+    except ValueError:
+        return None
+    m, k = a.shape
+    n = b.shape[1]
+    return (m, n, k, a.get_device(), a.stride(0) if m > 1 else k, b.stride(1) if n > 1 else k,
+            out.stride(0) if m > 1 else n, scale_a.numel() > 1, scale_b.numel() > 1)
+
+
+@pytest.mark.parametrize("m", [1, 2, 16, 33])
+@pytest.mark.parametrize("dtype, out_dtype", [(INT8, BF16), (FP8, torch.float16)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_quick_acceptance_takes_the_common_calls(fake, m, dtype, out_dtype, with_bias):
+    """The usual calls (one token or many, per-token and per-tensor scales, bias or not) take
+    the quick path, with the sizes the long way reads."""
+    n, k = 48, 64
+    a, b, _, _ = _problem(m, n, k, dtype)
+    out = torch.empty((m, n), dtype=out_dtype, device="cuda")
+    scale_a = torch.empty(m, 1, dtype=torch.float32, device="cuda")
+    scale_b = torch.empty(1, dtype=torch.float32, device="cuda")
+    bias = torch.empty(n, dtype=out_dtype, device="cuda") if with_bias else None
+    quick = ops._common_problem(out, a, b, scale_a, scale_b, bias)
+    assert quick is not None and quick == _slow_problem(out, a, b, scale_a, scale_b, bias)
+
+
+def test_quick_acceptance_never_takes_what_the_checks_refuse():
+    """3000 random calls around the valid ones (each size, stride, dtype and vector length wrong
+    now and then): whenever the quick path accepts, check_arguments accepts too and the sizes
+    agree (it may refuse more: those calls take the long way). Every outcome must occur often,
+    or the property says little."""
+    rng = random.Random(28)
+
+    def pick(good, *bad):  # a good value, or now and then a bad one
+        return rng.choice(bad) if bad and rng.random() < 0.06 else rng.choice(good)
+
+    def vector(own, dtype):
+        kind = pick(["1", "own"], "other", "strided", "int32")
+        size = {"1": 1, "own": own, "other": own + 1, "strided": own, "int32": own}[kind]
+        return _strided((size,), (2 if kind == "strided" else 1,), torch.int32 if kind == "int32" else dtype)
+
+    seen = {"quick": 0, "long way only": 0, "refused": 0}
+    with FakeTensorMode():
+        for _ in range(3000):
+            m, n, k = pick([1, 2, 3, 16], 0), pick([8, 16, 24], 1, 2, 12), pick([16, 32], 8, 24)
+            a_dtype, out_dtype = pick([INT8, FP8], BF16), pick([BF16, torch.float16], torch.float32)
+            lda, ldb, ldd = (pick([size, size + 16], size - 1, size + 1, size + 8, 1) for size in (k, k, n))
+            a = _strided((m, k), (max(lda, 1), 1), a_dtype)
+            b_dtype = pick([a_dtype], INT8 if a_dtype != INT8 else FP8)
+            b = _strided((k, n), pick([(1, max(ldb, 1))], (max(ldb, 1), 1)), b_dtype)
+            out = _strided((m, n), pick([(max(ldd, 1), 1)], (1, max(m, 1))), out_dtype)
+            scale_a, scale_b = vector(m, torch.float32), vector(n, torch.float32)
+            bias = pick([None, vector(n, out_dtype)])
+            quick = ops._common_problem(out, a, b, scale_a, scale_b, bias)
+            slow = _slow_problem(out, a, b, scale_a, scale_b, bias)
+            if quick is not None:
+                assert quick == slow, (quick, slow)
+            seen["quick" if quick is not None else "long way only" if slow is not None else "refused"] += 1
+    assert min(seen.values()) >= 50, seen

@@ -61,6 +61,7 @@ class ArgumentErrors:
 _device_arches: dict[int, tuple[str, ...]] = {}
 _checked_devices: set[tuple[int, str]] = set()
 _choices: dict[tuple, tuple[Kernel, RuntimeKnobs, bool]] = {}  # (kernel, knobs, settled)
+_plan_memos: list[dict] = []  # the families' plan_memo()s
 _MAX_CHOICES = 1 << 14
 
 
@@ -95,12 +96,12 @@ def check_device(device: int, kernel: Kernel, fail: ArgumentErrors, tensor: str 
     _checked_devices.add((device, arch))
 
 
-def chosen_kernel(op: str, device: int, arches: tuple[str, ...], key: tuple,
-                  values: tuple[int, ...]) -> tuple[Kernel, RuntimeKnobs]:
-    """Dispatch's kernel and knobs for a problem, memoized per (device, arches, class, values).
-    With tuning at first use on, a memoized choice that is not settled (its problem never timed
-    on this GPU) is chosen again, and so timed; a provisional one (made under CUDA graph capture)
-    is not kept."""
+def choice(op: str, device: int, arches: tuple[str, ...], key: tuple,
+           values: tuple[int, ...]) -> tuple[Kernel, RuntimeKnobs, Optional[bool]]:
+    """Dispatch's kernel and knobs for a problem, memoized per (device, arches, class, values),
+    and how long the answer holds: True (settled: until the caches are cleared), False (until
+    tuning at first use is on: then it is chosen again, and so timed, as its problem was never
+    timed on this GPU), None (provisional, made under CUDA graph capture: not kept)."""
     memo = (arches, device, key, values)
     chosen = _choices.get(memo)
     if chosen is None or (not chosen[2] and autotune_enabled()):
@@ -108,9 +109,36 @@ def chosen_kernel(op: str, device: int, arches: tuple[str, ...], key: tuple,
             _choices.clear()
         choice = dispatch.choose_class(key, values, arch=arches, device=device)
         chosen = (choice.kernel, choice.knobs, choice.settled)
-        if not choice.provisional:
-            _choices[memo] = chosen
-    return chosen[0], chosen[1]
+        if choice.provisional:
+            return choice.kernel, choice.knobs, None
+        _choices[memo] = chosen
+    return chosen
+
+
+def chosen_kernel(op: str, device: int, arches: tuple[str, ...], key: tuple,
+                  values: tuple[int, ...]) -> tuple[Kernel, RuntimeKnobs]:
+    """`choice` without how long it holds."""
+    kernel, knobs, _ = choice(op, device, arches, key, values)
+    return kernel, knobs
+
+
+def plan_memo() -> dict:
+    """A family's memo of what it derives per problem from a choice (the kernel's entry points,
+    knob codes, workspace size), emptied whenever the choices are (`forget_choices`,
+    `clear_caches`). Entries keep `choice`'s lasting flag: a False one holds only while tuning at
+    first use is off (`autotune_enabled()`), a None one is not stored (`store_plan`)."""
+    memo: dict = {}
+    _plan_memos.append(memo)
+    return memo
+
+
+def store_plan(memo: dict, key: tuple, plan: tuple) -> None:
+    """Keep `plan` (whose last item is its choice's lasting flag) unless it is provisional."""
+    if plan[-1] is None:
+        return
+    if len(memo) >= _MAX_CHOICES:
+        memo.clear()
+    memo[key] = plan
 
 
 # Programmatic dependent launch for the kernels that support it (sm90 W8A8, the MoE direct
@@ -140,6 +168,8 @@ def set_programmatic_dependent_launch(enabled: bool) -> None:
 def forget_choices() -> None:
     """Forget memoized choices (a new record of tuning at first use changes them)."""
     _choices.clear()
+    for memo in _plan_memos:
+        memo.clear()
 
 
 def forced_kernel(name: str, arch: Optional[str], fail: ArgumentErrors) -> Kernel:
@@ -154,7 +184,7 @@ def forced_kernel(name: str, arch: Optional[str], fail: ArgumentErrors) -> Kerne
 
 def clear_caches() -> None:
     """Forget memoized kernel choices and device checks (gemmgen.reload() calls this)."""
-    _choices.clear()
+    forget_choices()
     _device_arches.clear()
     _checked_devices.clear()
 
@@ -177,8 +207,9 @@ _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
 
 
-def _launch_here(kernel: Kernel, buffer: ctypes.Array, device: int) -> int:
-    size = kernel.workspace_size(buffer)
+def _launch_here(kernel: Kernel, buffer: ctypes.Array, device: int,
+                 workspace_bytes: Optional[int]) -> int:
+    size = kernel.workspace_size(buffer) if workspace_bytes is None else workspace_bytes
     # Workspace (stream-K partials, tile counters) comes from torch's caching allocator, which
     # also makes it graph-safe under CUDA graph capture.
     workspace = torch.empty(size, dtype=torch.uint8, device=device) if size else None
@@ -189,12 +220,14 @@ def _launch_here(kernel: Kernel, buffer: ctypes.Array, device: int) -> int:
     return kernel.run(buffer, 0 if workspace is None else workspace.data_ptr(), size, stream)
 
 
-def launch(kernel: Kernel, buffer: ctypes.Array, device: int) -> int:
-    """Run `kernel` on `device`'s current stream; returns the C status (0: launched)."""
+def launch(kernel: Kernel, buffer: ctypes.Array, device: int, workspace_bytes: Optional[int] = None) -> int:
+    """Run `kernel` on `device`'s current stream; returns the C status (0: launched).
+    `workspace_bytes`: the kernel's workspace size for these arguments when the caller has it
+    memoized (it depends on the problem and knobs, never on the pointers); None asks the kernel."""
     if device == _current_device():
-        return _launch_here(kernel, buffer, device)
+        return _launch_here(kernel, buffer, device, workspace_bytes)
     with torch.cuda.device(device):
-        return _launch_here(kernel, buffer, device)
+        return _launch_here(kernel, buffer, device, workspace_bytes)
 
 
 def raise_on_status(status: int, kernel: Kernel) -> None:
@@ -207,11 +240,24 @@ def mark_written(*tensors: torch.Tensor) -> None:
     torch op does: autograd then refuses a saved tensor that was overwritten instead of using
     the new values silently. (The ops are Library ops, not custom_op, which did this in its
     ADInplaceOrView kernel; eager calls skip the dispatcher.)"""
-    for t in tensors:
-        _increment_version(t)
+    _increment_version(tensors)
 
 
-_increment_version = torch.autograd.graph.increment_version
+def _version_bumper():
+    """torch's own call behind torch.autograd.graph.increment_version, where it takes a tuple of
+    tensors (as in the torch versions whose public function takes a list): this runs on every
+    call of every op, and the public function adds a Python wrapper. Else the public function, a
+    tensor at a time."""
+    own = getattr(torch._C, "_increment_version", None)
+    try:
+        own((torch.empty(0),))
+        return own
+    except TypeError:
+        public = torch.autograd.graph.increment_version
+        return lambda tensors: [public(t) for t in tensors]
+
+
+_increment_version = _version_bumper()
 
 
 def refuse_wrong_kinds(fail: ArgumentErrors, required=(), optional=(), kernel=None) -> None:

@@ -87,9 +87,9 @@ def test_dispatch_uses_the_tuned_table_and_its_knobs(tuned, monkeypatch):
     launched = []
     real_launch = ops._launch
 
-    def recording_launch(chosen, buffer, device):
+    def recording_launch(chosen, buffer, device, *workspace_bytes):
         launched.append((chosen.name, ops._ARGS_LAYOUT.unpack_from(buffer)[-4:-1]))  # raster, swizzle, split-K
-        return real_launch(chosen, buffer, device)
+        return real_launch(chosen, buffer, device, *workspace_bytes)
     try:
         monkeypatch.setattr(dispatch, "libraries", lambda: (with_table, *others))
         monkeypatch.setattr(ops, "_launch", recording_launch)

@@ -57,6 +57,49 @@ def _epilogue(bias, azp_adj, azp) -> str:
     return "ScaledEpilogueAzp" if azp is None else "ScaledEpilogueAzpPerToken"
 
 
+def _common_problem(out, a, b, scale_a, scale_b, bias) -> Optional[tuple]:
+    """The sizes of a call without zero points that check_arguments accepts, read in as few tensor
+    accesses as its conditions allow: (m, n, k, device, lda, ldb, ldd, scale_a per token,
+    scale_b per channel), the leading strides as the kernels take them. None for anything else,
+    refusals included: then check_arguments decides, and explains.
+
+    NOTES: each condition here implies check_arguments' (tests/test_op_arguments.py holds the two
+    side by side on random layouts); it may refuse more (N = 1, M = 0, int8-sized K for fp8,
+    non-tensors), which only sends those calls the long way. ~2 µs cheaper a call than
+    check_arguments, which explains every refusal and so reads every fact separately."""
+    try:
+        m, k = a.shape
+        k_b, n = b.shape
+        lda, a_inner = a.stride()
+        b_inner, ldb = b.stride()
+        ldd, out_inner = out.stride()
+        device = a.get_device()
+        a_dtype, out_dtype = a.dtype, out.dtype
+        if not (a_inner == 1 and b_inner == 1 and out_inner == 1 and k_b == k and device >= 0
+                and 0 < m <= INT32_MAX and 1 < n <= INT32_MAX and 0 < k <= INT8_MAX_K
+                and (a_dtype is torch.int8 or a_dtype is torch.float8_e4m3fn) and b.dtype is a_dtype
+                and (out_dtype is torch.bfloat16 or out_dtype is torch.float16)
+                and ldb >= k and not (k % 16 or ldb % 16 or n % 8)
+                and (m == 1 or (lda >= k and ldd >= n and not (lda % 16 or ldd % 8)))
+                and out.shape == (m, n) and a.is_cuda
+                and b.get_device() == device and out.get_device() == device):
+            return None
+        scales_a, scales_b = scale_a.numel(), scale_b.numel()
+        if not (scale_a.dtype is torch.float32 and scale_b.dtype is torch.float32
+                and scale_a.get_device() == device and scale_b.get_device() == device
+                and (scales_a == 1 or (scales_a == m and scale_a.is_contiguous()))
+                and (scales_b == 1 or (scales_b == n and scale_b.is_contiguous()))):
+            return None
+        if bias is not None and not (bias.dtype is out_dtype and bias.numel() == n
+                                     and bias.get_device() == device and bias.is_contiguous()):
+            return None
+    except (AttributeError, TypeError, ValueError):  # not tensors, or not 2-D ones
+        return None
+    # NOTES: a single row has no meaningful stride and torch may report 1 for it; TMA wants a
+    # leading stride of at least the row length, so the kernels get the packed one.
+    return m, n, k, device, lda if m > 1 else k, ldb, ldd if m > 1 else n, scales_a > 1, scales_b > 1
+
+
 def check_arguments(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
                     scale_b: torch.Tensor, bias: Optional[torch.Tensor],
                     azp_adj: Optional[torch.Tensor], azp: Optional[torch.Tensor]) -> str:
@@ -142,14 +185,14 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a
 
 def _kernel_for(kernel: Optional[str], a: torch.Tensor, out: torch.Tensor, epilogue: str,
                 m: int, n: int, k: int, arch: Optional[str] = None,
-                fail: launch.ArgumentErrors = _fail) -> tuple[Kernel, RuntimeKnobs]:
+                fail: launch.ArgumentErrors = _fail) -> tuple[Kernel, RuntimeKnobs, Optional[bool]]:
     """The forced kernel (checked against the call) with its manifest knobs, or dispatch's
-    choice of kernel and knobs (memoized per problem)."""
+    choice of kernel and knobs (memoized per problem); and how long it holds (launch.choice)."""
     if kernel is None:
         device = a.get_device()
         arches = launch.arches_for(device, arch, fail)
         key = ("scaled_mm", dtype_name(a.dtype), dtype_name(out.dtype), epilogue)
-        return launch.chosen_kernel("scaled_mm", device, arches, key, (m, n, k))
+        return launch.choice("scaled_mm", device, arches, key, (m, n, k))
     chosen = launch.forced_kernel(kernel, arch, fail)
     spec = chosen.spec
     want = (dtype_name(a.dtype), dtype_name(out.dtype), epilogue)
@@ -157,7 +200,7 @@ def _kernel_for(kernel: Optional[str], a: torch.Tensor, out: torch.Tensor, epilo
         raise fail("kernel", f"a kernel for {want[0]} -> {want[1]} with {want[2]}",
                    f"{kernel} ({getattr(spec, 'a', '?')} -> {getattr(spec, 'd', '?')}, "
                    f"{getattr(spec, 'epilogue', spec.family)})")
-    return chosen, spec.knobs
+    return chosen, spec.knobs, True
 
 
 def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
@@ -166,21 +209,62 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
                         kernel: Optional[str], arch: Optional[str] = None,
                         split_k: Optional[int] = None, knobs: Optional[RuntimeKnobs] = None) -> None:
     """The eager implementation. `knobs` (the tuner's) overrides the kernel's run-time knobs."""
-    epilogue = check_arguments(out, a, b, scale_a, scale_b, bias, azp_adj, azp)
-    fail = _fail_azp if azp_adj is not None else _fail
-    m, k = a.shape
-    n = b.shape[1]
-    if m == 0:
-        if kernel is not None:
-            _kernel_for(kernel, a, out, epilogue, 1, n, k, arch, fail)  # still reject a wrong name
-        return
+    problem = _common_problem(out, a, b, scale_a, scale_b, bias) if azp_adj is None and azp is None else None
+    if problem is None:
+        epilogue = check_arguments(out, a, b, scale_a, scale_b, bias, azp_adj, azp)
+        m, k = a.shape
+        n = b.shape[1]
+        if m == 0:
+            if kernel is not None:  # still reject a wrong name
+                _kernel_for(kernel, a, out, epilogue, 1, n, k, arch, _fail_azp if azp_adj is not None else _fail)
+            return
+        problem = (m, n, k, a.get_device(), a.stride(0) if m > 1 else k, b.stride(1) if n > 1 else k,
+                   out.stride(0) if m > 1 else n, scale_a.numel() > 1, scale_b.numel() > 1)
+    else:
+        epilogue = "ScaledEpilogue" if bias is None else "ScaledEpilogueBias"
     a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), out.data_ptr()
-    for name, address in (("a", a_ptr), ("b", b_ptr), ("out", d_ptr)):
-        if address % _ALIGN_BYTES:
-            raise fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
-    chosen, chosen_knobs = _kernel_for(kernel, a, out, epilogue, m, n, k, arch, fail)
+    if (a_ptr | b_ptr | d_ptr) % _ALIGN_BYTES:
+        fail = _fail_azp if azp_adj is not None else _fail
+        for name, address in (("a", a_ptr), ("b", b_ptr), ("out", d_ptr)):
+            if address % _ALIGN_BYTES:
+                raise fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
+    m, n, k, device, lda, ldb, ldd, scale_a_per_token, scale_b_per_channel = problem
+    memo_key = (kernel, arch, split_k, epilogue, a.dtype, out.dtype) + problem
+    try:
+        plan = _plans.get(memo_key) if knobs is None else None
+    except TypeError:  # an unhashable kernel, arch or split_k: _plan refuses it by name
+        plan = None
+    if plan is None or (plan[-1] is False and launch.autotune_enabled()):
+        plan = _plan(kernel, arch, split_k, knobs, a, out, epilogue, m, n, k, device,
+                     _fail_azp if azp_adj is not None else _fail)
+    chosen, raster, swizzle, slices, workspace_bytes, lasting = plan
+    buffer = _args_buffer()
+    _ARGS_LAYOUT.pack_into(buffer, 0, a_ptr, b_ptr, d_ptr, m, n, k, lda, ldb, ldd,
+                           scale_a.data_ptr(), scale_b.data_ptr(), _ptr(bias), _ptr(azp_adj),
+                           _ptr(azp), scale_a_per_token, scale_b_per_channel, raster, swizzle,
+                           slices, launch.launch_flags())
+    if workspace_bytes is None:  # the plan's first call: ask the kernel, then keep the plan
+        workspace_bytes = chosen.workspace_size(buffer)
+        if knobs is None:
+            launch.store_plan(_plans, memo_key, (chosen, raster, swizzle, slices, workspace_bytes, lasting))
+    launch.raise_on_status(_launch(chosen, buffer, device, workspace_bytes), chosen)
+    launch.mark_written(out)
+
+
+# (kernel, arch, split_k, epilogue, a dtype, out dtype) + _common_problem's tuple ->
+# (kernel, raster code, swizzle, K slices, workspace bytes, lasting): what a call derives from
+# dispatch's choice, once per problem (launch.plan_memo).
+_plans = launch.plan_memo()
+
+
+def _plan(kernel: Optional[str], arch: Optional[str], split_k: Optional[int],
+          knobs: Optional[RuntimeKnobs], a: torch.Tensor, out: torch.Tensor, epilogue: str, m: int,
+          n: int, k: int, device: int, fail: launch.ArgumentErrors) -> tuple:
+    """The kernel for a problem and what its launch takes from the knobs (the tuner's `knobs`
+    over the chosen ones, `split_k` over both), checked; the workspace size is left to the
+    first call (None)."""
+    chosen, chosen_knobs, lasting = _kernel_for(kernel, a, out, epilogue, m, n, k, arch, fail)
     knobs = knobs or chosen_knobs
-    device = a.get_device()
     launch.check_device(device, chosen, fail)
     slices = knobs.split_k_slices if split_k is None else split_k
     if not isinstance(slices, int) or isinstance(slices, bool) or not 1 <= slices <= 64:
@@ -189,19 +273,7 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
         raise fail("split_k", f"None or 1: kernel {chosen.name} was built without split-K (an "
                               "sm80 config with `split_k: {mode: serial|parallel, slices: N}`)",
                    f"{slices} slices" + ("" if split_k is not None else " (from the tuned table)"))
-    # NOTES: a single row (or column) has no meaningful stride and torch may report 1 for it;
-    # TMA wants a leading stride of at least the row length, so pass the packed one.
-    lda = a.stride(0) if m > 1 else k
-    ldb = b.stride(1) if n > 1 else k
-    ldd = out.stride(0) if m > 1 else n
-    buffer = launch.args_buffer(ScaledMmArgs)
-    _ARGS_LAYOUT.pack_into(buffer, 0, a_ptr, b_ptr, d_ptr, m, n, k, lda, ldb, ldd,
-                           scale_a.data_ptr(), scale_b.data_ptr(), _ptr(bias), _ptr(azp_adj),
-                           _ptr(azp), scale_a.numel() > 1, scale_b.numel() > 1,
-                           RASTER_CODES[knobs.raster], knobs.swizzle, slices,
-                           launch.launch_flags())
-    launch.raise_on_status(_launch(chosen, buffer, device), chosen)
-    launch.mark_written(out)
+    return chosen, RASTER_CODES[knobs.raster], knobs.swizzle, slices, None, lasting
 
 
 def _check_call_options(arch, split_k, fail: launch.ArgumentErrors) -> None:
