@@ -189,14 +189,19 @@ def clear_caches() -> None:
     _checked_devices.clear()
 
 
-_thread_state = threading.local()
+class _ThreadState(threading.local):
+    """Per thread: the families' argument buffers by struct type (made on first use)."""
+
+    def __init__(self):
+        self.buffers: dict[type, ctypes.Array] = {}
+
+
+_thread_state = _ThreadState()
 
 
 def args_buffer(mirror: type[ctypes.Structure]) -> ctypes.Array:
     """This thread's buffer for one family's argument struct (the C side copies it at the call)."""
-    buffers = getattr(_thread_state, "buffers", None)
-    if buffers is None:
-        buffers = _thread_state.buffers = {}
+    buffers = _thread_state.buffers
     buffer = buffers.get(mirror)
     if buffer is None:
         buffer = buffers[mirror] = ctypes.create_string_buffer(ctypes.sizeof(mirror))

@@ -238,10 +238,10 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
         plan = _plan(kernel, arch, split_k, knobs, a, out, epilogue, m, n, k, device,
                      _fail_azp if azp_adj is not None else _fail)
     chosen, raster, swizzle, slices, workspace_bytes, lasting = plan
-    buffer = _args_buffer()
+    buffer = launch.args_buffer(ScaledMmArgs)
     _ARGS_LAYOUT.pack_into(buffer, 0, a_ptr, b_ptr, d_ptr, m, n, k, lda, ldb, ldd,
-                           scale_a.data_ptr(), scale_b.data_ptr(), _ptr(bias), _ptr(azp_adj),
-                           _ptr(azp), scale_a_per_token, scale_b_per_channel, raster, swizzle,
+                           scale_a.data_ptr(), scale_b.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                           _ptr(azp_adj), _ptr(azp), scale_a_per_token, scale_b_per_channel, raster, swizzle,
                            slices, launch.launch_flags())
     if workspace_bytes is None:  # the plan's first call: ask the kernel, then keep the plan
         workspace_bytes = chosen.workspace_size(buffer)
