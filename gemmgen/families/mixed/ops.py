@@ -109,18 +109,20 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor,
 
 
 def _kernel_for(kernel: Optional[str], a: torch.Tensor, weight_type: str, m: int, n: int,
-                k: int) -> tuple[Kernel, RuntimeKnobs]:
+                k: int) -> tuple[Kernel, RuntimeKnobs, Optional[bool]]:
+    """The forced kernel (checked against the call) with its manifest knobs, or dispatch's
+    choice of kernel and knobs (memoized per problem); and how long it holds (launch.choice)."""
     w, scheme = KERNEL_FOR_WEIGHT_TYPE[weight_type]
     key = ("mixed_mm", dtype_name(a.dtype), w, scheme)
     if kernel is None:
         device = a.get_device()
         arches = launch.arches_for(device, None, _fail)
-        return launch.chosen_kernel("mixed_mm", device, arches, key, (m, n, k))
+        return launch.choice("mixed_mm", device, arches, key, (m, n, k))
     chosen = launch.forced_kernel(kernel, None, _fail)
     if chosen.spec.dispatch_class != key:
         raise _fail("kernel", f"a mixed_mm kernel for {key[1]} x {w} ({scheme})",
                     f"{kernel} ({' '.join(chosen.spec.dispatch_class)})")
-    return chosen, chosen.spec.knobs
+    return chosen, chosen.spec.knobs, True
 
 
 def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, group_size: int,
@@ -134,22 +136,47 @@ def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, g
         if kernel is not None:
             _kernel_for(kernel, a, weight_type, 1, n, k)  # still reject a wrong name
         return
-    for name, t in (("a", a), ("packed.qweight", qweight), ("packed.scales", scales),
-                    ("packed.zeros", zeros), ("packed.k_perm", k_perm), ("out", out)):
-        if t is not None and t.data_ptr() % _ALIGN:
-            raise _fail(name, "a 16-byte aligned data pointer", f"address {t.data_ptr():#x}")
-    chosen, chosen_knobs = _kernel_for(kernel, a, weight_type, m, n, k)
-    knobs = knobs or chosen_knobs
+    pointers = (a.data_ptr(), qweight.data_ptr(), scales.data_ptr(), _ptr(zeros), _ptr(k_perm),
+                out.data_ptr())
+    a_ptr, q_ptr, scales_ptr, zeros_ptr, perm_ptr, d_ptr = pointers
+    if (a_ptr | q_ptr | scales_ptr | zeros_ptr | perm_ptr | d_ptr) % _ALIGN:
+        for name, address in zip(("a", "packed.qweight", "packed.scales", "packed.zeros",
+                                  "packed.k_perm", "out"), pointers):
+            if address % _ALIGN:
+                raise _fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
     device = a.get_device()
-    launch.check_device(device, chosen, _fail)
+    lda = a.stride(0) if m > 1 else k
+    ldd = out.stride(0) if m > 1 else n
+    # everything the argument struct holds but the pointers, and which pointers are null: the
+    # workspace (act-order's gathered copy of a) depends on no more
+    memo_key = (kernel, weight_type, a.dtype, device, m, n, k, lda, ldd, group_size,
+                zeros_ptr == 0, bias is None, perm_ptr == 0)
+    try:
+        plan = _plans.get(memo_key) if knobs is None else None
+    except TypeError:  # an unhashable kernel: _kernel_for refuses it by name
+        plan = None
+    if plan is None or (plan[-1] is False and launch.autotune_enabled()):
+        chosen, chosen_knobs, lasting = _kernel_for(kernel, a, weight_type, m, n, k)
+        launch.check_device(device, chosen, _fail)
+        run_knobs = knobs or chosen_knobs
+        plan = (chosen, RASTER_CODES[run_knobs.raster], run_knobs.swizzle, run_knobs.split_k_slices,
+                None, lasting)
+    chosen, raster, swizzle, slices, workspace_bytes, lasting = plan
     buffer = launch.args_buffer(MixedMmArgs)
-    ARGS_LAYOUT.pack_into(buffer, 0, a.data_ptr(), qweight.data_ptr(), scales.data_ptr(),
-                          _ptr(zeros), _ptr(bias), out.data_ptr(), _ptr(k_perm), m, n, k,
-                          a.stride(0) if m > 1 else k, out.stride(0) if m > 1 else n, group_size,
-                          RASTER_CODES[knobs.raster], knobs.swizzle, knobs.split_k_slices,
-                          launch.launch_flags(), LAYOUT_VERSION)
-    launch.raise_on_status(launch.launch(chosen, buffer, device), chosen)
+    ARGS_LAYOUT.pack_into(buffer, 0, a_ptr, q_ptr, scales_ptr, zeros_ptr,
+                          0 if bias is None else bias.data_ptr(), d_ptr, perm_ptr, m, n, k, lda, ldd,
+                          group_size, raster, swizzle, slices, launch.launch_flags(), LAYOUT_VERSION)
+    if workspace_bytes is None:  # the plan's first call: ask the kernel, then keep the plan
+        workspace_bytes = chosen.workspace_size(buffer)
+        if knobs is None:
+            launch.store_plan(_plans, memo_key, (chosen, raster, swizzle, slices, workspace_bytes, lasting))
+    launch.raise_on_status(launch.launch(chosen, buffer, device, workspace_bytes), chosen)
     launch.mark_written(out)
+
+
+# _mixed_mm_out_impl's memo key -> (kernel, raster code, swizzle, K slices, workspace bytes,
+# lasting): what a call derives from dispatch's choice, once per problem (launch.plan_memo).
+_plans = launch.plan_memo()
 
 
 def _mixed_mm_out_fake(out, a, qweight, scales, zeros, bias, weight_type, group_size, n, k,
