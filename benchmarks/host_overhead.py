@@ -2,6 +2,8 @@
 
     python benchmarks/host_overhead.py        # needs an sm90 GPU and a built default library
     python benchmarks/host_overhead.py --kernel NAME   # any built int8 bf16 bias kernel, by name
+    python benchmarks/host_overhead.py --mixed-kernel NAME  # also gemmgen.mixed_mm (int4, group
+                                                             # 128, bf16, M=1) with that kernel
 
 Each row is the wall time of 3000 back-to-back calls (no sync inside the loop) divided by 3000;
 the problem (M=16, N=K=4096) is small, so host time, not GPU time, is what is measured.
@@ -51,11 +53,32 @@ def operands(dev: str = "cuda") -> SimpleNamespace:
     )
 
 
+def mixed_rows(kernel) -> dict:
+    """gemmgen.mixed_mm at one token (int4 group 128, bf16, N=K=4096), eager and on the dispatcher."""
+    q = torch.randint(-8, 8, (N, K), dtype=torch.int8, device="cuda")
+    scales = torch.rand(N, K // 128, device="cuda").to(torch.bfloat16)
+    packed = gemmgen.pack_weights(q, scales, weight_type="int4", group_size=128)
+    x = torch.randn(1, K, device="cuda").to(torch.bfloat16)
+    y = torch.empty(1, N, device="cuda", dtype=torch.bfloat16)
+    gemmgen.mixed_mm(x, packed, out=y, kernel=kernel)
+    args = (y, x, packed.qweight, packed.scales, packed.zeros, None, packed.weight_type,
+            packed.group_size, packed.n, packed.k, kernel, packed.k_perm)
+    return {"gemmgen.mixed_mm (int4 g128, M=1), eager (out= given)":
+                lambda: gemmgen.mixed_mm(x, packed, out=y, kernel=kernel),
+            "torch.ops.gemmgen.mixed_mm_out (the op on the dispatcher)":
+                lambda: torch.ops.gemmgen.mixed_mm_out(*args)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernel", help="force this built kernel (int8 -> bf16, ScaledEpilogueBias) "
                         "instead of the one dispatch picks")
-    forced = parser.parse_args().kernel
+    parser.add_argument("--mixed-kernel", help="also time gemmgen.mixed_mm (int4 group 128, bf16, M=1, "
+                        "N=K=4096) forced to this built kernel ('dispatch': dispatch's choice)")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="leave out the torch.compile row (its compile takes tens of seconds)")
+    options = parser.parse_args()
+    forced = options.kernel
     o = operands()
     a, b, scale_a, scale_b, bias, out = o.a, o.b, o.scale_a, o.scale_b, o.bias, o.out
     a32, a8, b8 = o.a32, o.a8, o.b8
@@ -65,8 +88,6 @@ def main() -> None:
         kernel = dispatch.lookup("scaled_mm", a_dtype=torch.int8, out_dtype=torch.bfloat16,
                                  epilogue="ScaledEpilogueBias", m=M, n=N, k=K)
     gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out, kernel=forced)  # fills the args buffer
-    compiled = torch.compile(lambda x: gemmgen.scaled_mm(x, b, scale_a, scale_b, torch.bfloat16, bias,
-                                                         kernel=forced), fullgraph=True)
     buffer = ops._args_buffer()
     stream = torch.cuda.current_stream().cuda_stream
     rows = {
@@ -76,7 +97,6 @@ def main() -> None:
             lambda: gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, kernel=forced),
         "torch.ops.gemmgen.scaled_mm_out (the op on the dispatcher)":
             lambda: torch.ops.gemmgen.scaled_mm_out(out, a, b, scale_a, scale_b, bias, None, None, forced),
-        "torch.compile(fullgraph=True) of gemmgen.scaled_mm, no CUDA graphs": lambda: compiled(a),
         "  argument checks (check_arguments: every refusal explained)":
             lambda: ops.check_arguments(out, a, b, scale_a, scale_b, bias, None, None),
         "  dispatch.choose (memoized)": lambda: dispatch.choose(
@@ -91,6 +111,12 @@ def main() -> None:
     if hasattr(ops, "_common_problem"):  # since session 28: the eager call's quick acceptance
         rows["  argument checks, quick path (the eager call's)"] = (
             lambda: ops._common_problem(out, a, b, scale_a, scale_b, bias))
+    if not options.no_compile:
+        compiled = torch.compile(lambda x: gemmgen.scaled_mm(x, b, scale_a, scale_b, torch.bfloat16, bias,
+                                                             kernel=forced), fullgraph=True)
+        rows["torch.compile(fullgraph=True) of gemmgen.scaled_mm, no CUDA graphs"] = lambda: compiled(a)
+    if options.mixed_kernel:
+        rows.update(mixed_rows(None if options.mixed_kernel == "dispatch" else options.mixed_kernel))
     print(f"host time per call on {torch.cuda.get_device_name()} (torch {torch.__version__})")
     for name, fn in rows.items():
         print(f"{name:55s} {per_call_us(fn):8.2f} µs")
