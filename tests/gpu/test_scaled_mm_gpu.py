@@ -510,6 +510,32 @@ def test_argument_errors_name_the_argument(case):
     assert bool(torch.isnan(args["out"]).all()), "nothing may be written when the arguments are refused"
 
 
+def test_a_memoized_plan_still_refuses_bad_options():
+    """The eager call memoizes what it derives per problem (kernel, knob codes, workspace size):
+    after a valid call has memoized its plan, the same problem with a bad split_k (True, 1.0 and
+    1 hash alike), an unknown kernel or arch is still refused by name, nothing written, and the
+    valid call still computes the right result."""
+    args = _valid_arguments()
+    a, b, scale_a, scale_b, out = args["a"], args["b"], args["scale_a"], args["scale_b"], args["out"]
+    p = problem_from(a, b)
+    ref = reference(p.acc, scale_a, scale_b)
+    name = _lookup_name("ScaledEpilogue")
+    bad_options = ((dict(split_k=True), "split_k"), (dict(split_k=1.0), "split_k"),
+                   (dict(split_k=2), "split_k"), (dict(arch="sm70"), "arch"), (dict(kernel="nope"), "kernel"))
+    for valid in ({}, {"kernel": name}, {"split_k": 1}):
+        for bad, argument in bad_options:
+            out.fill_(float("nan"))
+            gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, out=out, **valid)
+            assert_matches(out, ref, in_dtype=torch.int8, mag=scaled_mag(p, scale_a, scale_b),
+                           label=f"{valid} before {bad}")
+            out.fill_(float("nan"))
+            expected = "kernel" if argument == "arch" and "kernel" in valid else argument
+            with pytest.raises(ValueError, match=f"argument '{expected}'"):
+                gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, out=out, **{**valid, **bad})
+            torch.cuda.synchronize()
+            assert bool(torch.isnan(out).all()), f"{valid} with {bad}: refused, yet something was written"
+
+
 # ------------------------------------------------------------------------ 7. CUDA graphs
 
 def check_graph_replays(dtype: torch.dtype, m: int, n: int, k: int, *, kernel: Optional[str] = None,

@@ -231,8 +231,9 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
     m, n, k, device, lda, ldb, ldd, scale_a_per_token, scale_b_per_channel = problem
     memo_key = (kernel, arch, split_k, epilogue, a.dtype, out.dtype) + problem
     try:
-        plan = _plans.get(memo_key) if knobs is None else None
-    except TypeError:  # an unhashable kernel, arch or split_k: _plan refuses it by name
+        # (split_k=True or 1.0 would find split_k=1's plan: only _plan refuses them)
+        plan = _plans.get(memo_key) if knobs is None and (split_k is None or type(split_k) is int) else None
+    except TypeError:  # an unhashable kernel or arch: _plan refuses it by name
         plan = None
     if plan is None or (plan[-1] is False and launch.autotune_enabled()):
         plan = _plan(kernel, arch, split_k, knobs, a, out, epilogue, m, n, k, device,
