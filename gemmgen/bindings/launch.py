@@ -217,12 +217,20 @@ def _launch_here(kernel: Kernel, buffer: ctypes.Array, device: int,
     size = kernel.workspace_size(buffer) if workspace_bytes is None else workspace_bytes
     # Workspace (stream-K partials, tile counters) comes from torch's caching allocator, which
     # also makes it graph-safe under CUDA graph capture.
-    workspace = torch.empty(size, dtype=torch.uint8, device=device) if size else None
+    workspace = new_output((size,), torch.uint8, device) if size else None
     if _current_raw_stream is not None:
         stream = _current_raw_stream(device)
     else:
         stream = torch.cuda.current_stream(device).cuda_stream
     return kernel.run(buffer, 0 if workspace is None else workspace.data_ptr(), size, stream)
+
+
+def new_output(sizes: tuple, dtype: torch.dtype, device) -> torch.Tensor:
+    """`torch.empty(sizes, dtype=dtype, device=device)` for a 1-D or a row-major 2-D tensor, made
+    through `torch.empty_strided`: ~1 µs cheaper a call on a GPU host, as torch.empty's Python
+    binding weighs more signatures (session 28, H200 host: 2.2-2.3 against 3.2-3.5 µs)."""
+    return torch.empty_strided(sizes, (1,) if len(sizes) == 1 else (sizes[1], 1), dtype=dtype,
+                               device=device)
 
 
 def launch(kernel: Kernel, buffer: ctypes.Array, device: int, workspace_bytes: Optional[int] = None) -> int:

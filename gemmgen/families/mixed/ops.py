@@ -217,7 +217,7 @@ def mixed_mm(a: torch.Tensor, packed: PackedWeight, bias: Optional[torch.Tensor]
     if not isinstance(a, torch.Tensor) or a.dim() != 2:
         raise _fail("a", "a 2-D [M, K] tensor", _describe(a))
     if out is None:
-        out = torch.empty((a.shape[0], packed.n), dtype=a.dtype, device=a.device)
+        out = launch.new_output((a.shape[0], packed.n), a.dtype, a.device)
     args = (out, a, packed.qweight, packed.scales, packed.zeros, bias, packed.weight_type,
             packed.group_size, packed.n, packed.k, kernel, packed.k_perm)
     if launch.through_custom_op(a):

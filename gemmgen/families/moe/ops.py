@@ -169,7 +169,7 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
     launch.check_device(device, chosen, _fail, tensor="x")
     # the intermediate: C [M, N] (unfused) or S [M, N/2] fp32 (fused kernels)
     fused = chosen.spec.config.fused
-    c = torch.empty((m, n // 2 if fused else n), dtype=_INTERMEDIATE[chosen.spec.c], device=x.device)
+    c = launch.new_output((m, n // 2 if fused else n), _INTERMEDIATE[chosen.spec.c], x.device)
     buffer = launch.args_buffer(MoeArgs)
     ARGS_LAYOUT.pack_into(buffer, 0, x.data_ptr(), w.data_ptr(), w_scale.data_ptr(),
                           x_scale.data_ptr(), group_list.data_ptr(), c.data_ptr(), q.data_ptr(),
@@ -312,8 +312,8 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
         raise _fail("x", "a 2-D tensor [M, K]", _describe(x))
     m = x.shape[0]
     n = w.shape[1] if w.dim() == 3 else 0
-    q = torch.empty((m, n // 2), dtype=x.dtype, device=x.device)
-    q_scale = torch.empty((m,), dtype=torch.float32, device=x.device)
+    q = launch.new_output((m, n // 2), x.dtype, x.device)
+    q_scale = launch.new_output((m,), torch.float32, x.device)
     args = (q, q_scale, x, w, w_scale, x_scale, group_list, group_list_type, bits, check,
             kernel)
     if launch.through_custom_op(x):

@@ -321,7 +321,7 @@ def _output(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, out: Optio
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() != 2 or b.dim() != 2:
             raise fail("a" if not isinstance(a, torch.Tensor) or a.dim() != 2 else "b", "a 2-D tensor",
                        _describe(a) if not isinstance(a, torch.Tensor) or a.dim() != 2 else _describe(b))
-        return torch.empty((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
+        return launch.new_output((a.shape[0], b.shape[1]), out_dtype, a.device)
     if not isinstance(out, torch.Tensor) or out.dtype != out_dtype:
         raise fail("out", f"None or a {out_dtype} tensor (out_dtype)", _describe(out))
     return out
