@@ -5,13 +5,16 @@
     python benchmarks/host_overhead.py --mixed-kernel NAME  # also gemmgen.mixed_mm (int4, group
                                                              # 128, bf16, M=1) with that kernel
 
-Each row is the wall time of 3000 back-to-back calls (no sync inside the loop) divided by 3000;
-the problem (M=16, N=K=4096) is small, so host time, not GPU time, is what is measured.
+Each row is the wall time of back-to-back calls (no sync inside the loop) divided by their
+count: the rows take turns, 7 rounds of 500 calls each (after 50 warm-up calls), and a row shows
+its median round, so a host that slows down or speeds up mid-run moves every row alike. The
+problem (M=16, N=K=4096) is small, so host time, not GPU time, is what is measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from types import SimpleNamespace
 
@@ -24,9 +27,8 @@ from gemmgen.families.w8a8 import ops
 M, N, K = 16, 4096, 4096
 
 
-def per_call_us(fn, calls: int = 3000) -> float:
-    for _ in range(50):
-        fn()
+def per_call_us(fn, calls: int = 500) -> float:
+    """Wall time a call of `calls` back-to-back calls of `fn`, after a sync."""
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(calls):
@@ -34,6 +36,18 @@ def per_call_us(fn, calls: int = 3000) -> float:
     elapsed = time.perf_counter() - start
     torch.cuda.synchronize()
     return elapsed / calls * 1e6
+
+
+def interleaved_medians(rows: dict, rounds: int = 7) -> dict:
+    """Each row's median per-call time over `rounds` rounds in which every row takes its turn."""
+    for fn in rows.values():
+        for _ in range(50):
+            fn()
+    samples = {name: [] for name in rows}
+    for _ in range(rounds):
+        for name, fn in rows.items():
+            samples[name].append(per_call_us(fn))
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 def operands(dev: str = "cuda") -> SimpleNamespace:
@@ -118,8 +132,8 @@ def main() -> None:
     if options.mixed_kernel:
         rows.update(mixed_rows(None if options.mixed_kernel == "dispatch" else options.mixed_kernel))
     print(f"host time per call on {torch.cuda.get_device_name()} (torch {torch.__version__})")
-    for name, fn in rows.items():
-        print(f"{name:55s} {per_call_us(fn):8.2f} µs")
+    for name, us in interleaved_medians(rows).items():
+        print(f"{name:55s} {us:8.2f} µs")
 
 
 if __name__ == "__main__":
