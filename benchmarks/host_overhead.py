@@ -4,6 +4,8 @@
     python benchmarks/host_overhead.py --kernel NAME   # any built int8 bf16 bias kernel, by name
     python benchmarks/host_overhead.py --mixed-kernel NAME  # also gemmgen.mixed_mm (int4, group
                                                              # 128, bf16, M=1) with that kernel
+    python benchmarks/host_overhead.py --moe-kernel NAME    # also grouped_matmul_swiglu_quant
+                                                             # (int8, 8 experts, one token each)
 
 Each row is the wall time of back-to-back calls (no sync inside the loop) divided by their
 count: the rows take turns, 7 rounds of 500 calls each (after 50 warm-up calls), and a row shows
@@ -83,12 +85,28 @@ def mixed_rows(kernel) -> dict:
                 lambda: torch.ops.gemmgen.mixed_mm_out(*args)}
 
 
+def moe_rows(kernel) -> dict:
+    """gemmgen.grouped_matmul_swiglu_quant, int8, 8 experts of K=2048, N=2x768, one row each
+    (a decode step's top-8 of one token), check=False (the sync-free call), eager."""
+    e, k, n = 8, 2048, 1536
+    packed = gemmgen.pack_moe_weights(torch.randint(-128, 128, (e, k, n), dtype=torch.int8, device="cuda"),
+                                      torch.rand(e, n, device="cuda"))
+    x = torch.randint(-128, 128, (e, k), dtype=torch.int8, device="cuda")
+    x_scale = torch.rand(e, device="cuda")
+    group_list = torch.ones(e, dtype=torch.int64, device="cuda")
+    return {"gemmgen.grouped_matmul_swiglu_quant (int8, 8 rows), eager, check=False":
+                lambda: gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list,
+                                                            check=False, kernel=kernel)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernel", help="force this built kernel (int8 -> bf16, ScaledEpilogueBias) "
                         "instead of the one dispatch picks")
     parser.add_argument("--mixed-kernel", help="also time gemmgen.mixed_mm (int4 group 128, bf16, M=1, "
                         "N=K=4096) forced to this built kernel ('dispatch': dispatch's choice)")
+    parser.add_argument("--moe-kernel", help="also time gemmgen.grouped_matmul_swiglu_quant (int8, 8 experts, "
+                        "one row each) forced to this built kernel ('dispatch': dispatch's choice)")
     parser.add_argument("--no-compile", action="store_true",
                         help="leave out the torch.compile row (its compile takes tens of seconds)")
     options = parser.parse_args()
@@ -131,6 +149,8 @@ def main() -> None:
         rows["torch.compile(fullgraph=True) of gemmgen.scaled_mm, no CUDA graphs"] = lambda: compiled(a)
     if options.mixed_kernel:
         rows.update(mixed_rows(None if options.mixed_kernel == "dispatch" else options.mixed_kernel))
+    if options.moe_kernel:
+        rows.update(moe_rows(None if options.moe_kernel == "dispatch" else options.moe_kernel))
     print(f"host time per call on {torch.cuda.get_device_name()} (torch {torch.__version__})")
     for name, us in interleaved_medians(rows).items():
         print(f"{name:55s} {us:8.2f} µs")

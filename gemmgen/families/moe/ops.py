@@ -121,18 +121,20 @@ def check_arguments(q: torch.Tensor, q_scale: torch.Tensor, x: torch.Tensor, w: 
 
 
 def _kernel_for(kernel: Optional[str], x: torch.Tensor, m: int, e: int, n: int, k: int,
-                weight_bits: int, per_group: bool) -> tuple[Kernel, RuntimeKnobs]:
+                weight_bits: int, per_group: bool) -> tuple[Kernel, RuntimeKnobs, Optional[bool]]:
+    """The forced kernel (checked against the call) with its manifest knobs, or dispatch's
+    choice of kernel and knobs (memoized per problem); and how long it holds (launch.choice)."""
     key, values = FAMILY.dispatch_request(OP, x_dtype=x.dtype, m=m, experts=e, n=n, k=k,
                                           weight_bits=weight_bits, per_group=per_group)
     if kernel is None:
         device = x.get_device()
         arches = launch.arches_for(device, None, _fail, tensor="x")
-        return launch.chosen_kernel(OP, device, arches, key, values)
+        return launch.choice(OP, device, arches, key, values)
     chosen = launch.forced_kernel(kernel, None, _fail)
     if chosen.spec.dispatch_class != key:
         raise _fail("kernel", f"a {OP} kernel for {key[1]} x {key[2]} with {key[3]} scales",
                     f"{kernel} ({' '.join(chosen.spec.dispatch_class)})")
-    return chosen, chosen.spec.knobs
+    return chosen, chosen.spec.knobs, True
 
 
 def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
@@ -160,24 +162,47 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
         if kernel is not None:
             _kernel_for(kernel, x, 1, e, n, k, weight_bits, per_group)  # still reject a wrong name
         return
-    for name, t in (("x", x), ("weight", w), ("weight_scale", w_scale), ("q", q)):
-        if t.data_ptr() % _ALIGN:
-            raise _fail(name, "a 16-byte aligned data pointer", f"address {t.data_ptr():#x}")
-    chosen, chosen_knobs = _kernel_for(kernel, x, m, e, n, k, weight_bits, per_group)
-    knobs = knobs or chosen_knobs
+    pointers = (x.data_ptr(), w.data_ptr(), w_scale.data_ptr(), q.data_ptr())
+    x_ptr, w_ptr, w_scale_ptr, q_ptr = pointers
+    if (x_ptr | w_ptr | w_scale_ptr | q_ptr) % _ALIGN:
+        for name, address in zip(("x", "weight", "weight_scale", "q"), pointers):
+            if address % _ALIGN:
+                raise _fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
     device = x.get_device()
-    launch.check_device(device, chosen, _fail, tensor="x")
+    # everything the argument struct holds but the pointers: the workspace (the group arrays,
+    # a permuted copy of x) depends on no more
+    memo_key = (kernel, x.dtype, device, m, e, n, k, weight_bits, groups, group_list_type)
+    try:
+        plan = _plans.get(memo_key) if knobs is None else None
+    except TypeError:  # an unhashable kernel: _kernel_for refuses it by name
+        plan = None
+    if plan is None or (plan[-1] is False and launch.autotune_enabled()):
+        chosen, chosen_knobs, lasting = _kernel_for(kernel, x, m, e, n, k, weight_bits, per_group)
+        launch.check_device(device, chosen, _fail, tensor="x")
+        run_knobs = knobs or chosen_knobs
+        plan = (chosen, _INTERMEDIATE[chosen.spec.c], chosen.spec.config.fused,
+                RASTER_CODES[run_knobs.raster], run_knobs.swizzle, None, lasting)
+    chosen, c_dtype, fused, raster, swizzle, workspace_bytes, lasting = plan
     # the intermediate: C [M, N] (unfused) or S [M, N/2] fp32 (fused kernels)
-    fused = chosen.spec.config.fused
-    c = launch.new_output((m, n // 2 if fused else n), _INTERMEDIATE[chosen.spec.c], x.device)
+    c = launch.new_output((m, n // 2 if fused else n), c_dtype, x.device)
     buffer = launch.args_buffer(MoeArgs)
-    ARGS_LAYOUT.pack_into(buffer, 0, x.data_ptr(), w.data_ptr(), w_scale.data_ptr(),
-                          x_scale.data_ptr(), group_list.data_ptr(), c.data_ptr(), q.data_ptr(),
-                          q_scale.data_ptr(), m, n, k, e, GROUP_LIST_CODES[group_list_type],
-                          RASTER_CODES[knobs.raster], knobs.swizzle, k // groups if per_group else 0,
-                          LAYOUT_VERSION, launch.launch_flags())
-    launch.raise_on_status(launch.launch(chosen, buffer, device), chosen)
+    ARGS_LAYOUT.pack_into(buffer, 0, x_ptr, w_ptr, w_scale_ptr, x_scale.data_ptr(),
+                          group_list.data_ptr(), c.data_ptr(), q_ptr, q_scale.data_ptr(), m, n, k, e,
+                          GROUP_LIST_CODES[group_list_type], raster, swizzle,
+                          k // groups if per_group else 0, LAYOUT_VERSION, launch.launch_flags())
+    if workspace_bytes is None:  # the plan's first call: ask the kernel, then keep the plan
+        workspace_bytes = chosen.workspace_size(buffer)
+        if knobs is None:
+            launch.store_plan(_plans, memo_key, (chosen, c_dtype, fused, raster, swizzle,
+                                                 workspace_bytes, lasting))
+    launch.raise_on_status(launch.launch(chosen, buffer, device, workspace_bytes), chosen)
     launch.mark_written(q, q_scale)
+
+
+# _gmm_swiglu_quant_out_impl's memo key -> (kernel, intermediate dtype, fused, raster code,
+# swizzle, workspace bytes, lasting): what a call derives from dispatch's choice, once per
+# problem (launch.plan_memo).
+_plans = launch.plan_memo()
 
 
 def _fake(q, q_scale, x, weight, weight_scale, x_scale, group_list, group_list_type,
