@@ -278,13 +278,45 @@ def test_how_long_a_choice_holds_and_the_plans_made_from_it(case, use, build_dir
         assert lasting() is True
     memo = launch.plan_memo()
     launch.store_plan(memo, ("provisional",), ("plan", None))
-    launch.store_plan(memo, ("kept",), ("plan", False))
-    assert memo == {("kept",): ("plan", False)}
+    launch.store_plan(memo, ("unsettled",), ("plan", False))
+    launch.store_plan(memo, ("settled",), ("plan", True))
+    assert memo == {("unsettled",): ("plan", False), ("settled",): ("plan", True)}
+    assert launch.memoized_plan(memo, ("unsettled",)) == ("plan", False)
+    with gemmgen.autotune():  # now tuning at first use would time the unsettled one
+        assert launch.memoized_plan(memo, ("unsettled",)) is None
+        assert launch.memoized_plan(memo, ("settled",)) == ("plan", True)
+    assert launch.memoized_plan(memo, None) is None
+    assert launch.memoized_plan(memo, (["unhashable"],)) is None
     launch.forget_choices()
     assert memo == {}
-    launch.store_plan(memo, ("kept",), ("plan", True))
+    launch.store_plan(memo, ("settled",), ("plan", True))
     launch.clear_caches()
     assert memo == {}
+
+
+def test_a_plans_first_call_asks_the_workspace_size_once(monkeypatch):
+    """launch_plan: a plan without its workspace size asks the kernel, launches with it and keeps
+    the completed plan; the kept plan launches without asking; no key, nothing kept."""
+    from gemmgen.bindings import launch
+    asked, launched = [], []
+
+    class Kernel:
+        name = "demo"
+
+        def workspace_size(self, buffer):
+            asked.append(buffer)
+            return 256
+
+    kernel = Kernel()
+    monkeypatch.setattr(launch, "launch", lambda k, buffer, device, workspace: launched.append(workspace) or 0)
+    memo = launch.plan_memo()
+    launch.launch_plan(memo, ("k",), (kernel, "raster", None, True), "buffer", 0)
+    assert asked == ["buffer"] and launched == [256] and memo == {("k",): (kernel, "raster", 256, True)}
+    launch.launch_plan(memo, ("k",), memo[("k",)], "buffer", 0)
+    assert asked == ["buffer"] and launched == [256, 256]
+    launch.launch_plan(memo, None, (kernel, "other", None, True), "buffer", 0)
+    assert len(asked) == 2 and len(memo) == 1
+    launch.clear_caches()
 
 
 def test_an_own_table_listing_the_shape_comes_before_a_record(case, use, build_dir, tmp_path):

@@ -123,13 +123,30 @@ def chosen_kernel(op: str, device: int, arches: tuple[str, ...], key: tuple,
 
 
 def plan_memo() -> dict:
-    """A family's memo of what it derives per problem from a choice (the kernel's entry points,
-    knob codes, workspace size), emptied whenever the choices are (`forget_choices`,
-    `clear_caches`). Entries keep `choice`'s lasting flag: a False one holds only while tuning at
-    first use is off (`autotune_enabled()`), a None one is not stored (`store_plan`)."""
+    """A family's memo of what its eager call derives per problem from `choice`: a plan, a tuple
+    (kernel, <the family's launch constants>..., workspace bytes, lasting), the workspace bytes
+    None until the plan's first call asks the kernel (`launch_plan`: the size depends on the
+    problem and knobs, never on the pointers), lasting `choice`'s flag. Emptied whenever the
+    choices are (`forget_choices`, `clear_caches`)."""
     memo: dict = {}
     _plan_memos.append(memo)
     return memo
+
+
+def memoized_plan(memo: dict, key: Optional[tuple]) -> Optional[tuple]:
+    """The plan kept for `key`; None when there is none, when `key` is None (a call that is not
+    memoized: the tuner's own knobs), when `key` is unhashable (an argument of the wrong kind,
+    which the family's own path then refuses by name), or when the plan came from a choice that
+    tuning at first use, now on, would time."""
+    if key is None:
+        return None
+    try:
+        plan = memo.get(key)
+    except TypeError:
+        return None
+    if plan is not None and plan[-1] is False and autotune_enabled():
+        return None
+    return plan
 
 
 def store_plan(memo: dict, key: tuple, plan: tuple) -> None:
@@ -139,6 +156,18 @@ def store_plan(memo: dict, key: tuple, plan: tuple) -> None:
     if len(memo) >= _MAX_CHOICES:
         memo.clear()
     memo[key] = plan
+
+
+def launch_plan(memo: dict, key: Optional[tuple], plan: tuple, buffer: ctypes.Array, device: int) -> None:
+    """Run the plan's kernel with the packed `buffer` on `device`'s current stream; raises
+    KernelLaunchError if it fails. A plan's first call asks the kernel for its workspace size and
+    keeps the completed plan under `key` (not when `key` is None)."""
+    kernel, workspace_bytes = plan[0], plan[-2]
+    if workspace_bytes is None:
+        workspace_bytes = kernel.workspace_size(buffer)
+        if key is not None:
+            store_plan(memo, key, plan[:-2] + (workspace_bytes, plan[-1]))
+    raise_on_status(launch(kernel, buffer, device, workspace_bytes), kernel)
 
 
 # Programmatic dependent launch for the kernels that support it (sm90 W8A8, the MoE direct

@@ -10,6 +10,7 @@ import torch
 
 import gemmgen
 from gemmgen import dispatch
+from gemmgen.bindings import launch as launch_module
 from gemmgen.bindings import library as library_module
 from gemmgen.families.w8a8 import ops
 from gemmgen.families.w8a8.abi import RASTER_CODES
@@ -85,14 +86,14 @@ def test_dispatch_uses_the_tuned_table_and_its_knobs(tuned, monkeypatch):
     with_table = dataclasses.replace(library, tables=(table,))  # as if `gemmgen build` published it
     others = tuple(lib for lib in library_module.libraries() if lib is not library)
     launched = []
-    real_launch = ops._launch
+    real_launch = launch_module.launch
 
     def recording_launch(chosen, buffer, device, *workspace_bytes):
         launched.append((chosen.name, ops._ARGS_LAYOUT.unpack_from(buffer)[-4:-1]))  # raster, swizzle, split-K
         return real_launch(chosen, buffer, device, *workspace_bytes)
     try:
         monkeypatch.setattr(dispatch, "libraries", lambda: (with_table, *others))
-        monkeypatch.setattr(ops, "_launch", recording_launch)
+        monkeypatch.setattr(launch_module, "launch", recording_launch)
         gemmgen.reload()
         for m, n in ((8, 4096), (4096, 6144), (300, 5120)):
             k = 4096

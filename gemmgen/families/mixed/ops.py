@@ -150,27 +150,20 @@ def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, g
     # everything the argument struct holds but the pointers, and which pointers are null: the
     # workspace (act-order's gathered copy of a) depends on no more
     memo_key = (kernel, weight_type, a.dtype, device, m, n, k, lda, ldd, group_size,
-                zeros_ptr == 0, bias is None, perm_ptr == 0)
-    try:
-        plan = _plans.get(memo_key) if knobs is None else None
-    except TypeError:  # an unhashable kernel: _kernel_for refuses it by name
-        plan = None
-    if plan is None or (plan[-1] is False and launch.autotune_enabled()):
+                zeros_ptr == 0, bias is None, perm_ptr == 0) if knobs is None else None
+    plan = launch.memoized_plan(_plans, memo_key)
+    if plan is None:
         chosen, chosen_knobs, lasting = _kernel_for(kernel, a, weight_type, m, n, k)
         launch.check_device(device, chosen, _fail)
         run_knobs = knobs or chosen_knobs
         plan = (chosen, RASTER_CODES[run_knobs.raster], run_knobs.swizzle, run_knobs.split_k_slices,
                 None, lasting)
-    chosen, raster, swizzle, slices, workspace_bytes, lasting = plan
+    _, raster, swizzle, slices, _, _ = plan
     buffer = launch.args_buffer(MixedMmArgs)
     ARGS_LAYOUT.pack_into(buffer, 0, a_ptr, q_ptr, scales_ptr, zeros_ptr,
                           0 if bias is None else bias.data_ptr(), d_ptr, perm_ptr, m, n, k, lda, ldd,
                           group_size, raster, swizzle, slices, launch.launch_flags(), LAYOUT_VERSION)
-    if workspace_bytes is None:  # the plan's first call: ask the kernel, then keep the plan
-        workspace_bytes = chosen.workspace_size(buffer)
-        if knobs is None:
-            launch.store_plan(_plans, memo_key, (chosen, raster, swizzle, slices, workspace_bytes, lasting))
-    launch.raise_on_status(launch.launch(chosen, buffer, device, workspace_bytes), chosen)
+    launch.launch_plan(_plans, memo_key, plan, buffer, device)
     launch.mark_written(out)
 
 

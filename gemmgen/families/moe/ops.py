@@ -171,18 +171,16 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
     device = x.get_device()
     # everything the argument struct holds but the pointers: the workspace (the group arrays,
     # a permuted copy of x) depends on no more
-    memo_key = (kernel, x.dtype, device, m, e, n, k, weight_bits, groups, group_list_type)
-    try:
-        plan = _plans.get(memo_key) if knobs is None else None
-    except TypeError:  # an unhashable kernel: _kernel_for refuses it by name
-        plan = None
-    if plan is None or (plan[-1] is False and launch.autotune_enabled()):
+    memo_key = ((kernel, x.dtype, device, m, e, n, k, weight_bits, groups, group_list_type)
+                if knobs is None else None)
+    plan = launch.memoized_plan(_plans, memo_key)
+    if plan is None:
         chosen, chosen_knobs, lasting = _kernel_for(kernel, x, m, e, n, k, weight_bits, per_group)
         launch.check_device(device, chosen, _fail, tensor="x")
         run_knobs = knobs or chosen_knobs
         plan = (chosen, _INTERMEDIATE[chosen.spec.c], chosen.spec.config.fused,
                 RASTER_CODES[run_knobs.raster], run_knobs.swizzle, None, lasting)
-    chosen, c_dtype, fused, raster, swizzle, workspace_bytes, lasting = plan
+    _, c_dtype, fused, raster, swizzle, _, _ = plan
     # the intermediate: C [M, N] (unfused) or S [M, N/2] fp32 (fused kernels)
     c = launch.new_output((m, n // 2 if fused else n), c_dtype, x.device)
     buffer = launch.args_buffer(MoeArgs)
@@ -190,12 +188,7 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
                           group_list.data_ptr(), c.data_ptr(), q_ptr, q_scale.data_ptr(), m, n, k, e,
                           GROUP_LIST_CODES[group_list_type], raster, swizzle,
                           k // groups if per_group else 0, LAYOUT_VERSION, launch.launch_flags())
-    if workspace_bytes is None:  # the plan's first call: ask the kernel, then keep the plan
-        workspace_bytes = chosen.workspace_size(buffer)
-        if knobs is None:
-            launch.store_plan(_plans, memo_key, (chosen, c_dtype, fused, raster, swizzle,
-                                                 workspace_bytes, lasting))
-    launch.raise_on_status(launch.launch(chosen, buffer, device, workspace_bytes), chosen)
+    launch.launch_plan(_plans, memo_key, plan, buffer, device)
     launch.mark_written(q, q_scale)
 
 

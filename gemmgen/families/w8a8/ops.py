@@ -36,7 +36,6 @@ INT32_MAX = 2**31 - 1  # M, N, K: the C++ wrappers and CUTLASS's problem shapes 
 # largest K is 2^17 - 16 = 131056 (2^17 itself overflows when every product is 2^14).
 # fp8 accumulates in fp32: no such limit.
 INT8_MAX_K = 2**17 - 16
-_launch = launch.launch
 clear_caches = launch.clear_caches
 
 
@@ -229,26 +228,20 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
             if address % _ALIGN_BYTES:
                 raise fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
     m, n, k, device, lda, ldb, ldd, scale_a_per_token, scale_b_per_channel = problem
-    memo_key = (kernel, arch, split_k, epilogue, a.dtype, out.dtype) + problem
-    try:
-        # (split_k=True or 1.0 would find split_k=1's plan: only _plan refuses them)
-        plan = _plans.get(memo_key) if knobs is None and (split_k is None or type(split_k) is int) else None
-    except TypeError:  # an unhashable kernel or arch: _plan refuses it by name
-        plan = None
-    if plan is None or (plan[-1] is False and launch.autotune_enabled()):
+    # (split_k=True or 1.0 would find split_k=1's plan: only _plan refuses them)
+    memo_key = ((kernel, arch, split_k, epilogue, a.dtype, out.dtype) + problem
+                if knobs is None and (split_k is None or type(split_k) is int) else None)
+    plan = launch.memoized_plan(_plans, memo_key)
+    if plan is None:
         plan = _plan(kernel, arch, split_k, knobs, a, out, epilogue, m, n, k, device,
                      _fail_azp if azp_adj is not None else _fail)
-    chosen, raster, swizzle, slices, workspace_bytes, lasting = plan
+    _, raster, swizzle, slices, _, _ = plan
     buffer = launch.args_buffer(ScaledMmArgs)
     _ARGS_LAYOUT.pack_into(buffer, 0, a_ptr, b_ptr, d_ptr, m, n, k, lda, ldb, ldd,
                            scale_a.data_ptr(), scale_b.data_ptr(), 0 if bias is None else bias.data_ptr(),
-                           _ptr(azp_adj), _ptr(azp), scale_a_per_token, scale_b_per_channel, raster, swizzle,
-                           slices, launch.launch_flags())
-    if workspace_bytes is None:  # the plan's first call: ask the kernel, then keep the plan
-        workspace_bytes = chosen.workspace_size(buffer)
-        if knobs is None:
-            launch.store_plan(_plans, memo_key, (chosen, raster, swizzle, slices, workspace_bytes, lasting))
-    launch.raise_on_status(_launch(chosen, buffer, device, workspace_bytes), chosen)
+                           _ptr(azp_adj), _ptr(azp), scale_a_per_token, scale_b_per_channel, raster,
+                           swizzle, slices, launch.launch_flags())
+    launch.launch_plan(_plans, memo_key, plan, buffer, device)
     launch.mark_written(out)
 
 
