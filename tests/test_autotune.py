@@ -236,7 +236,7 @@ def test_the_ops_memo_follows_new_records(case, use, build_dir, monkeypatch):
         return entry
 
     monkeypatch.setattr(autotune, "tune_point", fake_tune_point)
-    chosen = lambda m: launch.chosen_kernel("scaled_mm", 0, ("sm90a",), KEY, (m, 4096, 4096))[0].name  # noqa: E731
+    chosen = lambda m: launch.choice("scaled_mm", 0, ("sm90a",), KEY, (m, 4096, 4096))[0].name  # noqa: E731
     assert chosen(40) == small                         # off: the rules (m <= 64: small)
     monkeypatch.setattr(autotune, "not_now_reason", lambda: "CUDA graph capture")
     with gemmgen.autotune():

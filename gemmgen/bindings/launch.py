@@ -1,11 +1,11 @@
 """What every family's torch op shares between its argument checks and the C call: argument
-errors, which arches serve a device (the arch policy), the memoized dispatch choice, a forced
-kernel by name, the per-thread argument buffer, and the launch on the current stream with
-workspace from torch's allocator.
+errors, which arches serve a device (the arch policy), the memoized dispatch choice and the
+plans the ops derive from it, a forced kernel by name, the per-thread argument buffer, output
+allocation, and the launch on the current stream with workspace from torch's allocator.
 
 NOTES: all of this runs on every call; a few µs here is the whole host budget of a small-M GEMM,
-so device facts and dispatch choices are memoized and the argument struct is packed into a
-reused buffer.
+so device facts, dispatch choices and per-problem plans (kernel, knob codes, workspace size) are
+memoized and the argument struct is packed into a reused buffer.
 """
 
 from __future__ import annotations
@@ -113,13 +113,6 @@ def choice(op: str, device: int, arches: tuple[str, ...], key: tuple,
             return choice.kernel, choice.knobs, None
         _choices[memo] = chosen
     return chosen
-
-
-def chosen_kernel(op: str, device: int, arches: tuple[str, ...], key: tuple,
-                  values: tuple[int, ...]) -> tuple[Kernel, RuntimeKnobs]:
-    """`choice` without how long it holds."""
-    kernel, knobs, _ = choice(op, device, arches, key, values)
-    return kernel, knobs
 
 
 def plan_memo() -> dict:
