@@ -24,7 +24,9 @@ import torch
 
 import gemmgen
 from gemmgen import dispatch
+from gemmgen.bindings import launch
 from gemmgen.families.w8a8 import ops
+from gemmgen.families.w8a8.abi import ScaledMmArgs
 
 M, N, K = 16, 4096, 4096
 
@@ -120,7 +122,7 @@ def main() -> None:
         kernel = dispatch.lookup("scaled_mm", a_dtype=torch.int8, out_dtype=torch.bfloat16,
                                  epilogue="ScaledEpilogueBias", m=M, n=N, k=K)
     gemmgen.scaled_mm(a, b, scale_a, scale_b, torch.bfloat16, bias, out=out, kernel=forced)  # fills the args buffer
-    buffer = ops._args_buffer()
+    buffer = launch.args_buffer(ScaledMmArgs)
     stream = torch.cuda.current_stream().cuda_stream
     rows = {
         "gemmgen.scaled_mm, eager (out= given)":

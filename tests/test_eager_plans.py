@@ -6,8 +6,6 @@ records its launches): what is tested is the memo's bookkeeping, not a kernel.""
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -110,4 +108,14 @@ def test_the_args_layout_matches_the_fields_read_here():
     fields = [name for name, _ in ops.ScaledMmArgs._fields_]
     assert fields[:6] == ["a", "b", "d", "m", "n", "k"]
     assert fields[-4:] == ["raster_order", "max_swizzle_size", "split_k_slices", "launch_flags"]
-    assert ops._ARGS_LAYOUT.size == struct.calcsize(ops._ARGS_LAYOUT.format)
+
+
+def test_a_misaligned_pointer_is_refused_by_name(faked_gpu):
+    kernel, _ = faked_gpu
+    a, b, scale_a, scale_b, bias = _problem(16)
+    shifted = torch.empty(16 * 128 + 1, dtype=torch.int8)[1:].view(16, 128)  # 1 byte off
+    shifted.copy_(a)
+    with pytest.raises(ValueError, match=r"^gemmgen\.scaled_mm: argument 'a': expected a 16-byte "
+                                         r"aligned data pointer; got address 0x"):
+        gemmgen.scaled_mm(shifted, b, scale_a, scale_b, torch.bfloat16, bias)
+    assert kernel.runs == []

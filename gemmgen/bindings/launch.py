@@ -265,6 +265,14 @@ def launch(kernel: Kernel, buffer: ctypes.Array, device: int, workspace_bytes: O
         return _launch_here(kernel, buffer, device, workspace_bytes)
 
 
+def refuse_unaligned(fail: ArgumentErrors, names: tuple[str, ...], pointers: tuple[int, ...]) -> None:
+    """Refuse the first data pointer that is not 16-byte aligned, naming its argument. (The ops
+    call this only once one OR of all their pointers has shown a misaligned one.)"""
+    for name, address in zip(names, pointers):
+        if address % ALIGN_BYTES:
+            raise fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
+
+
 def raise_on_status(status: int, kernel: Kernel) -> None:
     if status != 0:
         raise KernelLaunchError(f"gemmgen kernel failed (status {status}): {kernel.library.last_error()}")

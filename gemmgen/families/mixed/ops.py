@@ -140,10 +140,8 @@ def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, g
                 out.data_ptr())
     a_ptr, q_ptr, scales_ptr, zeros_ptr, perm_ptr, d_ptr = pointers
     if (a_ptr | q_ptr | scales_ptr | zeros_ptr | perm_ptr | d_ptr) % _ALIGN:
-        for name, address in zip(("a", "packed.qweight", "packed.scales", "packed.zeros",
-                                  "packed.k_perm", "out"), pointers):
-            if address % _ALIGN:
-                raise _fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
+        launch.refuse_unaligned(_fail, ("a", "packed.qweight", "packed.scales", "packed.zeros",
+                                        "packed.k_perm", "out"), pointers)
     device = a.get_device()
     lda = a.stride(0) if m > 1 else k
     ldd = out.stride(0) if m > 1 else n

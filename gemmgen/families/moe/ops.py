@@ -165,9 +165,7 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
     pointers = (x.data_ptr(), w.data_ptr(), w_scale.data_ptr(), q.data_ptr())
     x_ptr, w_ptr, w_scale_ptr, q_ptr = pointers
     if (x_ptr | w_ptr | w_scale_ptr | q_ptr) % _ALIGN:
-        for name, address in zip(("x", "weight", "weight_scale", "q"), pointers):
-            if address % _ALIGN:
-                raise _fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
+        launch.refuse_unaligned(_fail, ("x", "weight", "weight_scale", "q"), pointers)
     device = x.get_device()
     # everything the argument struct holds but the pointers: the workspace (the group arrays,
     # a permuted copy of x) depends on no more

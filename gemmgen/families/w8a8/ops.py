@@ -43,11 +43,6 @@ def _ptr(t: Optional[torch.Tensor]) -> int:
     return 0 if t is None else t.data_ptr()
 
 
-def _args_buffer():
-    """This thread's argument struct (the C side copies it before returning)."""
-    return launch.args_buffer(ScaledMmArgs)
-
-
 def _epilogue(bias, azp_adj, azp) -> str:
     if azp_adj is None:
         if azp is not None:
@@ -208,6 +203,7 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
                         kernel: Optional[str], arch: Optional[str] = None,
                         split_k: Optional[int] = None, knobs: Optional[RuntimeKnobs] = None) -> None:
     """The eager implementation. `knobs` (the tuner's) overrides the kernel's run-time knobs."""
+    fail = _fail_azp if azp_adj is not None else _fail
     problem = _common_problem(out, a, b, scale_a, scale_b, bias) if azp_adj is None and azp is None else None
     if problem is None:
         epilogue = check_arguments(out, a, b, scale_a, scale_b, bias, azp_adj, azp)
@@ -215,7 +211,7 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
         n = b.shape[1]
         if m == 0:
             if kernel is not None:  # still reject a wrong name
-                _kernel_for(kernel, a, out, epilogue, 1, n, k, arch, _fail_azp if azp_adj is not None else _fail)
+                _kernel_for(kernel, a, out, epilogue, 1, n, k, arch, fail)
             return
         problem = (m, n, k, a.get_device(), a.stride(0) if m > 1 else k, b.stride(1) if n > 1 else k,
                    out.stride(0) if m > 1 else n, scale_a.numel() > 1, scale_b.numel() > 1)
@@ -223,18 +219,14 @@ def _scaled_mm_out_impl(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sca
         epilogue = "ScaledEpilogue" if bias is None else "ScaledEpilogueBias"
     a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), out.data_ptr()
     if (a_ptr | b_ptr | d_ptr) % _ALIGN_BYTES:
-        fail = _fail_azp if azp_adj is not None else _fail
-        for name, address in (("a", a_ptr), ("b", b_ptr), ("out", d_ptr)):
-            if address % _ALIGN_BYTES:
-                raise fail(name, "a 16-byte aligned data pointer", f"address {address:#x}")
+        launch.refuse_unaligned(fail, ("a", "b", "out"), (a_ptr, b_ptr, d_ptr))
     m, n, k, device, lda, ldb, ldd, scale_a_per_token, scale_b_per_channel = problem
     # (split_k=True or 1.0 would find split_k=1's plan: only _plan refuses them)
     memo_key = ((kernel, arch, split_k, epilogue, a.dtype, out.dtype) + problem
                 if knobs is None and (split_k is None or type(split_k) is int) else None)
     plan = launch.memoized_plan(_plans, memo_key)
     if plan is None:
-        plan = _plan(kernel, arch, split_k, knobs, a, out, epilogue, m, n, k, device,
-                     _fail_azp if azp_adj is not None else _fail)
+        plan = _plan(kernel, arch, split_k, knobs, a, out, epilogue, m, n, k, device, fail)
     _, raster, swizzle, slices, _, _ = plan
     buffer = launch.args_buffer(ScaledMmArgs)
     _ARGS_LAYOUT.pack_into(buffer, 0, a_ptr, b_ptr, d_ptr, m, n, k, lda, ldb, ldd,
