@@ -214,6 +214,7 @@ struct WgmmaWsMixedMm {
   static constexpr int kStages = Base::kStages;
   static constexpr int kConsumers = Base::kThreads;  // the warpgroups' threads
   static constexpr int kThreads = kConsumers + 32;   // + the producer warp
+  static constexpr int kMinBlocks = 1;
   static constexpr int kRows = Base::kRows;
   static constexpr int kStepK = Base::kStepK;
   static constexpr int kBlockBytes = Base::kBlockBytes;
@@ -387,12 +388,13 @@ struct WgmmaWsMixedMm {
   }
 };
 
-template <class Config>
-__global__ void __launch_bounds__(WgmmaWsMixedMm<Config>::kThreads, 1)
-    wgmma_ws_mixed_mm_kernel(Params const params, __grid_constant__ CUtensorMap const tokens_map) {
+// Both kernels here: a body K (kernel_body, kThreads, kMinBlocks) with the tokens' tensor map.
+template <class K>
+__global__ void __launch_bounds__(K::kThreads, K::kMinBlocks)
+    kernel_with_map(Params const params, __grid_constant__ CUtensorMap const tokens_map) {
   extern __shared__ __align__(1024) char smem[];
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  WgmmaWsMixedMm<Config>::kernel_body(params, &tokens_map, smem);
+  K::kernel_body(params, &tokens_map, smem);
 #endif
 }
 
@@ -462,13 +464,13 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "N too large for the launch grid");
   }
   static std::atomic<bool> raised[detail::kMaxDevices] = {};
-  int const allowed = allow_shared_memory_once(wgmma_ws_mixed_mm_kernel<Config>, K::kSmemBytes,
+  int const allowed = allow_shared_memory_once(kernel_with_map<K>, K::kSmemBytes,
                                                raised, kernel_name);
   if (allowed != GEMMGEN_OK) {
     return allowed;
   }
   return launch_with_map(
-      wgmma_ws_mixed_mm_kernel<Config>,
+      kernel_with_map<K>,
       [&](CUtensorMap* map) { return encode_tokens_map<Config>(map, a); }, K::kThreads,
       K::kSmemBytes, feature_tiles, token_tiles, a, stream, kernel_name);
 }
@@ -526,6 +528,7 @@ struct WgmmaCsMixedMm {
   static constexpr int kConvWarps = Config::ConvWarps;
   static constexpr int kInStages = Config::InStages, kCvStages = Config::CvStages;
   static constexpr int kThreads = 128 + 32 * kConvWarps + 32;
+  static constexpr int kMinBlocks = Config::MinBlocks;
   static constexpr int kProducerWarp = 4 + kConvWarps;
   static constexpr int kBlocks = kF / 16;  // row blocks of 16 features
   static_assert(kF % 16 == 0 && kBlocks % kConvWarps == 0, "whole row blocks a converter warp");
@@ -733,15 +736,6 @@ struct WgmmaCsMixedMm {
 };
 
 template <class Config>
-__global__ void __launch_bounds__(WgmmaCsMixedMm<Config>::kThreads, Config::MinBlocks)
-    wgmma_cs_mixed_mm_kernel(Params const params, __grid_constant__ CUtensorMap const tokens_map) {
-  extern __shared__ __align__(1024) char smem[];
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  WgmmaCsMixedMm<Config>::kernel_body(params, &tokens_map, smem);
-#endif
-}
-
-template <class Config>
 int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char const* kernel_name) {
   using K = WgmmaCsMixedMm<Config>;
   auto const& a = *args;
@@ -755,7 +749,7 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
   int64_t const feature_tiles = (a.n + K::kF - 1) / K::kF;
   int64_t const token_tiles = (a.m + K::kTokens - 1) / K::kTokens;
   static std::atomic<bool> raised[detail::kMaxDevices] = {};
-  int const allowed = allow_shared_memory_once(wgmma_cs_mixed_mm_kernel<Config>, K::kSmemBytes,
+  int const allowed = allow_shared_memory_once(wgmma_ws::kernel_with_map<K>, K::kSmemBytes,
                                                raised, kernel_name);
   if (allowed != GEMMGEN_OK) {
     return allowed;
@@ -763,7 +757,7 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
   // the same box as the producer-warp kernel's: 64 K x 64 tokens, 128-byte swizzle
   using Ws = wgmma::WgmmaConfig<typename K::ElementA, cutlass::int4b_t, false, 1, 64, 3>;
   return wgmma_ws::launch_with_map(
-      wgmma_cs_mixed_mm_kernel<Config>,
+      wgmma_ws::kernel_with_map<K>,
       [&](CUtensorMap* map) { return wgmma_ws::encode_tokens_map<Ws>(map, a); }, K::kThreads,
       K::kSmemBytes, feature_tiles, token_tiles, a, stream, kernel_name);
 }
