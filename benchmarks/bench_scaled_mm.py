@@ -26,6 +26,16 @@ NOTES (timing method):
   warm-up), so the GPU runs the calls back to back and the events measure GPU time, not Python or
   launch overhead; that is measured separately ("host overhead"). If the queue ran dry anyway the
   measurement is redone once with a longer spin, then flagged host_bound=1 in the CSV.
+- --timing graph (what the issue's figures and an application serving from CUDA graphs see):
+  the calls over every rotated set are captured in one CUDA graph
+  (gemmgen.tuning.measure.graph_time_us) and replayed back to back behind a spin kernel; time
+  per call = median replay batch / calls in the graph. No event separates two calls there, so a
+  gemmgen kernel's programmatic dependent launch overlaps its prologue with the previous call's
+  tail (as between a model's back-to-back GEMMs); the baselines run in the same kind of graph.
+- --heat MS: before each measurement a heavy bf16 matmul load runs for MS ms, so every impl is
+  timed with the GPU at its sustained (power-limited) clocks, as a long prefill or a tune sees
+  it; without it, an impl timed after a light one starts at boost clocks. Large-M rankings move
+  with that state (benchmarks/RESULTS.md, session 29).
 - Inputs rotate: ceil(2 * L2 / bytes(a + b)) distinct (a, b) sets (at most --max-sets, and within
   --max-set-gib) are cycled so that each call reads operands that are not L2-resident; every impl
   reads the same sequence of sets (its own dtype's copy of them).
@@ -49,6 +59,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import gemmgen
 from gemmgen.errors import NoKernelError
+from gemmgen.tuning.measure import graph_time_us
 
 MODELS = {"llama3-8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)],
           "llama2-70b": [(10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)]}
@@ -82,6 +93,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smaller grid and fewer repeats (M in QUICK_M, 30 repeats)")
     p.add_argument("--repeats", type=int, help="timed calls per measurement (default 100; --quick 30)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls before each measurement")
+    p.add_argument("--heat", type=float, default=0.0, metavar="MS",
+                   help="run a heavy bf16 matmul load for MS ms before each measurement (sustained clocks)")
+    p.add_argument("--timing", choices=("events", "graph"), default="events",
+                   help="per-call CUDA events between eager calls (default), or calls replayed in a CUDA graph")
     p.add_argument("--max-sets", type=int, default=64, help="most rotated input sets per problem")
     p.add_argument("--max-set-gib", type=float, default=8.0, help="memory cap of the rotated input sets")
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
@@ -174,6 +189,23 @@ def impl_fn(impl: str, fast_accum: bool, kernel: str | None = None):
 
 
 # ---------------------------------------------------------------- timing
+_HEATER: list[torch.Tensor] = []
+
+
+def heat(ms: float) -> None:
+    """Keep the GPU under a heavy bf16 matmul load for about `ms` ms of GPU time (enqueued; the
+    timed calls then queue behind it)."""
+    if not _HEATER:
+        _HEATER.extend(torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.mm(*_HEATER)
+    end.record()
+    end.synchronize()
+    for _ in range(max(1, round(ms / max(start.elapsed_time(end), 0.05)))):
+        torch.mm(*_HEATER)
+
+
 def time_calls(fn, pairs: list, args) -> tuple[list[float], bool]:
     """Per-call GPU times (µs) of `repeats` calls cycling through `pairs`; and whether host-bound."""
     t0 = time.perf_counter()
@@ -233,7 +265,14 @@ def measure(impl: str, model: str, n: int, k: int, m: int, pairs: list, args, st
                 if not row["check_rel_err"] < CHECK_TOL:
                     row["status"] = "check_failed"
                     return row
-        samples, host_bound = time_calls(impl_fn(impl, args.fast_accum, forced), pairs, args)
+        fn = impl_fn(impl, args.fast_accum, forced)
+        if args.heat > 0:
+            heat(args.heat)
+        if args.timing == "graph":
+            per_call, how = graph_time_us(lambda i: fn(*pairs[i]), len(pairs), max(3, args.repeats // 10))
+            samples, host_bound = [per_call], how != "graph"  # a refused capture is timed eagerly: flagged
+        else:
+            samples, host_bound = time_calls(fn, pairs, args)
     except NoKernelError as exc:  # no built library serves this column (e.g. the sm80 one): said once
         row["status"] = "n/a: not built"
         if impl not in state["unbuilt"]:
@@ -369,6 +408,14 @@ def plot(table: dict, args, device: str, path: Path) -> bool:
     return True
 
 
+def timing_method(args) -> str:
+    state = f"; before each measurement {args.heat:g} ms of bf16 matmul load (sustained clocks)" if args.heat > 0 else ""
+    if args.timing == "graph":
+        return (f"per-call time = median of {max(3, args.repeats // 10)} replay batches of one CUDA graph holding "
+                f"the calls over every rotated set, back to back (gemmgen's PDL overlaps consecutive calls){state}")
+    return f"median of {args.repeats} per-call CUDA-event times after {args.warmup} warm-up calls{state}"
+
+
 def write_markdown(table, host, rows, state, args, device: str, path: Path) -> str:
     failed = [f"{d} {name} at M={m} ({mdl} N={n} K={k}): rel. err {e:.3g}"
               for (d, m, name), (e, mdl, n, k) in state["checked"].items() if not e < CHECK_TOL]
@@ -381,7 +428,7 @@ def write_markdown(table, host, rows, state, args, device: str, path: Path) -> s
     text = [f"## gemmgen scaled_mm vs torch/cuBLAS on {device} ({datetime.date.today().isoformat()})", "",
             f"- torch {torch.__version__} (CUDA {torch.version.cuda}), gemmgen {gemmgen.__version__}, "
             f"L2 {l2_bytes() / 2**20:.0f} MiB", f"- command: `python {shlex.join(sys.argv)}`",
-            f"- median of {args.repeats} per-call CUDA-event times after {args.warmup} warm-up calls, inputs "
+            f"- {timing_method(args)}, inputs "
             f"rotated over > 2x L2; TFLOP/s = 2MNK/t (TOP/s for int8), geomean over shapes; x = geomean of "
             f"per-shape ratios; gemmgen: bf16 out, per-token/per-channel scales and bias; _int_mm: int32 out, "
             f"no epilogue; _scaled_mm use_fast_accum={args.fast_accum}; 'rules only' = the manifest's "
