@@ -350,7 +350,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         library=args.library, family=args.family, dtypes=tuple(args.dtypes or ()), out_dtype=args.out_dtype,
         epilogue=args.epilogue, knob_top=args.knob_top, tolerance=args.tolerance, fresh=args.fresh,
         out=args.out, select=args.select, select_dir=args.select_dir, gpus=args.gpus,
-        from_cache=args.from_cache, command="gemmgen " + " ".join(args.argv),
+        from_cache=args.from_cache, extend=args.extend, command="gemmgen " + " ".join(args.argv),
         shape_sources=[resolve_shapes_arg(s).name for s in args.shapes or ()]
         + (["autotune cache"] if args.from_cache else []))
     tune(options)
@@ -433,6 +433,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="times within this fraction of the best are ties (stable tie-break)")
     tuning.add_argument("--out", help="table path (default: <manifest>.tuned.<gpu>.yaml next to the manifest, "
                            "e.g. w8a8_sm90.tuned.h200.yaml)")
+    tuning.add_argument("--extend", metavar="TABLE",
+                        help="add the shapes to this tuned table (measured on this GPU for this "
+                             "library): its buckets and times are kept, only the new shapes are "
+                             "timed, and the table is rewritten (or written to --out)")
     tuning.add_argument("--select", action="store_true",
                         help="also prune the manifest to the smallest config set within 97%% of the "
                              "oracle everywhere (99%% geomean) and write it with its table")

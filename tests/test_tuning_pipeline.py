@@ -67,8 +67,9 @@ def library(case, monkeypatch):
 
 
 def _options(tmp_path, **kw) -> tuning.TuneOptions:
-    return tuning.TuneOptions(shapes=SHAPES, m_grid=GRID, dtypes=("int8",), knob_top=2,
-                              out=str(tmp_path / "out.tuned.yaml"), select_dir=str(tmp_path / "pruned"), **kw)
+    fields = dict(shapes=SHAPES, m_grid=GRID, dtypes=("int8",), knob_top=2, out=str(tmp_path / "out.tuned.yaml"),
+                  select_dir=str(tmp_path / "pruned"))
+    return tuning.TuneOptions(**{**fields, **kw})
 
 
 def test_measure_store_resume_and_table(library, tmp_path):
@@ -162,6 +163,71 @@ def test_select_writes_a_pruned_manifest_and_its_table(library, tmp_path, case):
     assert table.metadata["kernel_set"] == kernel_set_hash(names)
     rules = [(r.condition.source, family.configs[r.config_index].name) for r in family.dispatch]
     assert rules == [("m <= 64", "small"), ("true", "large")]
+
+
+def test_extend_adds_shapes_to_a_table_without_its_store(library, tmp_path):
+    """`gemmgen tune --extend TABLE`: only the new shapes are timed (the first tune's store is
+    gone, as on a machine that was handed back); the table keeps its buckets and stored times,
+    gains the new shapes' buckets exactly as a tune of them alone picks, and its cost model is
+    fitted to the times of both."""
+    from gemmgen.errors import GemmgenError
+    library, calls = library
+    first = _options(tmp_path, shapes=[SHAPES[0]], command="gemmgen tune --shapes first")
+    first.out = str(tmp_path / "table.tuned.yaml")
+    tuning.measure(library, Store(tmp_path / "first.jsonl"), first, first.shapes)
+    before_text = Path(tuning.write_table(library, Store(tmp_path / "first.jsonl"), first)).read_text()
+    before = load_table(first.out)
+    alone = _options(tmp_path, shapes=[SHAPES[1]], out=str(tmp_path / "alone.tuned.yaml"))
+    tuning.measure(library, Store(tmp_path / "second.jsonl"), alone, alone.shapes)
+    alone_table = load_table(tuning.write_table(library, Store(tmp_path / "second.jsonl"), alone))
+
+    calls.clear()
+    options = _options(tmp_path, extend=first.out, command="gemmgen tune --shapes both --extend t")
+    options.m_grid = ()  # the table's grid is taken
+    options.out = None   # rewritten in place
+    tuning.table_to_extend(library, options)
+    assert [s.name for s in options.shapes] == ["up"] and options.m_grid == GRID
+    tuning.measure(library, Store(tmp_path / "second.jsonl"), options, options.shapes)
+    assert calls == []  # resumed from the store of the second shape: nothing timed again
+    path = tuning.write_table(library, Store(tmp_path / "second.jsonl"), options)
+    assert path == Path(first.out)
+    text = path.read_text()
+    assert "# Command: gemmgen tune --shapes first" in text and "# Extended by: gemmgen tune --shapes both" in text
+    after = load_table(path, known_kernels=library.kernels)
+    (key,) = after.classes
+    def plain(buckets):
+        return [(b.m_max, b.kernel, b.knobs) for b in buckets]
+
+    got = {(s.n, s.k): plain(s.buckets) for s in after.classes[key].shapes}
+    assert got[(4096, 4096)] == plain(before.classes[key].shapes[0].buckets)
+    assert got[(28672, 4096)] == plain(alone_table.classes[key].shapes[0].buckets)
+    model = after.classes[key].model
+    assert {(n, k) for n, k, _ in model.times} == {(4096, 4096), (28672, 4096)}
+    assert all(model.times[p] == before.classes[key].model.times[p] for p in before.classes[key].model.times)
+    refit = tuning.model_from_times(library, key, {p: dict(r) for p, r in model.times.items()})
+    assert set(model.coef) == set(refit.coef) == {k.name for k in tuning.kernels_of(library, key)}
+    assert all(max(abs(a - b) for a, b in zip(model.coef[n], refit.coef[n])) < 1e-3 * max(1.0, *map(abs, refit.coef[n]))
+               for n in model.coef)
+    assert model.coef != before.classes[key].model.coef  # fitted again, to both shapes' times
+    assert "# Extended by" not in before_text
+
+    def refused(**changes) -> str:
+        opts = _options(tmp_path, extend=first.out)
+        for name, value in changes.items():
+            setattr(opts, name, value)
+        with pytest.raises(GemmgenError) as err:
+            tuning.table_to_extend(library, opts)
+        return str(err.value)
+
+    assert "--m" in refused(m_grid=(1, 16))
+    assert "nothing to add" in refused(shapes=[SHAPES[0], SHAPES[1]])
+    assert "no such table" in refused(extend=str(tmp_path / "missing.yaml"))
+    other_gpu = tmp_path / "h100.tuned.yaml"
+    other_gpu.write_text(text.replace("gpu: NVIDIA H200", "gpu: NVIDIA H100 80GB HBM3"))
+    assert "measured on NVIDIA H100 80GB HBM3" in refused(extend=str(other_gpu))
+    other_set = tmp_path / "other.tuned.yaml"
+    other_set.write_text(text.replace(f"kernel_set: {library.kernel_set}", "kernel_set: 0123456789abcdef"))
+    assert "kernel set 0123456789abcdef" in refused(extend=str(other_set))
 
 
 def test_store_parts_resume_and_retry_failures(tmp_path):

@@ -8,7 +8,8 @@ manifest knobs, then every knob setting of the fastest few → store each time a
 shape, and per class the cost model for unlisted shapes (cost_model.py) → the GPU's table
 `<manifest>.tuned.<gpu>.yaml`. With several GPUs, shapes are dealt round-robin to one worker
 process per GPU. What is family-specific (classes, inputs, one timed call, knobs) comes from the
-family's tuner hooks (`OpFamily.tuner`).
+family's tuner hooks (`OpFamily.tuner`). `--extend TABLE` times only the shapes a table does not
+list and merges them into it (its buckets and stored times kept, the cost model fitted again).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from . import select as selection
 from .cost_model import CostModel
 from .measure import Candidate, Record, Store
 from .shapes import DEFAULT_M_GRID, WeightShape
-from .table import Bucket, ClassTable, ShapeEntry, kernel_set_hash, render_table, table_path_for
+from .table import (Bucket, ClassTable, ShapeEntry, TunedTable, kernel_set_hash, load_table, render_table,
+                    table_path_for)
 
 MeasuredClass = tuple[str, ...]  # a dispatch class: (op, *class fields)
 
@@ -65,6 +67,7 @@ class TuneOptions:
     gpus: int | None = None
     seed: int = 0
     from_cache: bool = False  # add the shapes tuning at first use recorded (gemmgen/tuning/autotune.py)
+    extend: str | None = None  # a tuned table to add the new shapes to (its buckets and times kept)
     command: str = ""
     shape_sources: list[str] = field(default_factory=list)
 
@@ -380,25 +383,39 @@ def fit_cost_model(library: Library, cls: MeasuredClass, times: dict, grid: set[
     """The class's cost model (gemmgen/tuning/cost_model.py): each kernel's µs with its
     manifest knobs at every tuned point, and its coefficients fitted to them. None when the
     family has no cost features."""
-    family = registry.for_op(cls[0])
-    if family.cost_feature_set is None:
+    if registry.for_op(cls[0]).cost_feature_set is None:
         return None
-    sm_count = gpu_identity()[1]
     measured: dict[tuple[int, int, int], dict[str, float]] = {}
-    coef: dict[str, tuple[float, ...]] = {}
     for kernel in kernels_of(library, cls):
         if allowed is not None and kernel.name not in allowed:
             continue
         default = Candidate.of(kernel)
-        points = [((n, k, m), row[default]) for (n, k, m), row in times.items()
-                  if m in grid and math.isfinite(row.get(default, math.inf))]
+        for (n, k, m), row in times.items():
+            if m in grid and math.isfinite(row.get(default, math.inf)):
+                measured.setdefault((n, k, m), {})[kernel.name] = row[default]
+    return model_from_times(library, cls, measured)
+
+
+def model_from_times(library: Library, cls: MeasuredClass,
+                     measured: dict[tuple[int, int, int], dict[str, float]]) -> CostModel | None:
+    """A cost model fitted to `measured` ((n, k, m) -> kernel name -> µs with its manifest
+    knobs), for the kernels of `library` among them; None when the family has no cost features
+    or no kernel is left."""
+    family = registry.for_op(cls[0])
+    if family.cost_feature_set is None:
+        return None
+    sm_count = gpu_identity()[1]
+    coef: dict[str, tuple[float, ...]] = {}
+    kept: dict[tuple[int, int, int], dict[str, float]] = {}
+    for kernel in kernels_of(library, cls):
+        points = [(point, row[kernel.name]) for point, row in measured.items() if kernel.name in row]
         if not points:
             continue
         for point, us in points:
-            measured.setdefault(point, {})[kernel.name] = us
+            kept.setdefault(point, {})[kernel.name] = us
         features = [family.cost_features(kernel.spec, m, n, k, sm_count) for (n, k, m), _ in points]
         coef[kernel.name] = tuple(cost_model.fit(features, [us for _, us in points]))
-    return CostModel(family.cost_feature_set, coef, measured) if coef else None
+    return CostModel(family.cost_feature_set, coef, kept) if coef else None
 
 
 def metadata(library: Library, options: TuneOptions, kernel_set: str,
@@ -452,12 +469,92 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_table(library: Library, store: Store, options: TuneOptions) -> Path:
+    if options.extend:
+        return extend_table(library, store, options)
     path = Path(options.out) if options.out else table_path_for(manifest_of(library), gpu_identity()[0])
     tables = build_tables(library, store, options)
     text = render_table(metadata(library, options, library.kernel_set), tables,
                         [h for h in _header(library, options, "Tuned dispatch table", tables) if h])
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, text)
+    return path
+
+
+def table_to_extend(library: Library, options: TuneOptions) -> TunedTable:
+    """The table `--extend` names, checked to be one this tune can add to: tuned for this
+    library's kernel set on this GPU, on the M grid of this tune (default: its own). Sets
+    options.m_grid to the table's grid when none was given, and drops from options.shapes
+    the (N, K) the table lists for every class this tune measures (they are kept as tuned)."""
+    path = Path(options.extend)
+    if not path.is_file():
+        raise GemmgenError(f"--extend {path}: no such table")
+    table = load_table(path, known_kernels=library.kernels)
+    meta = table.metadata
+    if meta["library"] != library.name:
+        raise GemmgenError(f"--extend {path}: a table of library {meta['library']!r}, this tune measures "
+                           f"{library.name!r}")
+    if meta["kernel_set"] != library.kernel_set:
+        raise GemmgenError(f"--extend {path}: tuned for kernel set {meta['kernel_set']}, the library has "
+                           f"{library.kernel_set} (the manifest changed): its times would mix two kernel "
+                           "sets; re-tune it whole (`gemmgen tune --fresh`)")
+    if table.gpu != tuple(gpu_identity()):
+        raise GemmgenError(f"--extend {path}: measured on {table.gpu[0]} ({table.gpu[1]} SMs), this GPU is "
+                           f"{gpu_identity()[0]} ({gpu_identity()[1]} SMs)")
+    grid = tuple(int(m) for m in meta.get("m_grid") or ())
+    if options.m_grid and grid and tuple(options.m_grid) != grid:
+        raise GemmgenError(f"--extend {path}: tuned on the M grid {','.join(map(str, grid))}; --m "
+                           f"{','.join(map(str, options.m_grid))} would give its shapes other buckets "
+                           "(leave --m out to use the table's)")
+    options.m_grid = tuple(options.m_grid or grid)
+    measured = [tuple(cls) for cls in classes_of(library, options)]
+    listed = [{(s.n, s.k) for s in table.classes[c].shapes} if c in table.classes else set()
+              for c in measured]
+    kept = [s for s in options.shapes if not all((s.n, s.k) in shapes for shapes in listed)]
+    skipped = sorted({f"{s.n}x{s.k}" for s in options.shapes} - {f"{s.n}x{s.k}" for s in kept})
+    if skipped:
+        _say(f"the table already lists {', '.join(skipped)}: kept as tuned")
+    if not kept:
+        raise GemmgenError(f"--extend {path}: it lists every shape given; nothing to add")
+    options.shapes = kept
+    return table
+
+
+def merge_classes(library: Library, old: TunedTable, new: list[ClassTable]) -> list[ClassTable]:
+    """`old`'s class tables with `new`'s shapes added (a shape in both: the new measurement),
+    and each merged class's cost model fitted again to the times of both."""
+    merged = dict(old.classes)
+    for table in new:
+        before = merged.get(table.key)
+        if before is None:
+            merged[table.key] = table
+            continue
+        shapes = {(s.n, s.k): s for s in before.shapes}
+        shapes.update({(s.n, s.k): s for s in table.shapes})
+        times = {point: dict(row) for point, row in (before.model.times if before.model else {}).items()}
+        times.update((point, dict(row)) for point, row in (table.model.times if table.model else {}).items())
+        model = model_from_times(library, table.key, times) if times else None
+        merged[table.key] = ClassTable(table.key, tuple(shapes[key] for key in sorted(shapes)), model=model)
+    return list(merged.values())
+
+
+def extend_table(library: Library, store: Store, options: TuneOptions) -> Path:
+    """Write `options.extend`'s table with the shapes of this tune added (to `options.out`, by
+    default over the table itself, atomically): its buckets and stored times are kept, not
+    re-timed, and the cost model is fitted to the times of both."""
+    source = Path(options.extend)
+    old = load_table(source, known_kernels=library.kernels)
+    tables = merge_classes(library, old, build_tables(library, store, options))
+    sources = list(old.metadata.get("shapes") or [])
+    meta = dict(old.metadata, shapes=sources + [s for s in options.shape_sources if s not in sources])
+    earlier = [line[2:].strip() for line in source.read_text().splitlines()
+               if line.startswith("# Command:") or line.startswith("# Extended by:")]
+    header = _header(library, options, "Tuned dispatch table", tables)
+    header = [h for h in header if h and not h.startswith("Command:")]
+    header[1:1] = [*earlier, f"Extended by: {options.command or 'gemmgen tune --extend'} "
+                             f"(gemmgen {__version__}, torch {torch.__version__})"]
+    path = Path(options.out) if options.out else source
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, render_table(meta, tables, header))
     return path
 
 
@@ -564,6 +661,10 @@ def tune(options: TuneOptions) -> Path:
     if not options.shapes:
         raise GemmgenError("no shapes to tune: give --shapes, or --from-cache once tuning at first "
                            "use recorded some (gemmgen.autotune(), GEMMGEN_AUTOTUNE=1)")
+    if options.extend:
+        if options.select:
+            raise GemmgenError("--extend adds shapes to a table; --select prunes the manifest: one at a time")
+        table_to_extend(library, options)
     if not options.m_grid:
         options.m_grid = default_m_grid(library, options)
     check_plan(library, options)
