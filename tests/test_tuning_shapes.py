@@ -29,6 +29,12 @@ EXPECTED = {
                                      "gate_up_proj": (16384, 3072), "down_proj": (3072, 8192)}),
     "qwen3_32b": ("Qwen3-32B", {"qkv_proj": (10240, 5120), "o_proj": (5120, 8192),
                                 "gate_up_proj": (51200, 5120), "down_proj": (5120, 25600)}),
+    "mistral_nemo_12b": ("Mistral-Nemo-12B", {"qkv_proj": (6144, 5120), "o_proj": (5120, 4096),
+                                              "gate_up_proj": (28672, 5120), "down_proj": (5120, 14336)}),
+    "gemma2_9b": ("Gemma-2-9B", {"qkv_proj": (8192, 3584), "o_proj": (3584, 4096),
+                                 "gate_up_proj": (28672, 3584), "down_proj": (3584, 14336)}),
+    "gemma2_27b": ("Gemma-2-27B", {"qkv_proj": (8192, 4608), "o_proj": (4608, 4096),
+                                   "gate_up_proj": (73728, 4608), "down_proj": (4608, 36864)}),
     "llama3_70b_tp8": ("Llama-3-70B (TP=8)", {"qkv_proj": (1280, 8192), "o_proj": (8192, 1024),
                                               "gate_up_proj": (7168, 8192), "down_proj": (8192, 3584)}),
 }
@@ -165,7 +171,7 @@ def test_load_many_dedups_across_files_keeping_first(tmp_path):
         ("Llama-3-8B", "qkv_proj"), ("Llama-3-8B", "o_proj"), ("Llama-3-8B", "gate_up_proj"),
         ("Llama-3-8B", "down_proj"), ("Extra", "new")]
     distinct = {shape for _, shapes in EXPECTED.values() for shape in shapes.values()}
-    assert len(load_many(sorted(EXPECTED))) == len(distinct) == 26
+    assert len(load_many(sorted(EXPECTED))) == len(distinct) == 37
 
 
 def test_default_m_grid_is_sorted_and_covers_powers_of_two():
