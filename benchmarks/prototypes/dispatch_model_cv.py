@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Cost-model variants for untuned W8A8 shapes, scored offline from stored measurements (session 29).
+
+Data: a tuned table's `model.times` (each kernel's µs with its manifest knobs at the table's
+points) and tune stores (`gemmgen tune` .jsonl, or .jsonl.gz as in benchmarks/data/) holding
+every candidate at other points. A point's oracle is its fastest candidate of any knob setting.
+For each variant of the cost features, the model is fitted and used exactly as dispatch uses it
+(`CostModel.estimates` from the nearest measured shape, the lowest estimate wins) and scored by
+oracle time / chosen kernel's time, two ways:
+  held-out   fitted on the table's shapes, scored on the stores' other shapes (issue 14's protocol)
+  LOMO       leave one model out: fitted on every other model's shapes (table and stores), scored
+             on that model's
+both over every M measured, or the M of --m. Shapes map to models through
+gemmgen/manifests/shapes/ (a shape of several models: the table's model first).
+
+    python benchmarks/prototypes/dispatch_model_cv.py \\
+        --store benchmarks/data/w8a8_h200_store_qwen_llama32_s29.jsonl.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+from pathlib import Path
+
+from gemmgen import families
+from gemmgen.bindings.library import manifest_library
+from gemmgen.settings import DEFAULT_MANIFEST_DIR
+from gemmgen.tuning import cost_model
+from gemmgen.tuning.shapes import SHAPES_DIR, load_shapes
+from gemmgen.tuning.table import load_table
+
+MANIFEST = Path(DEFAULT_MANIFEST_DIR) / "w8a8_sm90.yaml"
+
+
+def read_store(path: Path):
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def load_data(table, stores: list[Path], library):
+    """({dtype: {(n, k, m): {kernel: µs with manifest knobs}}}, {dtype: {point: oracle µs}}, table shapes)."""
+    times: dict[str, dict] = {}
+    oracle: dict[str, dict] = {}
+    for key, ctable in table.classes.items():
+        if key[2:] != ("bf16", "ScaledEpilogueBias") or ctable.model is None:
+            continue
+        for point, row in ctable.model.times.items():
+            times.setdefault(key[1], {})[point] = dict(row)
+            oracle.setdefault(key[1], {})[point] = min(row.values())
+    tuned = {(s.n, s.k) for c in table.classes.values() for s in c.shapes}
+    for path in stores:
+        for record in read_store(path):
+            if record["us"] is None or record["cls"][2:] != ["bf16", "ScaledEpilogueBias"]:
+                continue
+            dtype, point = record["cls"][1], (record["n"], record["k"], record["m"])
+            if (point[0], point[1]) in tuned:
+                continue  # the table's own measurement of it stands
+            best = oracle.setdefault(dtype, {})
+            best[point] = min(best.get(point, math.inf), record["us"])
+            knobs = library.kernels[record["kernel"]].spec.knobs
+            if (record["raster"], record["swizzle"], record["split_k"]) == (knobs.raster, knobs.swizzle,
+                                                                              knobs.split_k_slices):
+                row = times.setdefault(dtype, {}).setdefault(point, {})
+                row[record["kernel"]] = min(row.get(record["kernel"], math.inf), record["us"])
+    return times, oracle, tuned
+
+
+def shipped_features(library, sms: int):
+    family = families.for_op("scaled_mm")
+    return lambda name, m, n, k: family.cost_features(library.kernels[name].spec, m, n, k, sms)
+
+
+def streamk_continuous_features(library, sms: int):
+    """The shipped features, but a stream-K kernel's waves are tiles / SMs (no ceiling): it splits
+    the work evenly over the SMs, so it has no partial last wave."""
+    base = shipped_features(library, sms)
+
+    def features(name, m, n, k):
+        values = base(name, m, n, k)
+        if getattr(library.kernels[name].spec.config, "tile_scheduler", "") != "streamk":
+            return values
+        k_iterations, tiles_k_per_sm = values[5], values[6]
+        waves = tiles_k_per_sm / k_iterations
+        return [values[0], waves * k_iterations, waves, *values[3:]]
+    return features
+
+
+VARIANTS = {"shipped (w8a8-tiles-1)": shipped_features, "stream-K waves continuous": streamk_continuous_features}
+
+
+def fit(times: dict, shapes: set, features) -> cost_model.CostModel:
+    points = {p: row for p, row in times.items() if (p[0], p[1]) in shapes}
+    coef = {}
+    for name in sorted({kernel for row in points.values() for kernel in row}):
+        measured = [(p, row[name]) for p, row in points.items() if name in row]
+        coef[name] = tuple(cost_model.fit([features(name, m, n, k) for (n, k, m), _ in measured],
+                                          [us for _, us in measured]))
+    return cost_model.CostModel("variant", coef, points)
+
+
+def scores(model, features, times, oracle, shapes: set, m_grid: set | None) -> list[float]:
+    ratios = []
+    for (n, k, m), row in times.items():
+        if (n, k) not in shapes or (m_grid is not None and m not in m_grid):
+            continue
+        estimates = model.estimates(m, n, k, model.nearest_shape(n, k), features, list(model.coef))
+        chosen = min(estimates, key=lambda name: (estimates[name], name))
+        ratios.append(oracle[(n, k, m)] / row[chosen] if chosen in row else 0.0)
+    return ratios
+
+
+def summary(ratios: list[float]) -> str:
+    geomean = math.exp(sum(math.log(max(r, 1e-9)) for r in ratios) / len(ratios))
+    return f"{geomean:.3f} / {min(ratios):.3f} ({len(ratios)})"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", type=Path, default=Path(DEFAULT_MANIFEST_DIR) / "w8a8_sm90.tuned.h200.yaml")
+    parser.add_argument("--store", type=Path, nargs="*", default=[])
+    parser.add_argument("--m", help="comma-separated M to score (default: every M measured)")
+    args = parser.parse_args(argv)
+    library = manifest_library(MANIFEST)
+    table = load_table(args.table)
+    sms = int(table.metadata["sm_count"])
+    times, oracle, tuned = load_data(table, args.store, library)
+    model_of = {}
+    first = [SHAPES_DIR / name for name in table.metadata.get("shapes") or ()]
+    for path in first + sorted(set(SHAPES_DIR.glob("*.yaml")) - set(first)):
+        for shape in load_shapes(path):
+            model_of.setdefault((shape.n, shape.k), shape.model)
+    every = {(n, k) for rows in times.values() for n, k, _ in rows}
+    held_out = every - tuned
+    m_grid = {int(m) for m in args.m.split(",")} if args.m else None
+    print(f"table {args.table.name}: {len(tuned)} shapes; stores: {len(held_out)} other shapes; "
+          f"models: {len({model_of.get(s, '?') for s in every})}")
+    print("| variant | dtype | held-out geomean / worst (points) | LOMO geomean / worst (points) |")
+    print("|---|---|---|---|")
+    for label, make in VARIANTS.items():
+        features = make(library, sms)
+        for dtype in sorted(times):
+            held = scores(fit(times[dtype], tuned, features), features, times[dtype], oracle[dtype], held_out,
+                          m_grid) if held_out else []
+            lomo = []
+            for model in sorted({model_of.get(s, "?") for s in every}):
+                test = {s for s in every if model_of.get(s, "?") == model}
+                lomo += scores(fit(times[dtype], every - test, features), features, times[dtype], oracle[dtype],
+                               test, m_grid)
+            print(f"| {label} | {dtype} | {summary(held) if held else '-'} | {summary(lomo)} |")
+
+
+if __name__ == "__main__":
+    main()
