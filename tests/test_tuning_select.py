@@ -98,11 +98,54 @@ def test_greedy_selection_above_the_exhaustive_limit_still_meets_the_thresholds(
     assert min(ratios) >= select.MIN_RATIO and chosen.geomean >= select.MIN_GEOMEAN
 
 
-def test_m_rules_pick_the_best_geomean_group_per_m():
+def test_rule_tree_learns_m_buckets_when_only_m_matters():
     times = {}
     for n in (4096, 8192):
         times[(n, 4096, 16)] = {"small": 5.0, "large": 9.0}
-        times[(n, 4096, 64)] = {"small": 6.0, "large": 6.05}   # tie: lower rank ("small")
+        times[(n, 4096, 64)] = {"small": 6.0, "large": 6.05}
         times[(n, 4096, 4096)] = {"small": 900.0, "large": 500.0}
-    rules = select.m_rules(times, lambda c: c, {"small": 0, "large": 1}.get, ["small", "large"])
-    assert rules == [(64, "small"), (4096, "large")]
+    tree = select.RuleTree.grow(times, lambda c: c, {"small": 0, "large": 1}.get, ["small", "large"])
+    assert tree.rules() == [("m <= 64", "small"), ("true", "large")]
+
+
+def test_rule_tree_splits_on_n_and_k_where_the_winner_depends_on_them():
+    """`narrow` wins on N <= 2048 and `deep` on K > 8192 (at M > 64), `small` at M <= 64,
+    `large` elsewhere; each region spans two shapes or more. The rules, in first-match order,
+    decide every point as the tree does, and pick the region's winner."""
+    groups = {"small": 0, "large": 1, "narrow": 2, "deep": 3}
+
+    def winner(n, k, m):
+        return "small" if m <= 64 else "narrow" if n <= 2048 else "deep" if k > 8192 else "large"
+
+    times = {}
+    for n in (1024, 2048, 4096, 8192):
+        for k in (4096, 8192, 14336, 28672):
+            for m in (16, 64, 256, 4096):
+                times[("int8", n, k, m)] = {g: (1.0 if g == winner(n, k, m) else 1.3) * (m + 100)
+                                            for g in groups}
+    tree = select.RuleTree.grow(times, lambda c: c, groups.get, list(groups))
+    rules = tree.rules()
+    assert rules[-1][0] == "true" and len(rules) == 4
+    assert {g for _, g in rules} == set(groups)
+    assert any("n <= 2048" in c for c, _ in rules) and any("k <= 8192" in c for c, _ in rules)
+
+    def first_match(point):
+        values = {"n": point[1], "k": point[2], "m": point[3]}
+        for condition, group in rules:
+            if condition == "true" or all(values[v] <= int(t) for v, _, t in
+                                          (part.split() for part in condition.split(" and "))):
+                return group
+    for point in times:
+        assert first_match(point) == tree.decide(point) == winner(*point[1:]), point
+
+
+def test_rule_tree_needs_two_shapes_to_split_on_n_or_k():
+    """One odd shape is no evidence about N: its own winner does not get a rule."""
+    times = {}
+    for n, k in ((4096, 4096), (8192, 4096), (1280, 4096)):
+        for m in (16, 4096):
+            odd = n == 1280
+            # b wins at the odd shape by 20%: an n split would gain (> the minimum), an m split not
+            times[(n, k, m)] = {"a": 10.0 if not odd else 12.0, "b": 12.0 if not odd else 10.0}
+    tree = select.RuleTree.grow(times, lambda c: c, {"a": 0, "b": 1}.get, ["a", "b"])
+    assert tree.rules() == [("true", "a")]

@@ -1,5 +1,5 @@
 """Choosing from measured times: the winner per problem, M buckets, the pruned kernel set, and
-M-bucket dispatch rules. Pure functions over {point: {candidate: µs}}, so they are tested on
+dispatch rules over (m, n, k) (`RuleTree`). Pure functions over {point: {candidate: µs}}, so they are tested on
 synthetic timings.
 
 A *point* is one measured problem, a tuple whose last element is m, e.g. (n, k, m). A *candidate* is a kernel with run-time knobs. A
@@ -122,21 +122,93 @@ def select_groups(times: Times, group_of: Callable, group_rank: Callable,
     return Selection(tuple(sorted(kept, key=group_rank)), worst, geo, where)
 
 
-def m_rules(times: Times, group_of: Callable, group_rank: Callable, kept: Sequence,
-            tolerance: float = DEFAULT_TOLERANCE) -> list[tuple[int, Hashable]]:
-    """Shape-independent M buckets over `kept` groups: at each measured M, the group with the
-    best geomean (over the measured shapes) of its best time / the oracle; ties within
-    `tolerance` go to the lower rank. Returns [(m_max, group)], runs merged."""
-    by_m: dict[int, list[Mapping[Hashable, float]]] = {}
-    for point, row in times.items():
-        if any(math.isfinite(t) for t in row.values()):
-            by_m.setdefault(point[-1], []).append(row)
-    winners = {}
-    for m, rows in by_m.items():
-        score = {}
-        for g in kept:
-            logs = [math.log(best_in(row, lambda c, g=g: group_of(c) == g) / min(row.values()))
-                    for row in rows]
-            score[g] = math.exp(sum(logs) / len(logs))
-        winners[m] = pick(score, group_rank, tolerance)
-    return buckets(winners)
+# the variables a manifest condition compares, and where each sits in a point (M last)
+TREE_VARIABLES = (("m", -1), ("n", -3), ("k", -2))
+TREE_DEPTH = 6
+TREE_MIN_GAIN = 0.002  # a split must raise the mean log(oracle / chosen) by this much per point
+CANNOT_RUN = -50.0  # the log ratio of a group at a point it cannot run (or did not measure)
+
+
+@dataclass(frozen=True)
+class RuleTree:
+    """Dispatch rules over (m, n, k) learned from measured times: a decision tree whose splits
+    are `m <= t`, `n <= t` or `k <= t` (what a manifest condition can say) and whose leaves are
+    groups. Grown greedily on Σ log(oracle / the group's best time) over the points, to `depth`
+    levels; a split is kept when it gains more than `min_gain` per point and leaves two measured
+    (N, K) or more on each side of an n or k split (one shape is no evidence about N or K). M
+    buckets alone cannot follow what makes a config win on another shape (waves of tiles, K
+    depth); measured on 37 shapes of 10 models, the tree's rules reach 0.983 of the oracle on a
+    model left out of their data, the best M-only rules 0.972 (benchmarks/RESULTS.md, session 29)."""
+
+    root: dict
+
+    @classmethod
+    def grow(cls, times: Times, group_of: Callable, group_rank: Callable, kept: Sequence,
+             depth: int = TREE_DEPTH, min_gain: float = TREE_MIN_GAIN) -> "RuleTree":
+        scored = {}  # point -> {group: log(oracle / the group's best)}
+        for point, row in times.items():
+            oracle = min(row.values(), default=math.inf)
+            if math.isfinite(oracle):
+                bests = {g: best_in(row, lambda c, g=g: group_of(c) == g) for g in kept}
+                scored[point] = {g: math.log(oracle / t) if math.isfinite(t) else CANNOT_RUN
+                                 for g, t in bests.items()}
+        if not scored:
+            raise ValueError("no measured point to learn rules from")
+        groups = sorted(kept, key=group_rank)
+        return cls(_grow(sorted(scored), scored, groups, depth, min_gain))
+
+    def decide(self, point: Point):
+        node = self.root
+        while "split" in node:
+            name, index, threshold = node["split"]
+            node = node["le"] if point[index] <= threshold else node["gt"]
+        return node["use"]
+
+    def rules(self) -> list[tuple[str, Hashable]]:
+        """[(condition, group)] in first-match order, the last one "true": a left subtree's rules
+        carry its `<=` bound (the tightest per variable), a right subtree's need none."""
+        out: list[tuple[str, Hashable]] = []
+
+        def walk(node: dict, bounds: dict) -> None:
+            if "split" not in node:
+                order = [name for name, _ in TREE_VARIABLES]
+                text = " and ".join(f"{v} <= {bounds[v]}" for v in order if v in bounds)
+                out.append((text or "true", node["use"]))
+                return
+            name, _, threshold = node["split"]
+            walk(node["le"], dict(bounds, **{name: min(threshold, bounds.get(name, threshold))}))
+            walk(node["gt"], bounds)
+        walk(self.root, {})
+        return out
+
+
+def _leaf(points, scored, groups) -> tuple[Hashable, float]:
+    """The group with the largest Σ log ratio over `points` (ties: the lower rank), and that sum."""
+    best, value = None, -math.inf
+    for g in groups:
+        total = sum(scored[p][g] for p in points)
+        if best is None or total > value:
+            best, value = g, total
+    return best, value
+
+
+def _grow(points, scored, groups, depth: int, min_gain: float) -> dict:
+    use, value = _leaf(points, scored, groups)
+    node = {"use": use}
+    if depth == 0:
+        return node
+    best = None
+    for name, index in TREE_VARIABLES:
+        for threshold in sorted({p[index] for p in points})[:-1]:
+            left = [p for p in points if p[index] <= threshold]
+            right = [p for p in points if p[index] > threshold]
+            if name != "m" and min(len({p[-3:-1] for p in left}), len({p[-3:-1] for p in right})) < 2:
+                continue
+            gain = _leaf(left, scored, groups)[1] + _leaf(right, scored, groups)[1] - value
+            if best is None or gain > best[0]:
+                best = (gain, (name, index, threshold), left, right)
+    if best is None or not best[0] > min_gain * len(points):
+        return node
+    _, split, left, right = best
+    return {"split": split, "le": _grow(left, scored, groups, depth - 1, min_gain),
+            "gt": _grow(right, scored, groups, depth - 1, min_gain)}

@@ -591,16 +591,14 @@ def select_and_write(library: Library, store: Store, options: TuneOptions) -> st
         lines = {kern.spec.origin.config: kern.spec.origin.line for kern in kernel_of.values()
                  if kern.spec.origin.family == family}
         chosen = selection.select_groups(times, group_of, lambda g: (lines[g], g))
-        rules = selection.m_rules(times, group_of, lambda g: (lines[g], g), chosen.kept,
-                                  options.tolerance)
+        rules = selection.RuleTree.grow(times, group_of, lambda g: (lines[g], g), chosen.kept).rules()
         fam = next(f for f in doc["families"] if f["name"] == family)
         entries = fam["configs"]
         keep_lines = {lines[g] for g in chosen.kept}
         fam["configs"] = [_plain(c) for i, c in enumerate(entries) if entries.line_of(i) in keep_lines]
         for c, line in zip(fam["configs"], sorted(keep_lines)):
             c.setdefault("name", next(g for g in chosen.kept if lines[g] == line))
-        fam["dispatch"] = [{"when": f"m <= {m_max}" if i < len(rules) - 1 else "true", "use": g}
-                           for i, (m_max, g) in enumerate(rules)]
+        fam["dispatch"] = [{"when": condition, "use": g} for condition, g in rules]
         kept_kernels |= {kern.name for kern in kernel_of.values()
                          if kern.spec.origin.family == family and kern.spec.origin.config in chosen.kept}
         where = "" if chosen.worst_point is None else f" at (a, n, k, m) = {chosen.worst_point}"
@@ -616,7 +614,7 @@ def select_and_write(library: Library, store: Store, options: TuneOptions) -> st
         f"Pruned by `gemmgen tune --select` from {manifest_path.name}: the smallest config set whose",
         f"best is >= {selection.MIN_RATIO:.0%} of the oracle at every tuned point and >= "
         f"{selection.MIN_GEOMEAN:.0%} in geomean;",
-        "dispatch rules are M buckets derived from the same measurements.", *report])
+        "dispatch rules over m, n and k learned from the same measurements (select.RuleTree).", *report])
     write_atomic(pruned_path, header + yaml.safe_dump(_plain(doc), sort_keys=False,
                                                       default_flow_style=None, width=110))
     pruned_names = {spec.name for spec in expand(load_manifest(pruned_path))}
