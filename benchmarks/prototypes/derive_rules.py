@@ -17,6 +17,7 @@ chosen (the oracle: the fastest candidate of any knob setting):
   LOMO       leave one model out: the tree grown without a model's shapes, scored on them
   --check    the same rules scored on another table's data (e.g. the H100's), beside the
              manifest's rules there
+  --cost-model  the tables' cost model on the same folds (the table path for unlisted shapes)
 
     python benchmarks/prototypes/derive_rules.py \\
         --store benchmarks/data/w8a8_h200_store_mistral_gemma_s29.jsonl.gz \\
@@ -91,6 +92,25 @@ def manifest_choice(point) -> str:
                            k=k, arch="sm90a", tuned=False, manifests=[str(MANIFEST)]).kernel.spec.origin.config
 
 
+def cost_model_folds(args, library, points, model_of, models) -> None:
+    """The tables' cost model (fitted and used as dispatch does) on the same leave-one-model-out
+    folds and points: what the table path does for a shape of a model it never measured."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import dispatch_model_cv as cv
+    table = load_table(args.table)
+    times, oracle, _ = cv.load_data(table, args.store, library)
+    features = cv.shipped_features(library, int(table.metadata["sm_count"]))
+    every = {p[1:3] for p in points}
+    for dtype in sorted({p[0] for p in points}):
+        ratios = []
+        for model in models:
+            test = {s for s in every if model_of.get(s, "?") == model}
+            fitted = cv.fit(times[dtype], every - test, features)
+            ratios += cv.scores(fitted, features, times[dtype], oracle[dtype], test, {p[3] for p in points})
+        print(f"{dtype}: the cost model, leave one model out: {score(ratios)}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", type=Path, default=Path(DEFAULT_MANIFEST_DIR) / "w8a8_sm90.tuned.h200.yaml")
@@ -99,6 +119,8 @@ def main(argv=None) -> None:
     parser.add_argument("--depth", type=int, default=select.TREE_DEPTH)
     parser.add_argument("--min-gain", type=float, default=select.TREE_MIN_GAIN)
     parser.add_argument("--check", type=Path, nargs="*", default=[], help="other tables to score the rules on")
+    parser.add_argument("--cost-model", action="store_true",
+                        help="also score the tables' cost model on the same folds (dispatch_model_cv.py's fit)")
     args = parser.parse_args(argv)
     library = manifest_library(MANIFEST)
     times, table = load_points(args.table, args.store, library, {int(m) for m in args.m.split(",")})
@@ -132,6 +154,8 @@ def main(argv=None) -> None:
     for dtype in sorted(lomo):
         print(f"{dtype}: learned rules, leave one model out: {score(lomo[dtype])}; "
               f"the manifest's rules on the same points: {score(manifest[dtype])}")
+    if args.cost_model:
+        cost_model_folds(args, library, points, model_of, models)
     tree = grow(points)
     for path in args.check:
         grid = {m for c in load_table(path).classes.values() for (_, _, m) in (c.model.times if c.model else {})}
