@@ -248,6 +248,23 @@ def test_store_parts_resume_and_retry_failures(tmp_path):
     assert reopened.times(CLS) == {(4096, 4096, 16): {good.candidate: 12.5}}
 
 
+def test_a_gzipped_store_is_read_and_not_extended(tmp_path):
+    """benchmarks/data/ keeps stores gzipped: they read as the plain file does; adding to one is
+    refused with what to do (gunzip), and nothing is written."""
+    import gzip
+    from gemmgen.errors import GemmgenError
+    plain = tmp_path / "s.jsonl"
+    Store(plain).put(Record(CLS, 4096, 4096, 16, "k1", "heuristic", 1, 1, 12.5))
+    zipped = tmp_path / "s.jsonl.gz"
+    zipped.write_bytes(gzip.compress(plain.read_bytes()))
+    store = Store(zipped)
+    assert store.times(CLS) == Store(plain).times(CLS) == {(4096, 4096, 16): {Candidate("k1"): 12.5}}
+    before = zipped.read_bytes()
+    with pytest.raises(GemmgenError, match="read-only; gunzip it"):
+        store.put(Record(CLS, 4096, 4096, 32, "k1", "heuristic", 1, 1, 13.0))
+    assert zipped.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl", "s.jsonl.gz"]
+
+
 def test_knob_variants_per_arch(library):
     """sm90: every raster order x swizzle (the manifest's first); sm80 split-K: slice counts."""
     library, _ = library

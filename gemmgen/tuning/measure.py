@@ -15,6 +15,7 @@ How a time is taken (the same for every candidate of a problem):
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import statistics
@@ -26,6 +27,7 @@ from typing import Callable, Iterable
 import torch
 
 from ..bindings.library import Kernel
+from ..errors import GemmgenError
 from ..generator.kernel_config import RuntimeKnobs
 
 _TARGET_SAMPLE_US = 300.0
@@ -145,7 +147,7 @@ class Store:
     what failed is tried again).
 
     Several processes (one per GPU) write their own files `<stem>.<part>.jsonl`; `load` reads
-    them all.
+    them all. A gzipped store (`.jsonl.gz`, as benchmarks/data/ keeps them) is read, not extended.
     """
 
     def __init__(self, path: Path, part: str | None = None):
@@ -161,7 +163,8 @@ class Store:
         for path in self.siblings():
             if not path.exists():
                 continue
-            for line in path.read_text().splitlines():
+            text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+            for line in text.splitlines():
                 try:
                     fields = json.loads(line)
                     record = Record(**{**fields, "cls": tuple(fields["cls"])})
@@ -174,6 +177,9 @@ class Store:
         return self.records.get((tuple(cls), n, k, m, c))
 
     def put(self, record: Record) -> None:
+        if self.file.suffix == ".gz":
+            raise GemmgenError(f"{self.file}: a gzipped measurement store is read-only; gunzip it to add "
+                               "measurements to it")
         self.records[record.key] = record
         self.file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.file, "a") as handle:
