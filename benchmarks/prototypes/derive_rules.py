@@ -27,9 +27,8 @@ chosen (the oracle: the fastest candidate of any knob setting):
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import math
+import sys
 from pathlib import Path
 
 from gemmgen import dispatch
@@ -40,45 +39,27 @@ from gemmgen.tuning import select
 from gemmgen.tuning.shapes import SHAPES_DIR, load_shapes
 from gemmgen.tuning.table import load_table
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dispatch_model_cv as cv  # noqa: E402  (its data loading and cost-model fit)
+
 MANIFEST = Path(DEFAULT_MANIFEST_DIR) / "w8a8_sm90.yaml"
 M16 = "1,8,16,32,64,96,128,192,256,384,512,768,1024,2048,4096,8192"
 
 
-def read_store(path: Path):
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as handle:
-        yield from (json.loads(line) for line in handle if line.strip())
-
-
 def load_points(table_path: Path, stores: list[Path], library, m_grid: set[int]):
     """({(dtype, n, k, m): {config: µs}}, table) at the M of `m_grid`: each config's time with its
-    manifest knobs, and under the key None the point's oracle (its fastest candidate of any knobs)."""
+    manifest knobs, and under the key None the point's oracle (its fastest candidate of any knobs),
+    from the data dispatch_model_cv.py reads (the table's stored times, then the stores')."""
     config_of = {name: kernel.spec.origin.config for name, kernel in library.kernels.items()}
     table = load_table(table_path)
-    times, oracle = {}, {}
-    for key, ctable in table.classes.items():
-        if key[2:] != ("bf16", "ScaledEpilogueBias") or ctable.model is None:
-            continue
-        for (n, k, m), row in ctable.model.times.items():
+    times, oracle, _ = cv.load_data(table, stores, library)
+    points = {}
+    for dtype, rows in times.items():
+        for (n, k, m), row in rows.items():
             if m in m_grid:
-                times[(key[1], n, k, m)] = {config_of[name]: us for name, us in row.items()}
-                oracle[(key[1], n, k, m)] = min(row.values())
-    listed = {(s.n, s.k) for c in table.classes.values() for s in c.shapes}
-    for path in stores:
-        for r in read_store(path):
-            point = (r["cls"][1], r["n"], r["k"], r["m"])
-            if (r["us"] is None or r["cls"][2:] != ["bf16", "ScaledEpilogueBias"] or r["m"] not in m_grid
-                    or point[1:3] in listed):
-                continue
-            oracle[point] = min(oracle.get(point, math.inf), r["us"])
-            knobs = library.kernels[r["kernel"]].spec.knobs
-            if (r["raster"], r["swizzle"], r["split_k"]) == (knobs.raster, knobs.swizzle, knobs.split_k_slices):
-                row = times.setdefault(point, {})
-                config = config_of[r["kernel"]]
-                row[config] = min(row.get(config, math.inf), r["us"])
-    for point, row in times.items():
-        row[None] = oracle[point]  # the oracle: a group no config belongs to, so it is never chosen
-    return times, table
+                points[(dtype, n, k, m)] = {**{config_of[name]: us for name, us in row.items()},
+                                            None: oracle[dtype][(n, k, m)]}  # never a config's name
+    return points, table
 
 
 def score(ratios: list[float]) -> str:
@@ -95,9 +76,6 @@ def manifest_choice(point) -> str:
 def cost_model_folds(args, library, points, model_of, models) -> None:
     """The tables' cost model (fitted and used as dispatch does) on the same leave-one-model-out
     folds and points: what the table path does for a shape of a model it never measured."""
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import dispatch_model_cv as cv
     table = load_table(args.table)
     times, oracle, _ = cv.load_data(table, args.store, library)
     features = cv.shipped_features(library, int(table.metadata["sm_count"]))

@@ -2,7 +2,8 @@
 """Cost-model variants for untuned W8A8 shapes, scored offline from stored measurements (session 29).
 
 Data: a tuned table's `model.times` (each kernel's µs with its manifest knobs at the table's
-points) and tune stores (`gemmgen tune` .jsonl, or .jsonl.gz as in benchmarks/data/) holding
+points) and tune stores (`gemmgen tune` .jsonl, or .jsonl.gz as in benchmarks/data/, read as
+`gemmgen tune` reads them: a candidate's last time) holding
 every candidate at other points. A point's oracle is its fastest candidate of any knob setting.
 For each variant of the cost features, the model is fitted and used exactly as dispatch uses it
 (`CostModel.estimates` from the nearest measured shape, the lowest estimate wins) and scored by
@@ -20,8 +21,6 @@ gemmgen/manifests/shapes/ (a shape of several models: the table's model first).
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import math
 from pathlib import Path
 
@@ -29,18 +28,11 @@ from gemmgen import families
 from gemmgen.bindings.library import manifest_library
 from gemmgen.settings import DEFAULT_MANIFEST_DIR
 from gemmgen.tuning import cost_model
+from gemmgen.tuning.measure import Candidate, Store
 from gemmgen.tuning.shapes import SHAPES_DIR, load_shapes
 from gemmgen.tuning.table import load_table
 
 MANIFEST = Path(DEFAULT_MANIFEST_DIR) / "w8a8_sm90.yaml"
-
-
-def read_store(path: Path):
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as handle:
-        for line in handle:
-            if line.strip():
-                yield json.loads(line)
 
 
 def load_data(table, stores: list[Path], library):
@@ -54,20 +46,15 @@ def load_data(table, stores: list[Path], library):
             times.setdefault(key[1], {})[point] = dict(row)
             oracle.setdefault(key[1], {})[point] = min(row.values())
     tuned = {(s.n, s.k) for c in table.classes.values() for s in c.shapes}
-    for path in stores:
-        for record in read_store(path):
-            if record["us"] is None or record["cls"][2:] != ["bf16", "ScaledEpilogueBias"]:
-                continue
-            dtype, point = record["cls"][1], (record["n"], record["k"], record["m"])
-            if (point[0], point[1]) in tuned:
-                continue  # the table's own measurement of it stands
+    for path in stores:  # the store's last time of each candidate, as `gemmgen tune` reads it
+        for record in Store(path).records.values():
+            if record.cls[2:] != ("bf16", "ScaledEpilogueBias") or (record.n, record.k) in tuned:
+                continue  # another class; or the table's own measurement of the shape stands
+            dtype, point = record.cls[1], (record.n, record.k, record.m)
             best = oracle.setdefault(dtype, {})
-            best[point] = min(best.get(point, math.inf), record["us"])
-            knobs = library.kernels[record["kernel"]].spec.knobs
-            if (record["raster"], record["swizzle"], record["split_k"]) == (knobs.raster, knobs.swizzle,
-                                                                              knobs.split_k_slices):
-                row = times.setdefault(dtype, {}).setdefault(point, {})
-                row[record["kernel"]] = min(row.get(record["kernel"], math.inf), record["us"])
+            best[point] = min(best.get(point, math.inf), record.us)
+            if record.candidate == Candidate.of(library.kernels[record.kernel]):
+                times.setdefault(dtype, {}).setdefault(point, {})[record.kernel] = record.us
     return times, oracle, tuned
 
 
