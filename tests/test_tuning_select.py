@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -149,3 +150,27 @@ def test_rule_tree_needs_two_shapes_to_split_on_n_or_k():
             times[(n, k, m)] = {"a": 10.0 if not odd else 12.0, "b": 12.0 if not odd else 10.0}
     tree = select.RuleTree.grow(times, lambda c: c, {"a": 0, "b": 1}.get, ["a", "b"])
     assert tree.rules() == [("true", "a")]
+
+
+def test_the_shipped_w8a8_rules_are_the_tree_of_the_committed_measurements():
+    """Both families of w8a8_sm90.yaml carry the rules that benchmarks/prototypes/derive_rules.py
+    grows from the committed measurements (the H200 table's stored times and the store in
+    benchmarks/data/), as the manifest and benchmarks/RESULTS.md say: editing the rules, the tree
+    or the data without the others fails here."""
+    import importlib.util
+    from gemmgen.bindings.library import manifest_library
+    from gemmgen.generator.manifest import load_manifest
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("derive_rules", root / "benchmarks/prototypes/derive_rules.py")
+    derive = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(derive)
+    manifest = load_manifest(derive.MANIFEST)
+    times, _ = derive.load_points(root / "gemmgen/manifests/w8a8_sm90.tuned.h200.yaml",
+                                  [root / "benchmarks/data/w8a8_h200_store_mistral_gemma_s29.jsonl.gz"],
+                                  manifest_library(derive.MANIFEST), {int(m) for m in derive.M16.split(",")})
+    configs = list(dict.fromkeys(c.name for f in manifest.families for c in f.configs))
+    assert len({p[1:3] for p in times}) == 37 and {p[0] for p in times} == {"int8", "e4m3"}
+    grown = select.RuleTree.grow(times, lambda c: c, {c: i for i, c in enumerate(configs)}.get, configs).rules()
+    for family in manifest.families:
+        shipped = [(r.condition.source, family.configs[r.config_index].name) for r in family.dispatch]
+        assert shipped == grown, family.name
