@@ -138,8 +138,8 @@ class RuleTree:
     (N, K) or more on each side of an n or k split (one shape is no evidence about N or K). M
     buckets alone cannot follow what makes a config win on another shape (waves of tiles, K
     depth); measured on 37 shapes of 10 models, the tree's rules reach 0.980-0.982 of the oracle
-    on a model left out of their data, the best M-only rules 0.972 (benchmarks/RESULTS.md,
-    session 29)."""
+    on a model left out of their data, the best config per M chosen on all of them 0.975-0.977
+    (benchmarks/RESULTS.md, session 29)."""
 
     root: dict
 
