@@ -185,11 +185,11 @@ def test_extend_adds_shapes_to_a_table_without_its_store(library, tmp_path):
     options = _options(tmp_path, extend=first.out, command="gemmgen tune --shapes both --extend t")
     options.m_grid = ()  # the table's grid is taken
     options.out = None   # rewritten in place
-    tuning.table_to_extend(library, options)
+    extending = tuning.table_to_extend(library, options)
     assert [s.name for s in options.shapes] == ["up"] and options.m_grid == GRID
     tuning.measure(library, Store(tmp_path / "second.jsonl"), options, options.shapes)
     assert calls == []  # resumed from the store of the second shape: nothing timed again
-    path = tuning.write_table(library, Store(tmp_path / "second.jsonl"), options)
+    path = tuning.write_table(library, Store(tmp_path / "second.jsonl"), options, extending)
     assert path == Path(first.out)
     text = path.read_text()
     assert "# Command: gemmgen tune --shapes first" in text and "# Extended by: gemmgen tune --shapes both" in text

@@ -36,7 +36,6 @@ from gemmgen.bindings.library import manifest_library
 from gemmgen.generator.manifest import load_manifest
 from gemmgen.settings import DEFAULT_MANIFEST_DIR
 from gemmgen.tuning import select
-from gemmgen.tuning.shapes import SHAPES_DIR, load_shapes
 from gemmgen.tuning.table import load_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,19 +46,25 @@ M16 = "1,8,16,32,64,96,128,192,256,384,512,768,1024,2048,4096,8192"
 
 
 def load_points(table_path: Path, stores: list[Path], library, m_grid: set[int]):
-    """({(dtype, n, k, m): {config: µs}}, table) at the M of `m_grid`: each config's time with its
-    manifest knobs, and under the key None the point's oracle (its fastest candidate of any knobs),
-    from the data dispatch_model_cv.py reads (the table's stored times, then the stores')."""
-    config_of = {name: kernel.spec.origin.config for name, kernel in library.kernels.items()}
+    """({(dtype, n, k, m): {config: µs}}, table) at the M of `m_grid` (`points_of` the data
+    dispatch_model_cv.py reads: the table's stored times, then the stores')."""
     table = load_table(table_path)
-    times, oracle, _ = cv.load_data(table, stores, library)
+    return points_of(cv.load_data(table, stores, library), library, m_grid), table
+
+
+def points_of(data, library, m_grid: set[int]) -> dict:
+    """{(dtype, n, k, m): {config: µs}} from dispatch_model_cv.load_data's (times, oracle, _) at
+    the M of `m_grid`: each config's time with its manifest knobs, and under the key None the
+    point's oracle (its fastest candidate of any knobs)."""
+    config_of = {name: kernel.spec.origin.config for name, kernel in library.kernels.items()}
+    times, oracle, _ = data
     points = {}
     for dtype, rows in times.items():
         for (n, k, m), row in rows.items():
             if m in m_grid:
                 points[(dtype, n, k, m)] = {**{config_of[name]: us for name, us in row.items()},
                                             None: oracle[dtype][(n, k, m)]}  # never a config's name
-    return points, table
+    return points
 
 
 def score(ratios: list[float]) -> str:
@@ -73,12 +78,10 @@ def manifest_choice(point) -> str:
                            k=k, arch="sm90a", tuned=False, manifests=[str(MANIFEST)]).kernel.spec.origin.config
 
 
-def cost_model_folds(args, library, points, model_of, models) -> None:
+def cost_model_folds(data, features, points, model_of, models) -> None:
     """The tables' cost model (fitted and used as dispatch does) on the same leave-one-model-out
     folds and points: what the table path does for a shape of a model it never measured."""
-    table = load_table(args.table)
-    times, oracle, _ = cv.load_data(table, args.store, library)
-    features = cv.shipped_features(library, int(table.metadata["sm_count"]))
+    times, oracle, _ = data
     every = {p[1:3] for p in points}
     for dtype in sorted({p[0] for p in points}):
         ratios = []
@@ -101,7 +104,9 @@ def main(argv=None) -> None:
                         help="also score the tables' cost model on the same folds (dispatch_model_cv.py's fit)")
     args = parser.parse_args(argv)
     library = manifest_library(MANIFEST)
-    times, table = load_points(args.table, args.store, library, {int(m) for m in args.m.split(",")})
+    table = load_table(args.table)
+    data = cv.load_data(table, args.store, library)
+    times = points_of(data, library, {int(m) for m in args.m.split(",")})
     configs = list(dict.fromkeys(c.name for f in load_manifest(MANIFEST).families for c in f.configs))
     rank = {c: i for i, c in enumerate(configs)}.get  # ties go to the manifest's earlier config
 
@@ -112,11 +117,7 @@ def main(argv=None) -> None:
     def ratio(rows, point, config) -> float:
         return rows[point][None] / rows[point][config] if config in rows[point] else 0.0
 
-    model_of = {}
-    first = [SHAPES_DIR / name for name in table.metadata.get("shapes") or ()]
-    for path in first + sorted(set(SHAPES_DIR.glob("*.yaml")) - set(first)):
-        for shape in load_shapes(path):
-            model_of.setdefault((shape.n, shape.k), shape.model)
+    model_of = cv.models_of(table)
     points = sorted(times)
     models = sorted({model_of.get(p[1:3], "?") for p in points})
     print(f"{len(points)} points ({len({p[1:3] for p in points})} (N, K) of {len(models)} models, int8 and e4m3)")
@@ -133,7 +134,8 @@ def main(argv=None) -> None:
         print(f"{dtype}: learned rules, leave one model out: {score(lomo[dtype])}; "
               f"the manifest's rules on the same points: {score(manifest[dtype])}")
     if args.cost_model:
-        cost_model_folds(args, library, points, model_of, models)
+        features = cv.shipped_features(library, int(table.metadata["sm_count"]))
+        cost_model_folds(data, features, points, model_of, models)
     tree = grow(points)
     for path in args.check:
         grid = {m for c in load_table(path).classes.values() for (_, _, m) in (c.model.times if c.model else {})}

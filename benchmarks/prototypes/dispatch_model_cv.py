@@ -58,6 +58,17 @@ def load_data(table, stores: list[Path], library):
     return times, oracle, tuned
 
 
+def models_of(table) -> dict[tuple[int, int], str]:
+    """(N, K) -> the model of gemmgen/manifests/shapes/ it belongs to (a shape of several models:
+    the table's first)."""
+    model_of = {}
+    first = [SHAPES_DIR / name for name in table.metadata.get("shapes") or ()]
+    for path in first + sorted(set(SHAPES_DIR.glob("*.yaml")) - set(first)):
+        for shape in load_shapes(path):
+            model_of.setdefault((shape.n, shape.k), shape.model)
+    return model_of
+
+
 def shipped_features(library, sms: int):
     family = families.for_op("scaled_mm")
     return lambda name, m, n, k: family.cost_features(library.kernels[name].spec, m, n, k, sms)
@@ -117,11 +128,7 @@ def main(argv=None) -> None:
     table = load_table(args.table)
     sms = int(table.metadata["sm_count"])
     times, oracle, tuned = load_data(table, args.store, library)
-    model_of = {}
-    first = [SHAPES_DIR / name for name in table.metadata.get("shapes") or ()]
-    for path in first + sorted(set(SHAPES_DIR.glob("*.yaml")) - set(first)):
-        for shape in load_shapes(path):
-            model_of.setdefault((shape.n, shape.k), shape.model)
+    model_of = models_of(table)
     every = {(n, k) for rows in times.values() for n, k, _ in rows}
     held_out = every - tuned
     m_grid = {int(m) for m in args.m.split(",")} if args.m else None

@@ -13,13 +13,18 @@ power limit). 3 rounds, kernel order rotated, medians. Results: benchmarks/RESUL
 from __future__ import annotations
 
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from gemmgen import dispatch
 from gemmgen.families.w8a8.tuning import make_problem, time_candidate
 from gemmgen.tuning.measure import Candidate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_scaled_mm import heat  # noqa: E402  (a bf16 matmul load of about MS ms, enqueued)
 
 CONFIGS = {"wide": "t128x256x128_c2x1x1_coop_sauto", "pp_c12": "t128x128x128_c1x2x1_pp_sauto",
            "pp_c21": "t128x128x128_c2x1x1_pp_sauto", "sk": "t128x128x128_c1x1x1_coop_sauto_streamk"}
@@ -33,20 +38,8 @@ def kernel_of(library, dtype_tag: str, config: str):
     return next(k for name, k in library.kernels.items() if f"_{dtype_tag}_bf16_scaled_bias_{config}" in name)
 
 
-def heat(ms: float, operands: list[torch.Tensor]) -> None:
-    """About `ms` ms of bf16 matmul load, enqueued."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.mm(*operands)
-    end.record()
-    end.synchronize()
-    for _ in range(int(ms / max(start.elapsed_time(end), 0.05))):
-        torch.mm(*operands)
-
-
 def main() -> None:
     library = next(lib for lib in dispatch.libraries() if lib.name == "w8a8")
-    heater = [torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
     began = time.time()
     print("| dtype | n x k | m | " + " | ".join(f"{c} cold / hot µs" for c in CONFIGS) + " | fastest cold | fastest hot |")
     for tag, dtype in (("i8", "int8"), ("e4m3", "e4m3")):
@@ -62,7 +55,7 @@ def main() -> None:
                         torch.cuda.synchronize()
                         time.sleep(0.05)
                         samples[config]["cold"].append(time_candidate(candidate, problem))
-                        heat(250, heater)
+                        heat(250)
                         samples[config]["hot"].append(time_candidate(candidate, problem))
                 median = {c: {state: statistics.median(v) for state, v in s.items()} for c, s in samples.items()}
                 fastest = {state: min(median, key=lambda c: median[c][state]) for state in ("cold", "hot")}

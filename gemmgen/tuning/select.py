@@ -172,8 +172,7 @@ class RuleTree:
 
         def walk(node: dict, bounds: dict) -> None:
             if "split" not in node:
-                order = [name for name, _ in TREE_VARIABLES]
-                text = " and ".join(f"{v} <= {bounds[v]}" for v in order if v in bounds)
+                text = " and ".join(f"{v} <= {bounds[v]}" for v, _ in TREE_VARIABLES if v in bounds)
                 out.append((text or "true", node["use"]))
                 return
             name, _, threshold = node["split"]

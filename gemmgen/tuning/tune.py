@@ -468,9 +468,12 @@ def write_atomic(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def write_table(library: Library, store: Store, options: TuneOptions) -> Path:
-    if options.extend:
-        return extend_table(library, store, options)
+def write_table(library: Library, store: Store, options: TuneOptions,
+                extending: TunedTable | None = None) -> Path:
+    """Write the table of `options.shapes` (with `extending`, the table `--extend` names as
+    `table_to_extend` checked it: that table with the new shapes added)."""
+    if extending is not None:
+        return extend_table(library, store, options, extending)
     path = Path(options.out) if options.out else table_path_for(manifest_of(library), gpu_identity()[0])
     tables = build_tables(library, store, options)
     text = render_table(metadata(library, options, library.kernel_set), tables,
@@ -537,12 +540,11 @@ def merge_classes(library: Library, old: TunedTable, new: list[ClassTable]) -> l
     return list(merged.values())
 
 
-def extend_table(library: Library, store: Store, options: TuneOptions) -> Path:
-    """Write `options.extend`'s table with the shapes of this tune added (to `options.out`, by
-    default over the table itself, atomically): its buckets and stored times are kept, not
-    re-timed, and the cost model is fitted to the times of both."""
+def extend_table(library: Library, store: Store, options: TuneOptions, old: TunedTable) -> Path:
+    """Write `old` (the table `options.extend` names) with the shapes of this tune added (to
+    `options.out`, by default over the table itself, atomically): its buckets and stored times
+    are kept, not re-timed, and the cost model is fitted to the times of both."""
     source = Path(options.extend)
-    old = load_table(source, known_kernels=library.kernels)
     tables = merge_classes(library, old, build_tables(library, store, options))
     sources = list(old.metadata.get("shapes") or [])
     meta = dict(old.metadata, shapes=sources + [s for s in options.shape_sources if s not in sources])
@@ -659,10 +661,11 @@ def tune(options: TuneOptions) -> Path:
     if not options.shapes:
         raise GemmgenError("no shapes to tune: give --shapes, or --from-cache once tuning at first "
                            "use recorded some (gemmgen.autotune(), GEMMGEN_AUTOTUNE=1)")
+    extending = None
     if options.extend:
         if options.select:
             raise GemmgenError("--extend adds shapes to a table; --select prunes the manifest: one at a time")
-        table_to_extend(library, options)
+        extending = table_to_extend(library, options)
     if not options.m_grid:
         options.m_grid = default_m_grid(library, options)
     check_plan(library, options)
@@ -691,7 +694,7 @@ def tune(options: TuneOptions) -> Path:
     else:
         measure(library, Store(path), options, options.shapes)
     store = Store(path)
-    table = write_table(library, store, options)
+    table = write_table(library, store, options, extending)
     _say(f"wrote {table}")
     if options.select:
         _say(select_and_write(library, store, options))
