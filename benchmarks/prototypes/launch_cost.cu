@@ -22,7 +22,9 @@
 // Run in session 28 (H200; RESULTS.md, "Host cost of a call, session 28"): the whole entry point
 // 4.2-4.5 µs for the t64x16x256 swap-AB kernel, of which the launch is ~3 µs (an empty kernel:
 // 2.7-3.3 µs with PDL, 3.6-4.0 without) and the three TMA descriptors ~0.2 µs (0.05-0.08 µs
-// each): nothing there is worth caching. The stream-K t128x128x128 kernel's entry point: 15.4-15.9 µs.
+// each): nothing there is worth caching. The stream-K t128x128x128 kernel's entry point: 15.4-15.9 µs
+// in batches of 2000 calls; session 30 added the batches of 32 and the GPU time, to tell the host's
+// cost from a full launch queue.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -40,17 +42,40 @@
 
 namespace {
 
+// `calls` a batch: 2000 measures the steady state, where a call whose GPU time exceeds its host
+// time fills the launch queue and the host then waits on the GPU; 32 (with 51 batches) stays far
+// below the queue's depth, so it is the host's own cost.
 template <class F>
-double host_us_per_call(F&& call) {
+double host_us_per_call(F&& call, int calls = 2000) {
   for (int i = 0; i < 500; ++i) call();
   CHECK(cudaDeviceSynchronize());
   std::vector<double> batches;
-  for (int b = 0; b < 7; ++b) {
+  for (int b = 0; b < (calls < 100 ? 51 : 7); ++b) {
     auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < 2000; ++i) call();
+    for (int i = 0; i < calls; ++i) call();
     auto stop = std::chrono::steady_clock::now();
-    batches.push_back(std::chrono::duration<double, std::micro>(stop - start).count() / 2000);
+    batches.push_back(std::chrono::duration<double, std::micro>(stop - start).count() / calls);
     CHECK(cudaDeviceSynchronize());
+  }
+  std::sort(batches.begin(), batches.end());
+  return batches[batches.size() / 2];
+}
+
+// GPU time a call: events around 200 back-to-back calls, median of 7.
+template <class F>
+double gpu_us_per_call(F&& call, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  std::vector<double> batches;
+  for (int b = 0; b < 7; ++b) {
+    CHECK(cudaEventRecord(start, stream));
+    for (int i = 0; i < 200; ++i) call();
+    CHECK(cudaEventRecord(stop, stream));
+    CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    batches.push_back(ms * 1000.0 / 200);
   }
   std::sort(batches.begin(), batches.end());
   return batches[batches.size() / 2];
@@ -126,6 +151,14 @@ int main(int argc, char** argv) {
   std::printf("host time a call (µs), M=%d N=%d K=%d, %s\n", m, n, k, argv[2]);
   std::printf("  gemmgen_run_<kernel> (the whole C entry point)   %6.2f\n",
               host_us_per_call([&] { run(&args, workspace_ptr, workspace_bytes, stream); }));
+  std::printf("  the same, batches of 32 calls (the host alone)   %6.2f\n",
+              host_us_per_call([&] { run(&args, workspace_ptr, workspace_bytes, stream); }, 32));
+  std::printf("  its GPU time a call (events)                     %6.2f\n",
+              gpu_us_per_call([&] { run(&args, workspace_ptr, workspace_bytes, stream); }, stream));
+  if (workspace_bytes) {
+    std::printf("  cudaMemsetAsync of its workspace (%zu B), 32s    %6.2f\n", workspace_bytes,
+                host_us_per_call([&] { cudaMemsetAsync(workspace_ptr, 0, workspace_bytes, stream); }, 32));
+  }
   std::printf("  gemmgen_workspace_<kernel>                       %6.2f\n",
               host_us_per_call([&] { workspace(&args); }));
 
