@@ -18,6 +18,9 @@ chosen (the oracle: the fastest candidate of any knob setting):
   --check    the same rules scored on another table's data (e.g. the H100's), beside the
              manifest's rules there
   --cost-model  the tables' cost model on the same folds (the table path for unlisted shapes)
+  --derived     more variables for the tree to split on, computed from (n, k, m): `tiles` (128 x 128
+             output tiles), `tiles256` (128 x 256), `mn` (tried in session 30: +0.002-0.003 LOMO
+             geomean, a worse worst on the H100's data; not a manifest variable)
 
     python benchmarks/prototypes/derive_rules.py \\
         --store benchmarks/data/w8a8_h200_store_mistral_gemma_s29.jsonl.gz \\
@@ -43,6 +46,11 @@ import dispatch_model_cv as cv  # noqa: E402  (its data loading and cost-model f
 
 MANIFEST = Path(DEFAULT_MANIFEST_DIR) / "w8a8_sm90.yaml"
 M16 = "1,8,16,32,64,96,128,192,256,384,512,768,1024,2048,4096,8192"
+DERIVED = {  # a variable computed from (n, k, m), for --derived
+    "tiles": lambda n, k, m: -(-m // 128) * -(-n // 128),
+    "tiles256": lambda n, k, m: -(-m // 128) * -(-n // 256),
+    "mn": lambda n, k, m: m * n,
+}
 
 
 def load_points(table_path: Path, stores: list[Path], library, m_grid: set[int]):
@@ -102,6 +110,8 @@ def main(argv=None) -> None:
     parser.add_argument("--check", type=Path, nargs="*", default=[], help="other tables to score the rules on")
     parser.add_argument("--cost-model", action="store_true",
                         help="also score the tables' cost model on the same folds (dispatch_model_cv.py's fit)")
+    parser.add_argument("--derived", nargs="*", default=[], choices=sorted(DERIVED),
+                        help="derived variables the tree may split on besides m, n and k")
     args = parser.parse_args(argv)
     library = manifest_library(MANIFEST)
     table = load_table(args.table)
@@ -110,9 +120,15 @@ def main(argv=None) -> None:
     configs = list(dict.fromkeys(c.name for f in load_manifest(MANIFEST).families for c in f.configs))
     rank = {c: i for i, c in enumerate(configs)}.get  # ties go to the manifest's earlier config
 
+    # a point as the tree sees it: (dtype, *derived, n, k, m)
+    variables = select.TREE_VARIABLES + tuple((name, -4 - i) for i, name in enumerate(reversed(args.derived)))
+
+    def seen(point) -> tuple:
+        return (point[0], *(DERIVED[name](*point[1:]) for name in args.derived), *point[1:])
+
     def grow(points) -> select.RuleTree:
-        return select.RuleTree.grow({p: times[p] for p in points}, lambda c: c, rank, configs,
-                                    args.depth, args.min_gain)
+        return select.RuleTree.grow({seen(p): times[p] for p in points}, lambda c: c, rank, configs,
+                                    args.depth, args.min_gain, variables)
 
     def ratio(rows, point, config) -> float:
         return rows[point][None] / rows[point][config] if config in rows[point] else 0.0
@@ -127,7 +143,7 @@ def main(argv=None) -> None:
         tree = grow([p for p in points if model_of.get(p[1:3], "?") != model])
         for p in points:
             if model_of.get(p[1:3], "?") == model:
-                lomo.setdefault(p[0], []).append(ratio(times, p, tree.decide(p)))
+                lomo.setdefault(p[0], []).append(ratio(times, p, tree.decide(seen(p))))
     for p in points:
         manifest.setdefault(p[0], []).append(ratio(times, p, manifest_choice(p)))
     for dtype in sorted(lomo):
@@ -141,7 +157,7 @@ def main(argv=None) -> None:
         grid = {m for c in load_table(path).classes.values() for (_, _, m) in (c.model.times if c.model else {})}
         other, _ = load_points(path, [], library, grid)
         for dtype in sorted({p[0] for p in other}):
-            mine = [ratio(other, p, tree.decide(p)) for p in other if p[0] == dtype]
+            mine = [ratio(other, p, tree.decide(seen(p))) for p in other if p[0] == dtype]
             theirs = [ratio(other, p, manifest_choice(p)) for p in other if p[0] == dtype]
             print(f"{path.name} {dtype}: learned rules {score(mine)}; the manifest's rules {score(theirs)}")
     rules = tree.rules()

@@ -142,10 +142,14 @@ class RuleTree:
     (benchmarks/RESULTS.md, session 29)."""
 
     root: dict
+    variables: tuple = TREE_VARIABLES  # (name, index in a point) of what a split may compare
 
     @classmethod
     def grow(cls, times: Times, group_of: Callable, group_rank: Callable, kept: Sequence,
-             depth: int = TREE_DEPTH, min_gain: float = TREE_MIN_GAIN) -> "RuleTree":
+             depth: int = TREE_DEPTH, min_gain: float = TREE_MIN_GAIN,
+             variables: tuple = TREE_VARIABLES) -> "RuleTree":
+        """`variables`: TREE_VARIABLES, or more (name, index) pairs whose values the points carry
+        before (n, k, m) (e.g. a derived quantity to try, benchmarks/prototypes/derive_rules.py)."""
         scored = {}  # point -> {group: log(oracle / the group's best)}
         for point, row in times.items():
             oracle = min(row.values(), default=math.inf)
@@ -156,7 +160,7 @@ class RuleTree:
         if not scored:
             raise ValueError("no measured point to learn rules from")
         groups = sorted(kept, key=group_rank)
-        return cls(_grow(sorted(scored), scored, groups, depth, min_gain))
+        return cls(_grow(sorted(scored), scored, groups, depth, min_gain, variables), variables)
 
     def decide(self, point: Point):
         node = self.root
@@ -172,7 +176,7 @@ class RuleTree:
 
         def walk(node: dict, bounds: dict) -> None:
             if "split" not in node:
-                text = " and ".join(f"{v} <= {bounds[v]}" for v, _ in TREE_VARIABLES if v in bounds)
+                text = " and ".join(f"{v} <= {bounds[v]}" for v, _ in self.variables if v in bounds)
                 out.append((text or "true", node["use"]))
                 return
             name, _, threshold = node["split"]
@@ -192,13 +196,13 @@ def _leaf(points, scored, groups) -> tuple[Hashable, float]:
     return best, value
 
 
-def _grow(points, scored, groups, depth: int, min_gain: float) -> dict:
+def _grow(points, scored, groups, depth: int, min_gain: float, variables: tuple) -> dict:
     use, value = _leaf(points, scored, groups)
     node = {"use": use}
     if depth == 0:
         return node
     best = None
-    for name, index in TREE_VARIABLES:
+    for name, index in variables:
         for threshold in sorted({p[index] for p in points})[:-1]:
             left = [p for p in points if p[index] <= threshold]
             right = [p for p in points if p[index] > threshold]
@@ -210,5 +214,5 @@ def _grow(points, scored, groups, depth: int, min_gain: float) -> dict:
     if best is None or not best[0] > min_gain * len(points):
         return node
     _, split, left, right = best
-    return {"split": split, "le": _grow(left, scored, groups, depth - 1, min_gain),
-            "gt": _grow(right, scored, groups, depth - 1, min_gain)}
+    return {"split": split, "le": _grow(left, scored, groups, depth - 1, min_gain, variables),
+            "gt": _grow(right, scored, groups, depth - 1, min_gain, variables)}
