@@ -19,8 +19,8 @@ held-out shapes (`gemmgen tune --shapes <held-out> --m <grid>` times exactly the
 pass times each candidate once, minutes apart, while the clock (power limit) drifts by several per
 cent (the most at large M), and the oracle, the fastest of some 50 such samples, is biased low by
 it. The store's 3 fastest candidates and each mode's choice are timed in RETIME_ROUNDS interleaved
-rounds (what `gemmgen tune` does to settle near-ties); the store keeps those times (settled) and
-the summary is given before and after.
+rounds and compared within each round (`retime_side_by_side`, what `gemmgen tune` does to settle
+near-ties); the store keeps those times (settled) and the summary is given before and after.
 --offline "GPU NAME:SMS" evaluates without a GPU: decisions for that GPU from the manifests and
 the tables beside them, every time from the store (a choice the store lacks, e.g. a knob setting
 the tune tried only on another shape, is counted apart, not scored).
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
             _confirm(("scaled_mm", a, "bf16", "ScaledEpilogueBias"), n, k, m, library, table, store, source, timer)
         lines += ["", f"After re-timing side by side the {len(low)} points where a mode scored below "
                   f"{args.confirm} (the store's 3 fastest and each mode's choice, "
-                  f"{tuning.RETIME_ROUNDS} interleaved rounds, medians):", "", *header]
+                  f"{tuning.RETIME_ROUNDS} interleaved rounds, compared within each round):", "", *header]
         scored = {a: _score(a, shapes, m_grid, library, table, store, source, timer) for a in dtypes}
         lines += _summary(scored)
     failed = any(mode == "tuned" and (geo < 0.98 or worst < 0.90)

@@ -5,6 +5,9 @@ both are timed side by side", and clock drift between one-pass measurements must
 from __future__ import annotations
 
 import itertools
+import statistics
+
+import pytest
 
 from gemmgen.tuning import select
 from gemmgen.tuning.measure import Candidate, Record, Store
@@ -47,16 +50,33 @@ def test_drift_breaks_one_pass_picks_and_side_by_side_fixes_them():
     assert picks == {A}
 
 
-def test_retime_rotates_the_order_and_takes_medians():
+def test_retime_rotates_the_order_and_gives_steady_times_back():
     seen = []
 
     def time_one(c):
         seen.append(c)
-        return {A: [3, 1, 2, 9, 2], B: [5, 5, 4, 6, 5]}[c][sum(1 for s in seen if s == c) - 1]
+        return {A: 3.0, B: 5.0}[c]
 
-    medians = retime_side_by_side([A, B], time_one, rounds=5)
-    assert medians == {A: 2, B: 5}
+    assert retime_side_by_side([A, B], time_one, rounds=5) == {A: pytest.approx(3.0), B: pytest.approx(5.0)}
     assert seen[:4] == [A, B, B, A]  # round 2 starts with the other candidate
+
+
+def test_retime_compares_within_rounds_when_the_clock_steps():
+    """The clock steps 15% slower between two calls of the third round (the GPU heating at large
+    M): a plain median per candidate then takes A's fast third time and B's slow one, and the 4%
+    slower A comes out ahead; compared within each round, B stays 4% faster."""
+    truth = {A: 10.4, B: 10.0}
+    calls = itertools.count()
+    samples: dict[Candidate, list[float]] = {A: [], B: []}
+
+    def time_one(c):
+        samples[c].append(truth[c] * (1.15 if next(calls) >= 5 else 1.0))  # calls 0-4: A B | B A | A
+        return samples[c][-1]
+
+    times = retime_side_by_side([A, B], time_one, rounds=5)
+    assert times[B] < times[A]
+    assert times[A] / times[B] == pytest.approx(1.04, rel=1e-9)
+    assert statistics.median(samples[A]) < statistics.median(samples[B])  # the plain median's wrong order
 
 
 def test_near_ties_are_the_candidates_within_the_window(tmp_path):
@@ -89,8 +109,6 @@ def test_settled_records_survive_a_resume(tmp_path):
 # pick is small, but inside the 6% re-time window) and side by side large is 5% faster; mid is
 # 20% slower (no tie). At M_CLEAR small wins by far: nothing is re-timed.
 from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
 
 from gemmgen.bindings.library import Kernel, Library  # noqa: E402
 from gemmgen.tuning import tune as tuning  # noqa: E402
@@ -153,7 +171,8 @@ def test_measure_retimes_near_ties_and_the_table_follows_the_retiming(scripted, 
     # the store holds the side-by-side medians, marked settled; the others keep their first time
     records = {(config_of[r.kernel], r.m): r for r in store.records.values() if r.cls == TIE_CLS}
     assert {key: (r.us, r.settled) for key, r in records.items()} == {
-        ("small", M_TIE): (10.5, True), ("large", M_TIE): (10.0, True), ("mid", M_TIE): (12.0, False),
+        ("small", M_TIE): (pytest.approx(10.5), True), ("large", M_TIE): (pytest.approx(10.0), True),
+        ("mid", M_TIE): (12.0, False),
         ("small", M_CLEAR): (10.0, False), ("large", M_CLEAR): (15.0, False),
         ("mid", M_CLEAR): (20.0, False)}
 

@@ -340,14 +340,25 @@ def near_ties(store: Store, cls: MeasuredClass, n: int, k: int, m: int, toleranc
 
 
 def retime_side_by_side(candidates: list[Candidate], time_one, rounds: int = RETIME_ROUNDS) -> dict:
-    """Median µs of each candidate over `rounds` interleaved rounds (the order rotates each
-    round, so no candidate always runs first)."""
+    """µs of each candidate from `rounds` interleaved rounds (the order rotates each round, so no
+    candidate always runs first): its median over the rounds of its time / the round's geometric
+    mean, times the median round's geometric mean.
+
+    NOTES: a plain median per candidate fails when the clock steps between rounds, as it does
+    when a large GEMM heats the GPU (an H200 at 8192 rows: 15% slower within a second,
+    benchmarks/RESULTS.md, session 30): the median then falls in the round of the step, where
+    the candidates timed before it are fast and those after it slow, and a 4% slower kernel can
+    come out ahead. Dividing by each round's mean compares the candidates within a round, where
+    the clock is the same for all of them."""
     samples: dict[Candidate, list[float]] = {c: [] for c in candidates}
     for r in range(rounds):
         order = candidates[r % len(candidates):] + candidates[:r % len(candidates)]
         for c in order:
             samples[c].append(time_one(c))
-    return {c: statistics.median(values) for c, values in samples.items()}
+    means = [math.exp(statistics.fmean(math.log(samples[c][r]) for c in candidates)) for r in range(rounds)]
+    scale = statistics.median(means)
+    return {c: statistics.median(t / mean for t, mean in zip(values, means)) * scale
+            for c, values in samples.items()}
 
 
 def build_tables(library: Library, store: Store, options: TuneOptions,
