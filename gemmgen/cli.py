@@ -336,8 +336,19 @@ def _cmd_clean(args: argparse.Namespace) -> int:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from .tuning.shapes import load_many, parse_m_grid, resolve_shapes_arg
-    from .tuning.tune import TuneOptions, tune
+    from .tuning.tune import TuneOptions, refit_table, tune
 
+    if args.refit:
+        given = [flag for flag, value in (("--shapes", args.shapes), ("--from-cache", args.from_cache),
+                                          ("--extend", args.extend), ("--select", args.select), ("--m", args.m))
+                 if value]
+        if given:
+            raise GemmgenError(f"--refit rewrites a table's cost model from its stored times and times "
+                               f"nothing; {', '.join(given)} belong to a tune")
+        path = refit_table(Path(args.refit), Path(args.out) if args.out else None, args.library,
+                           "gemmgen " + " ".join(args.argv))
+        print(f"gemmgen tune: wrote {path}")
+        return 0
     if not args.shapes and not args.from_cache:
         raise GemmgenError("tune: give --shapes, --from-cache, or both")
     shapes = load_many(args.shapes) if args.shapes else []
@@ -437,6 +448,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="add the shapes to this tuned table (measured on this GPU for this "
                              "library): its buckets and times are kept, only the new shapes are "
                              "timed, and the table is rewritten (or written to --out)")
+    tuning.add_argument("--refit", metavar="TABLE",
+                        help="rewrite this table's cost model (how it chooses for shapes it does not list) "
+                             "in this gemmgen's cost features, fitted to the times it stores: no GPU, "
+                             "nothing timed (for a table an older gemmgen wrote)")
     tuning.add_argument("--select", action="store_true",
                         help="also prune the manifest to the smallest config set within 97%% of the "
                              "oracle everywhere (99%% geomean) and write it with its table")

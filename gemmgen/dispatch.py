@@ -48,6 +48,7 @@ from .dtypes import dtype_name  # noqa: F401  (part of this module's API)
 from .errors import NoKernelError
 from .family import OpFamily
 from .generator.kernel_config import RuntimeKnobs
+from .tuning import cost_model
 
 log = logging.getLogger("gemmgen.dispatch")
 
@@ -264,6 +265,34 @@ def _from_autotune(library: Library, key: tuple[str, ...], m: int, n: int, k: in
     return Choice(kernel, entry.knobs, "autotune", reason, settled=True)
 
 
+# id(class table) -> (the class table, its model refitted to this gemmgen's feature set)
+_REFITTED: dict[int, tuple] = {}
+
+
+def _current_model(library: Library, table, ctable, family: OpFamily | None):
+    """The class's cost model in the feature set this gemmgen computes: the table's own, or, for a
+    table written with another (an older gemmgen's), one refitted from the times it stores, once
+    a process (the times are what `gemmgen tune` measured; only the features changed). None when
+    the family has no cost features."""
+    model = ctable.model
+    if family is None or family.cost_feature_set is None:
+        return None
+    if model.features == family.cost_feature_set:
+        return model
+    cached = _REFITTED.get(id(ctable))
+    if cached is None or cached[0] is not ctable:
+        sm_count = int(table.metadata["sm_count"])
+        refitted = cost_model.fit_model(
+            family.cost_feature_set, model.times,
+            lambda name, mm, nn, kk: family.cost_features(library.kernels[name].spec, mm, nn, kk, sm_count),
+            sorted({name for row in model.times.values() for name in row if name in library.kernels}))
+        cached = _REFITTED[id(ctable)] = (ctable, refitted)
+        _warn_once(f"gemmgen: the tuned table {table.path} has a cost model of feature set "
+                   f"{model.features!r}, this gemmgen computes {family.cost_feature_set!r}: refitted from the "
+                   f"times the table stores, once a process (`gemmgen tune --refit {table.path}` rewrites it)")
+    return cached[1]
+
+
 def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], m: int, n: int, k: int,
                      exact_class: bool) -> Choice | None:
     """For an (N, K) the table does not list: the kernel whose time, estimated from its
@@ -271,11 +300,8 @@ def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], m: i
     (gemmgen/tuning/cost_model.py). None when the model cannot serve (another feature set, no
     kernel of it left in the library)."""
     family = registry.for_op(key[0])
-    model = ctable.model
-    if family is None or family.cost_feature_set != model.features:
-        _warn_once(f"gemmgen: the tuned table {table.path} has a cost model of feature set "
-                   f"{model.features!r}, this gemmgen computes {family.cost_feature_set if family else None!r}: "
-                   "untuned shapes take the nearest measured shape's winner; re-run `gemmgen tune`")
+    model = _current_model(library, table, ctable, family)
+    if model is None:
         return None
     sm_count = int(table.metadata["sm_count"])
     available = [name for name in model.coef if name in library.kernels]

@@ -118,13 +118,13 @@ def test_the_model_section_reads_back(case, tmp_path):
     path = _model_table(library, tmp_path)
     table = load_table(path, known_kernels=library.kernels)
     model = table.classes[KEY].model
-    assert model.features == "w8a8-tiles-1" and set(model.coef) == {_name(library, "small"), _name(library, "large")}
+    assert model.features == W8A8.cost_feature_set and set(model.coef) == {_name(library, "small"), _name(library, "large")}
     assert model.times[(4096, 4096, 2048)][_name(library, "large")] == 100.0
     assert model.coef[_name(library, "large")] == (2.0, 0.2, 1.0, 0, 0, 0, 0)
 
 
 @pytest.mark.parametrize("edit, key", [
-    (lambda t: t.replace("      features: w8a8-tiles-1", "      features: 7"), "features"),
+    (lambda t: t.replace(f"      features: {W8A8.cost_feature_set}", "      features: 7"), "features"),
     (lambda t: t.replace("[2, 0.2, 1, 0, 0, 0, 0]", "[2, -0.2, 1, 0, 0, 0, 0]"), "coef"),
     (lambda t: t.replace("[2, 0.2, 1, 0, 0, 0, 0]", "[2, 0.2]"), "coef"),
     (lambda t: t.replace("[4096, 4096, 4, 12, 10]", "[4096, 4096, 4, 12]"), "times"),
@@ -186,13 +186,49 @@ def test_the_model_can_pick_what_the_nearest_winner_would_not(case, use, tmp_pat
     assert choice.kernel.name == small and "cost model" in choice.reason
 
 
-def test_a_model_of_another_feature_set_falls_back_to_the_nearest_winner(case, use, tmp_path, caplog):
+def test_a_model_of_another_feature_set_is_refitted_from_the_stored_times(case, use, tmp_path, caplog,
+                                                                           monkeypatch):
+    """A table an older gemmgen wrote (another feature set) still chooses by its cost model: the
+    model is refitted to the times the table stores, once a process, with one warning; it
+    chooses as the same table rewritten by `gemmgen tune --refit` does."""
+    from gemmgen.tuning import tune as tuning
     base = _library(case)
-    library = use(_install(base, _model_table(base, tmp_path, features="w8a8-tiles-0")))
+    small, large = _name(base, "small"), _name(base, "large")
+    times = {(4096, 4096, m): {small: 5.0 + m / 20, large: 12.0 + m / 100} for m in (4, 64, 512, 2048)}
+    old_path = _model_table(base, tmp_path, features="w8a8-tiles-0", times=times)
+    library = use(_install(base, old_path))
     with caplog.at_level(logging.WARNING, logger="gemmgen.dispatch"):
-        choice = _choose(4, n=5120)
-    assert choice.kernel.name == _name(library, "large") and "nearest measured shape" in choice.reason
-    assert any("feature set 'w8a8-tiles-0'" in r.getMessage() for r in caplog.records)
+        choices = [_choose(m, n=5120, k=6144) for m in (4, 64, 2048, 2048)]
+    assert all("cost model" in c.reason for c in choices)
+    assert [c.kernel.name for c in choices[:3]] == [small, small, large]  # as the times say
+    warnings = [r.getMessage() for r in caplog.records if "feature set 'w8a8-tiles-0'" in r.getMessage()]
+    assert len(warnings) == 1 and "refitted" in warnings[0] and "--refit" in warnings[0]
+
+    monkeypatch.setattr(tuning, "libraries", lambda: (library,))  # the built library the table names
+    out = tuning.refit_table(old_path, tmp_path / "refit" / "demo.tuned.yaml", None, "gemmgen tune --refit x")
+    refit = load_table(out, known_kernels=library.kernels)
+    old = load_table(old_path, known_kernels=library.kernels)
+    model = refit.classes[KEY].model
+    assert model.features == W8A8.cost_feature_set and model.times == old.classes[KEY].model.times
+    def buckets(table):
+        return [(s.n, s.k, [(b.m_max, b.kernel, b.knobs) for b in s.buckets]) for s in table.classes[KEY].shapes]
+    assert buckets(refit) == buckets(old) and refit.metadata == old.metadata
+    assert "# Refitted by: gemmgen tune --refit x" in out.read_text()
+    use(_install(_library(case), out))
+    assert [_choose(m, n=5120, k=6144).kernel.name for m in (4, 64, 2048)] == [c.kernel.name for c in choices[:3]]
+
+
+def test_w8a8_stream_k_waves_are_not_rounded_up(case):
+    """A stream-K kernel spreads the tiles' K iterations over every SM: 200 tiles on 132 SMs are
+    1.52 waves of work for it, 2 for a data-parallel kernel."""
+    spec = next(s for s in case.expand() if s.dispatch_class == KEY and s.origin.config == "large")
+    streamk = dataclasses.replace(spec, config=dataclasses.replace(spec.config, cluster=(1, 1, 1),
+                                                                   tile_scheduler="streamk"))
+    plain = dataclasses.replace(spec, config=dataclasses.replace(spec.config, cluster=(1, 1, 1)))
+    m, n, k = 128 * 10, 128 * 20, 1280  # 10 x 20 = 200 tiles of 128 x 128, 10 K iterations
+    assert W8A8.cost_features(plain, m, n, k, 132)[1:3] == [20.0, 2.0]
+    assert W8A8.cost_features(streamk, m, n, k, 132)[1:3] == pytest.approx([10 * 200 / 132, 200 / 132])
+    assert W8A8.cost_features(streamk, m, n, k, 132)[3:] == W8A8.cost_features(plain, m, n, k, 132)[3:]
 
 
 # ---------------------------------------------------------------------------- per GPU
@@ -300,3 +336,26 @@ def test_fit_handles_features_of_very_different_scales():
     truth = [1e10, 2e-9]
     times = [cost_model.cost(truth, r) for r in rows]
     assert cost_model.fit(rows, times) == pytest.approx(truth, rel=1e-6)
+
+
+def test_refit_is_its_own_command(capsys):
+    from gemmgen.cli import main
+    assert main(["tune", "--refit", "some.tuned.yaml", "--shapes", "llama3_8b", "--m", "1,2"]) == 1
+    assert "--shapes, --m belong to a tune" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("gpu", ["h200", "h100-80gb-hbm3"])
+def test_the_shipped_w8a8_tables_models_are_the_fit_of_their_times(gpu, tmp_path):
+    """`gemmgen tune --refit` on a shipped table (no GPU; the kernels' shapes from the shipped
+    manifest) gives back its cost model: the model a table ships is this gemmgen's features
+    fitted to the times it stores."""
+    from gemmgen.cli import main
+    from gemmgen.settings import DEFAULT_MANIFEST_DIR
+    shipped = f"{DEFAULT_MANIFEST_DIR}/w8a8_sm90.tuned.{gpu}.yaml"
+    out = tmp_path / f"w8a8_sm90.tuned.{gpu}.yaml"
+    assert main(["tune", "--refit", shipped, "--out", str(out)]) == 0
+    before, after = load_table(shipped), load_table(out)
+    assert before.classes.keys() == after.classes.keys()
+    for key, ctable in before.classes.items():
+        assert ctable.model.features == after.classes[key].model.features == W8A8.cost_feature_set
+        assert ctable.model.coef == after.classes[key].model.coef and ctable.model.times == after.classes[key].model.times

@@ -154,9 +154,10 @@ def test_rule_tree_needs_two_shapes_to_split_on_n_or_k():
 
 def test_the_shipped_w8a8_rules_are_the_tree_of_the_committed_measurements():
     """Both families of w8a8_sm90.yaml carry the rules that benchmarks/prototypes/derive_rules.py
-    grows from the committed measurements (the H200 table's stored times and the store in
-    benchmarks/data/), as the manifest and benchmarks/RESULTS.md say: editing the rules, the tree
-    or the data without the others fails here."""
+    grows from the committed measurements (the H200 table's stored times of the models it held in
+    session 29, and the store in benchmarks/data/ for the others), as the manifest and
+    benchmarks/RESULTS.md say: editing the rules, the tree or the data without the others fails
+    here."""
     import importlib.util
     from gemmgen.bindings.library import manifest_library
     from gemmgen.generator.manifest import load_manifest
@@ -167,7 +168,8 @@ def test_the_shipped_w8a8_rules_are_the_tree_of_the_committed_measurements():
     manifest = load_manifest(derive.MANIFEST)
     times, _ = derive.load_points(root / "gemmgen/manifests/w8a8_sm90.tuned.h200.yaml",
                                   [root / "benchmarks/data/w8a8_h200_store_mistral_gemma_s29.jsonl.gz"],
-                                  manifest_library(derive.MANIFEST), {int(m) for m in derive.M16.split(",")})
+                                  manifest_library(derive.MANIFEST), {int(m) for m in derive.M16.split(",")},
+                                  set(derive.SESSION29_TABLE_MODELS))
     configs = list(dict.fromkeys(c.name for f in manifest.families for c in f.configs))
     assert len({p[1:3] for p in times}) == 37 and {p[0] for p in times} == {"int8", "e4m3"}
     grown = select.RuleTree.grow(times, lambda c: c, {c: i for i, c in enumerate(configs)}.get, configs).rules()

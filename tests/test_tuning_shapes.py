@@ -37,6 +37,12 @@ EXPECTED = {
                                    "gate_up_proj": (73728, 4608), "down_proj": (4608, 36864)}),
     "llama3_70b_tp8": ("Llama-3-70B (TP=8)", {"qkv_proj": (1280, 8192), "o_proj": (8192, 1024),
                                               "gate_up_proj": (7168, 8192), "down_proj": (8192, 3584)}),
+    "phi3_medium_14b": ("Phi-3-medium-14B", {"qkv_proj": (7680, 5120), "o_proj": (5120, 5120),
+                                             "gate_up_proj": (35840, 5120), "down_proj": (5120, 17920)}),
+    "yi1_5_34b": ("Yi-1.5-34B", {"qkv_proj": (9216, 7168), "o_proj": (7168, 7168),
+                                 "gate_up_proj": (40960, 7168), "down_proj": (7168, 20480)}),
+    "llama3_1_405b_tp8": ("Llama-3.1-405B (TP=8)", {"qkv_proj": (2304, 16384), "o_proj": (16384, 2048),
+                                                    "gate_up_proj": (13312, 16384), "down_proj": (16384, 6656)}),
 }
 
 GOOD = """\
@@ -171,7 +177,7 @@ def test_load_many_dedups_across_files_keeping_first(tmp_path):
         ("Llama-3-8B", "qkv_proj"), ("Llama-3-8B", "o_proj"), ("Llama-3-8B", "gate_up_proj"),
         ("Llama-3-8B", "down_proj"), ("Extra", "new")]
     distinct = {shape for _, shapes in EXPECTED.values() for shape in shapes.values()}
-    assert len(load_many(sorted(EXPECTED))) == len(distinct) == 37
+    assert len(load_many(sorted(EXPECTED))) == len(distinct) == 49
 
 
 def test_default_m_grid_is_sorted_and_covers_powers_of_two():

@@ -22,7 +22,14 @@ chosen (the oracle: the fastest candidate of any knob setting):
              output tiles), `tiles256` (128 x 256), `mn` (tried in session 30: +0.002-0.003 LOMO
              geomean, a worse worst on the H100's data; not a manifest variable)
 
-    python benchmarks/prototypes/derive_rules.py \\
+The shipped rules are the tree of the session-29 data: the table's 7 models of then and the
+Mistral-Nemo / Gemma-2 store (`--table-models session29`, below; tests/test_tuning_select.py
+checks it). Session 30 added those three models to the table (re-timed there); the tree grown on
+that data changes one threshold (k <= 14336 for k <= 8192) and scores below the shipped rules
+both on it (0.986 / 0.983 e4m3 / int8 against 0.987 / 0.984: the growth is greedy) and on the
+H100's data (0.966 / 0.957 against 0.968 / 0.959), so the rules stayed.
+
+    python benchmarks/prototypes/derive_rules.py --table-models session29 \\
         --store benchmarks/data/w8a8_h200_store_mistral_gemma_s29.jsonl.gz \\
         --check gemmgen/manifests/w8a8_sm90.tuned.h100-80gb-hbm3.yaml
 """
@@ -46,6 +53,10 @@ import dispatch_model_cv as cv  # noqa: E402  (its data loading and cost-model f
 
 MANIFEST = Path(DEFAULT_MANIFEST_DIR) / "w8a8_sm90.yaml"
 M16 = "1,8,16,32,64,96,128,192,256,384,512,768,1024,2048,4096,8192"
+# The models the H200 table held when the shipped rules were grown (session 29); session 30 added
+# Mistral-Nemo-12B and the Gemma-2 models, which the rules' data takes from the store as then.
+SESSION29_TABLE_MODELS = ("Llama-3-8B", "Llama-2-70B", "Llama-3-70B (TP=8)", "Qwen2.5-7B", "Qwen2.5-72B",
+                          "Llama-3.2-3B", "Qwen3-32B")
 DERIVED = {  # a variable computed from (n, k, m), for --derived
     "tiles": lambda n, k, m: -(-m // 128) * -(-n // 128),
     "tiles256": lambda n, k, m: -(-m // 128) * -(-n // 256),
@@ -53,11 +64,13 @@ DERIVED = {  # a variable computed from (n, k, m), for --derived
 }
 
 
-def load_points(table_path: Path, stores: list[Path], library, m_grid: set[int]):
+def load_points(table_path: Path, stores: list[Path], library, m_grid: set[int],
+                table_models: set[str] | None = None):
     """({(dtype, n, k, m): {config: µs}}, table) at the M of `m_grid` (`points_of` the data
-    dispatch_model_cv.py reads: the table's stored times, then the stores')."""
+    dispatch_model_cv.py reads: the table's stored times (of `table_models` only, if given),
+    then the stores')."""
     table = load_table(table_path)
-    return points_of(cv.load_data(table, stores, library), library, m_grid), table
+    return points_of(cv.load_data(table, stores, library, table_models), library, m_grid), table
 
 
 def points_of(data, library, m_grid: set[int]) -> dict:
@@ -110,12 +123,18 @@ def main(argv=None) -> None:
     parser.add_argument("--check", type=Path, nargs="*", default=[], help="other tables to score the rules on")
     parser.add_argument("--cost-model", action="store_true",
                         help="also score the tables' cost model on the same folds (dispatch_model_cv.py's fit)")
+    parser.add_argument("--table-models", nargs="*", metavar="MODEL",
+                        help="take only these models' shapes from the table (the stores serve the others): "
+                             "--table-models session29 is the data the shipped rules were grown from")
     parser.add_argument("--derived", nargs="*", default=[], choices=sorted(DERIVED),
                         help="derived variables the tree may split on besides m, n and k")
     args = parser.parse_args(argv)
     library = manifest_library(MANIFEST)
     table = load_table(args.table)
-    data = cv.load_data(table, args.store, library)
+    table_models = None
+    if args.table_models is not None:
+        table_models = set(SESSION29_TABLE_MODELS if args.table_models == ["session29"] else args.table_models)
+    data = cv.load_data(table, args.store, library, table_models)
     times = points_of(data, library, {int(m) for m in args.m.split(",")})
     configs = list(dict.fromkeys(c.name for f in load_manifest(MANIFEST).families for c in f.configs))
     rank = {c: i for i, c in enumerate(configs)}.get  # ties go to the manifest's earlier config

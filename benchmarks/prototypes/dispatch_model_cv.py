@@ -35,17 +35,23 @@ from gemmgen.tuning.table import load_table
 MANIFEST = Path(DEFAULT_MANIFEST_DIR) / "w8a8_sm90.yaml"
 
 
-def load_data(table, stores: list[Path], library):
-    """({dtype: {(n, k, m): {kernel: µs with manifest knobs}}}, {dtype: {point: oracle µs}}, table shapes)."""
+def load_data(table, stores: list[Path], library, table_models: set[str] | None = None):
+    """({dtype: {(n, k, m): {kernel: µs with manifest knobs}}}, {dtype: {point: oracle µs}}, table shapes).
+
+    `table_models`: take only these models' shapes from the table (`models_of`'s names), as it
+    was before later models were added to it; the stores serve the others."""
     times: dict[str, dict] = {}
     oracle: dict[str, dict] = {}
+    model_of = models_of(table)
+    tuned = {(s.n, s.k) for c in table.classes.values() for s in c.shapes
+             if table_models is None or model_of.get((s.n, s.k)) in table_models}
     for key, ctable in table.classes.items():
         if key[2:] != ("bf16", "ScaledEpilogueBias") or ctable.model is None:
             continue
         for point, row in ctable.model.times.items():
-            times.setdefault(key[1], {})[point] = dict(row)
-            oracle.setdefault(key[1], {})[point] = min(row.values())
-    tuned = {(s.n, s.k) for c in table.classes.values() for s in c.shapes}
+            if point[:2] in tuned:
+                times.setdefault(key[1], {})[point] = dict(row)
+                oracle.setdefault(key[1], {})[point] = min(row.values())
     for path in stores:  # the store's last time of each candidate, as `gemmgen tune` reads it
         for record in Store(path).records.values():
             if record.cls[2:] != ("bf16", "ScaledEpilogueBias") or (record.n, record.k) in tuned:
@@ -74,22 +80,22 @@ def shipped_features(library, sms: int):
     return lambda name, m, n, k: family.cost_features(library.kernels[name].spec, m, n, k, sms)
 
 
-def streamk_continuous_features(library, sms: int):
-    """The shipped features, but a stream-K kernel's waves are tiles / SMs (no ceiling): it splits
-    the work evenly over the SMs, so it has no partial last wave."""
+def streamk_rounded_features(library, sms: int):
+    """Feature set 1 (`w8a8-tiles-1`, shipped until session 30): a stream-K kernel's waves
+    rounded up like every other kernel's, though it splits the work evenly over the SMs."""
     base = shipped_features(library, sms)
 
     def features(name, m, n, k):
         values = base(name, m, n, k)
         if getattr(library.kernels[name].spec.config, "tile_scheduler", "") != "streamk":
             return values
-        k_iterations, tiles_k_per_sm = values[5], values[6]
-        waves = tiles_k_per_sm / k_iterations
+        k_iterations, waves = values[5], math.ceil(values[6] / values[5] - 1e-9)
         return [values[0], waves * k_iterations, waves, *values[3:]]
     return features
 
 
-VARIANTS = {"shipped (w8a8-tiles-1)": shipped_features, "stream-K waves continuous": streamk_continuous_features}
+VARIANTS = {"shipped (w8a8-tiles-2: stream-K waves continuous)": shipped_features,
+            "w8a8-tiles-1 (stream-K waves rounded up)": streamk_rounded_features}
 
 
 def fit(times: dict, shapes: set, features) -> cost_model.CostModel:

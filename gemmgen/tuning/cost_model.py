@@ -99,6 +99,25 @@ def fit(features: Sequence[Sequence[float]], times: Sequence[float]) -> list[flo
     return [c / scale[i] for i, c in enumerate(scaled)]
 
 
+def fit_model(feature_set: str, measured: dict[Point, dict[str, float]],
+              features_of: Callable[[str, int, int, int], Sequence[float]],
+              kernels: Sequence[str]) -> "CostModel | None":
+    """A model of `feature_set` fitted to `measured` ((n, k, m) -> kernel name -> µs with its
+    manifest knobs), each of `kernels` on the points that measured it (`features_of(name, m, n,
+    k)`); None when none of them was measured. What `gemmgen tune` stores, and what a table of
+    an older feature set is refitted to from its stored times."""
+    coef: dict[str, tuple[float, ...]] = {}
+    kept: dict[Point, dict[str, float]] = {}
+    for name in kernels:
+        points = [(point, row[name]) for point, row in measured.items() if name in row]
+        if not points:
+            continue
+        for point, us in points:
+            kept.setdefault(point, {})[name] = us
+        coef[name] = tuple(fit([features_of(name, m, n, k) for (n, k, m), _ in points], [us for _, us in points]))
+    return CostModel(feature_set, coef, kept) if coef else None
+
+
 def cost(coef: Sequence[float], features: Sequence[float]) -> float:
     return sum(c * f for c, f in zip(coef, features))
 

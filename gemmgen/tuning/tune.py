@@ -21,7 +21,7 @@ import os
 import statistics
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -416,17 +416,10 @@ def model_from_times(library: Library, cls: MeasuredClass,
     if family.cost_feature_set is None:
         return None
     sm_count = gpu_identity()[1]
-    coef: dict[str, tuple[float, ...]] = {}
-    kept: dict[tuple[int, int, int], dict[str, float]] = {}
-    for kernel in kernels_of(library, cls):
-        points = [(point, row[kernel.name]) for point, row in measured.items() if kernel.name in row]
-        if not points:
-            continue
-        for point, us in points:
-            kept.setdefault(point, {})[kernel.name] = us
-        features = [family.cost_features(kernel.spec, m, n, k, sm_count) for (n, k, m), _ in points]
-        coef[kernel.name] = tuple(cost_model.fit(features, [us for _, us in points]))
-    return CostModel(family.cost_feature_set, coef, kept) if coef else None
+    return cost_model.fit_model(
+        family.cost_feature_set, measured,
+        lambda name, m, n, k: family.cost_features(library.kernels[name].spec, m, n, k, sm_count),
+        [kernel.name for kernel in kernels_of(library, cls)])
 
 
 def metadata(library: Library, options: TuneOptions, kernel_set: str,
@@ -569,6 +562,62 @@ def extend_table(library: Library, store: Store, options: TuneOptions, old: Tune
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, render_table(meta, tables, header))
     return path
+
+
+def refit_table(path: Path, out: Path | None = None, library_name: str | None = None,
+                command: str | None = None) -> Path:
+    """Rewrite a tuned table's cost models in the feature set this gemmgen computes, fitted to the
+    times the table stores (nothing is timed; no GPU): for a table a gemmgen with other cost
+    features wrote. Buckets, times and metadata are kept; the header says what was done. The
+    kernels' shapes come from the built library the table names (`library_name` overrides),
+    else from the shipped manifest of that library."""
+    table = load_table(path)
+    library = _library_for_refit(library_name or table.metadata["library"], path)
+    sm_count = int(table.metadata["sm_count"])
+    classes, sets = [], set()
+    for ctable in table.classes.values():
+        family = registry.for_op(ctable.key[0])
+        model = ctable.model
+        if model is not None and family is not None and family.cost_feature_set is not None:
+            names = sorted({name for row in model.times.values() for name in row})
+            missing = [name for name in names if name not in library.kernels]
+            if missing:
+                raise GemmgenError(f"--refit {path}: library {library.name!r} has no kernel {missing[0]} "
+                                   f"(and {len(missing) - 1} more) of the table's {' '.join(ctable.key)} model")
+            model = cost_model.fit_model(
+                family.cost_feature_set, model.times,
+                lambda name, m, n, k, family=family: family.cost_features(library.kernels[name].spec, m, n, k,
+                                                                           sm_count), names)
+            sets.add(family.cost_feature_set)
+        classes.append(replace(ctable, model=model))
+    lines = path.read_text().splitlines()
+    header = [line[2:] if line.startswith("# ") else line[1:] for line in
+              lines[:next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))]]
+    at = max((i + 1 for i, h in enumerate(header) if h.startswith(("Command:", "Extended by:", "Refitted by:"))),
+             default=len(header))
+    header.insert(at, f"Refitted by: {command or 'gemmgen tune --refit'} (gemmgen {__version__}): cost "
+                      f"model feature set {', '.join(sorted(sets)) or 'none'}, fitted to the stored times")
+    target = Path(out) if out else path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, render_table(table.metadata, classes, header))
+    return target
+
+
+def _library_for_refit(name: str, table_path: Path) -> Library:
+    """The built library `name`, else the shipped manifest's library of that name (kernel specs
+    only: a refit runs nothing)."""
+    try:
+        built = [lib for lib in libraries() if lib.name == name]
+    except GemmgenError:  # nothing built
+        built = []
+    if built:
+        return built[0]
+    from ..bindings.library import manifest_library
+    for manifest in sorted(Path(settings.DEFAULT_MANIFEST_DIR).glob("*.yaml")):
+        if ".tuned" not in manifest.name and load_yaml(manifest)[0].get("library") == name:
+            return manifest_library(manifest)
+    raise GemmgenError(f"--refit {table_path}: no built library {name!r} and no shipped manifest of it; "
+                       "build the manifest the table was tuned for, or name the library with --library")
 
 
 def _plain(node):
