@@ -205,17 +205,25 @@ def _summary(scored) -> list[str]:
 
 
 def _confirm(cls, n: int, k: int, m: int, library, table, store: Store, source: dict, timer) -> None:
-    """Re-time one point's 3 fastest stored candidates and every mode's choice side by side, and
-    store their medians as settled."""
-    row = store.times(cls, [(n, k)]).get((n, k, m), {})
-    fastest = sorted((t, c) for c, t in row.items() if math.isfinite(t))[:3]
-    chosen = [_decision(mode, library, table, cls, m, n, k, source) for mode in MODES]
-    candidates = sorted({c for _, c in fastest}
-                        | {c for c in chosen if c is not None and math.isfinite(row.get(c, math.inf))})
+    """Re-time one point's 3 fastest stored candidates and every mode's choice side by side and
+    store them as settled; again (up to the tuner's SETTLE_PASSES) while a time not re-timed is
+    still the fastest. A candidate that fails (e.g. out of memory) leaves the point as it was."""
     problem = timer[0](cls, m, n, k)
-    settled = tuning.retime_side_by_side(candidates, lambda c: timer[1](c, problem))
-    for c, us in settled.items():
-        store.put(Record(cls, n, k, m, c.kernel, c.raster, c.swizzle, c.split_k, us, None, settled=True))
+    chosen = {_decision(mode, library, table, cls, m, n, k, source) for mode in MODES} - {None}
+    for _ in range(tuning.SETTLE_PASSES):
+        row = {c: t for c, t in store.times(cls, [(n, k)]).get((n, k, m), {}).items() if math.isfinite(t)}
+        fastest = sorted(row, key=row.get)[:3]
+        candidates = sorted(set(fastest) | {c for c in chosen if c in row})
+        try:
+            settled = tuning.retime_side_by_side(candidates, lambda c: timer[1](c, problem))
+        except (GemmgenError, RuntimeError) as exc:  # torch's out of memory is a RuntimeError
+            print(f"re-timing (n={n}, k={k}, m={m}) failed, first-pass times kept: {exc}", flush=True)
+            return
+        for c, us in settled.items():
+            store.put(Record(cls, n, k, m, c.kernel, c.raster, c.swizzle, c.split_k, us, None, settled=True))
+        row.update(settled)
+        if min(row, key=row.get) in settled:
+            return
 
 
 def _decision(mode: str, library, table, cls, m: int, n: int, k: int, source: dict) -> Candidate | None:

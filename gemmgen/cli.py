@@ -339,9 +339,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from .tuning.tune import TuneOptions, refit_table, tune
 
     if args.refit:
-        given = [flag for flag, value in (("--shapes", args.shapes), ("--from-cache", args.from_cache),
-                                          ("--extend", args.extend), ("--select", args.select), ("--m", args.m))
-                 if value]
+        defaults = vars(_parser().parse_args(["tune"]))  # every tune option left as it is
+        given = [f"--{name.replace('_', '-')}" for name, value in vars(args).items()
+                 if name not in ("refit", "out", "library") and name in defaults and value != defaults[name]]
         if given:
             raise GemmgenError(f"--refit rewrites a table's cost model from its stored times and times "
                                f"nothing; {', '.join(given)} belong to a tune")

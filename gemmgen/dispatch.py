@@ -272,8 +272,9 @@ _REFITTED: dict[int, tuple] = {}
 def _current_model(library: Library, table, ctable, family: OpFamily | None):
     """The class's cost model in the feature set this gemmgen computes: the table's own, or, for a
     table written with another (an older gemmgen's), one refitted from the times it stores, once
-    a process (the times are what `gemmgen tune` measured; only the features changed). None when
-    the family has no cost features."""
+    a process, at the class's first unlisted shape (the times are what `gemmgen tune` measured;
+    only the features changed). None when the family has no cost features or no kernel of the
+    stored times is left in the library."""
     model = ctable.model
     if family is None or family.cost_feature_set is None:
         return None
@@ -287,9 +288,12 @@ def _current_model(library: Library, table, ctable, family: OpFamily | None):
             lambda name, mm, nn, kk: family.cost_features(library.kernels[name].spec, mm, nn, kk, sm_count),
             sorted({name for row in model.times.values() for name in row if name in library.kernels}))
         cached = _REFITTED[id(ctable)] = (ctable, refitted)
+        done = ("refitted from the times the table stores, once a process" if refitted is not None else
+                "no kernel of its stored times is in the library, so untuned shapes take the nearest "
+                "measured shape's winner")
         _warn_once(f"gemmgen: the tuned table {table.path} has a cost model of feature set "
-                   f"{model.features!r}, this gemmgen computes {family.cost_feature_set!r}: refitted from the "
-                   f"times the table stores, once a process (`gemmgen tune --refit {table.path}` rewrites it)")
+                   f"{model.features!r}, this gemmgen computes {family.cost_feature_set!r}: {done} "
+                   f"(`gemmgen tune --refit {table.path}` rewrites it)")
     return cached[1]
 
 
@@ -297,8 +301,8 @@ def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], m: i
                      exact_class: bool) -> Choice | None:
     """For an (N, K) the table does not list: the kernel whose time, estimated from its
     measurement at the nearest listed shape and the table's cost model, is lowest
-    (gemmgen/tuning/cost_model.py). None when the model cannot serve (another feature set, no
-    kernel of it left in the library)."""
+    (gemmgen/tuning/cost_model.py; a model of another feature set refitted first, `_current_model`).
+    None when the model cannot serve (no kernel of it left in the library)."""
     family = registry.for_op(key[0])
     model = _current_model(library, table, ctable, family)
     if model is None:
@@ -627,3 +631,4 @@ def cache_clear() -> None:
     _calls.clear()
     _warned.clear()
     _untuned_noted.clear()
+    _REFITTED.clear()

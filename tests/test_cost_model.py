@@ -197,12 +197,24 @@ def test_a_model_of_another_feature_set_is_refitted_from_the_stored_times(case, 
     times = {(4096, 4096, m): {small: 5.0 + m / 20, large: 12.0 + m / 100} for m in (4, 64, 512, 2048)}
     old_path = _model_table(base, tmp_path, features="w8a8-tiles-0", times=times)
     library = use(_install(base, old_path))
+    fits = []
+    real_fit = cost_model.fit_model
+    monkeypatch.setattr(cost_model, "fit_model", lambda *a, **kw: fits.append(a) or real_fit(*a, **kw))
     with caplog.at_level(logging.WARNING, logger="gemmgen.dispatch"):
         choices = [_choose(m, n=5120, k=6144) for m in (4, 64, 2048, 2048)]
     assert all("cost model" in c.reason for c in choices)
     assert [c.kernel.name for c in choices[:3]] == [small, small, large]  # as the times say
     warnings = [r.getMessage() for r in caplog.records if "feature set 'w8a8-tiles-0'" in r.getMessage()]
     assert len(warnings) == 1 and "refitted" in warnings[0] and "--refit" in warnings[0]
+    # the model dispatch used: fitted once, this gemmgen's features on the stored times
+    assert len(fits) == 1
+    ctable = library.tables[0].classes[KEY]
+    used = dispatch._current_model(library, library.tables[0], ctable, W8A8)
+    direct = real_fit(W8A8.cost_feature_set, times, lambda name, m, n, k: W8A8.cost_features(
+        library.kernels[name].spec, m, n, k, GPU[1]), [small, large])
+    assert used.features == W8A8.cost_feature_set and used.times == ctable.model.times
+    assert all(used.coef[name] == pytest.approx(direct.coef[name], rel=1e-9, abs=1e-12) for name in direct.coef)
+    assert used.coef != ctable.model.coef and len(fits) == 1  # still once: memoized
 
     monkeypatch.setattr(tuning, "libraries", lambda: (library,))  # the built library the table names
     out = tuning.refit_table(old_path, tmp_path / "refit" / "demo.tuned.yaml", None, "gemmgen tune --refit x")
@@ -210,6 +222,7 @@ def test_a_model_of_another_feature_set_is_refitted_from_the_stored_times(case, 
     old = load_table(old_path, known_kernels=library.kernels)
     model = refit.classes[KEY].model
     assert model.features == W8A8.cost_feature_set and model.times == old.classes[KEY].model.times
+    assert all(model.coef[name] == pytest.approx(direct.coef[name], rel=1e-5, abs=1e-12) for name in direct.coef)
     def buckets(table):
         return [(s.n, s.k, [(b.m_max, b.kernel, b.knobs) for b in s.buckets]) for s in table.classes[KEY].shapes]
     assert buckets(refit) == buckets(old) and refit.metadata == old.metadata

@@ -176,3 +176,21 @@ def test_the_shipped_w8a8_rules_are_the_tree_of_the_committed_measurements():
     for family in manifest.families:
         shipped = [(r.condition.source, family.configs[r.config_index].name) for r in family.dispatch]
         assert shipped == grown, family.name
+
+
+def test_rule_tree_splits_on_a_variable_the_points_carry():
+    """`variables` adds what a point carries before (n, k, m), e.g. output tiles: one split on it
+    says what takes several on m and n."""
+    times = {}
+    for n in (1280, 2560, 5120, 10240):
+        for m in (128, 256, 512, 1024):
+            tiles = (m // 128) * (n // 128)
+            times[(tiles, n, 4096, m)] = {"a": 10.0, "b": 12.0} if tiles <= 40 else {"a": 12.0, "b": 10.0}
+    variables = select.TREE_VARIABLES + (("tiles", -4),)
+    tree = select.RuleTree.grow(times, lambda c: c, {"a": 0, "b": 1}.get, ["a", "b"], depth=1,
+                                variables=variables)
+    assert tree.rules() == [("tiles <= 40", "a"), ("true", "b")]
+    assert all(tree.decide(p) == min(row, key=row.get) for p, row in times.items())
+    plain = select.RuleTree.grow({p[1:]: row for p, row in times.items()}, lambda c: c, {"a": 0, "b": 1}.get,
+                                 ["a", "b"], depth=1)
+    assert sum(plain.decide(p[1:]) != min(row, key=row.get) for p, row in times.items()) > 0

@@ -134,6 +134,10 @@ def main(argv=None) -> None:
     table_models = None
     if args.table_models is not None:
         table_models = set(SESSION29_TABLE_MODELS if args.table_models == ["session29"] else args.table_models)
+        known = set(cv.models_of(load_table(args.table)).values())
+        if not table_models or table_models - known:
+            parser.error(f"--table-models: {', '.join(sorted(table_models - known)) or 'none given'}: expected "
+                         f"'session29' alone, or models of {', '.join(sorted(known))}")
     data = cv.load_data(table, args.store, library, table_models)
     times = points_of(data, library, {int(m) for m in args.m.split(",")})
     configs = list(dict.fromkeys(c.name for f in load_manifest(MANIFEST).families for c in f.configs))

@@ -568,56 +568,64 @@ def refit_table(path: Path, out: Path | None = None, library_name: str | None = 
                 command: str | None = None) -> Path:
     """Rewrite a tuned table's cost models in the feature set this gemmgen computes, fitted to the
     times the table stores (nothing is timed; no GPU): for a table a gemmgen with other cost
-    features wrote. Buckets, times and metadata are kept; the header says what was done. The
-    kernels' shapes come from the built library the table names (`library_name` overrides),
-    else from the shipped manifest of that library."""
+    features wrote. Buckets, times and metadata are kept; the header says what was done (one
+    `Refitted by:` line, the last refit's). The kernels' shapes come from the first library
+    named like the table's (`library_name` overrides) that has every kernel of its models: the
+    built one, else the shipped manifest's."""
     table = load_table(path)
-    library = _library_for_refit(library_name or table.metadata["library"], path)
+    modelled = {key: ctable for key, ctable in table.classes.items() if ctable.model is not None
+                and getattr(registry.for_op(key[0]), "cost_feature_set", None) is not None}
+    if not modelled:
+        raise GemmgenError(f"--refit {path}: the table has no cost model to refit (its op family has no "
+                           "cost features, or the table was written without one)")
+    needed = {name for ctable in modelled.values() for row in ctable.model.times.values() for name in row}
+    library = _library_for_refit(library_name or table.metadata["library"], needed, path)
     sm_count = int(table.metadata["sm_count"])
     classes, sets = [], set()
-    for ctable in table.classes.values():
-        family = registry.for_op(ctable.key[0])
-        model = ctable.model
-        if model is not None and family is not None and family.cost_feature_set is not None:
-            names = sorted({name for row in model.times.values() for name in row})
-            missing = [name for name in names if name not in library.kernels]
-            if missing:
-                raise GemmgenError(f"--refit {path}: library {library.name!r} has no kernel {missing[0]} "
-                                   f"(and {len(missing) - 1} more) of the table's {' '.join(ctable.key)} model")
+    for key, ctable in table.classes.items():
+        if key in modelled:
+            family = registry.for_op(key[0])
             model = cost_model.fit_model(
-                family.cost_feature_set, model.times,
+                family.cost_feature_set, ctable.model.times,
                 lambda name, m, n, k, family=family: family.cost_features(library.kernels[name].spec, m, n, k,
-                                                                           sm_count), names)
+                                                                           sm_count),
+                sorted({name for row in ctable.model.times.values() for name in row}))
+            ctable = replace(ctable, model=model)
             sets.add(family.cost_feature_set)
-        classes.append(replace(ctable, model=model))
+        classes.append(ctable)
     lines = path.read_text().splitlines()
     header = [line[2:] if line.startswith("# ") else line[1:] for line in
               lines[:next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))]]
-    at = max((i + 1 for i, h in enumerate(header) if h.startswith(("Command:", "Extended by:", "Refitted by:"))),
+    header = [h for h in header if not h.startswith("Refitted by:")]
+    at = max((i + 1 for i, h in enumerate(header) if h.startswith(("Command:", "Extended by:"))),
              default=len(header))
     header.insert(at, f"Refitted by: {command or 'gemmgen tune --refit'} (gemmgen {__version__}): cost "
-                      f"model feature set {', '.join(sorted(sets)) or 'none'}, fitted to the stored times")
+                      f"model feature set {', '.join(sorted(sets))}, fitted to the stored times")
     target = Path(out) if out else path
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(target, render_table(table.metadata, classes, header))
     return target
 
 
-def _library_for_refit(name: str, table_path: Path) -> Library:
-    """The built library `name`, else the shipped manifest's library of that name (kernel specs
-    only: a refit runs nothing)."""
-    try:
-        built = [lib for lib in libraries() if lib.name == name]
-    except GemmgenError:  # nothing built
-        built = []
-    if built:
-        return built[0]
+def _library_for_refit(name: str, kernels: set[str], table_path: Path) -> Library:
+    """The first library called `name` that has every one of `kernels` (their specs are all a
+    refit needs; nothing runs): a built one, else the shipped manifest's."""
     from ..bindings.library import manifest_library
+    try:
+        candidates = [lib for lib in libraries() if lib.name == name]
+    except GemmgenError:  # nothing built
+        candidates = []
+    for library in candidates:
+        if kernels <= set(library.kernels):
+            return library
     for manifest in sorted(Path(settings.DEFAULT_MANIFEST_DIR).glob("*.yaml")):
         if ".tuned" not in manifest.name and load_yaml(manifest)[0].get("library") == name:
-            return manifest_library(manifest)
-    raise GemmgenError(f"--refit {table_path}: no built library {name!r} and no shipped manifest of it; "
-                       "build the manifest the table was tuned for, or name the library with --library")
+            library = manifest_library(manifest)
+            if kernels <= set(library.kernels):
+                return library
+    raise GemmgenError(f"--refit {table_path}: no built library {name!r} and no shipped manifest of it holds "
+                       f"every kernel of the table's cost model ({len(kernels)}); build the manifest the "
+                       "table was tuned for (a built library is looked up by the name --library gives)")
 
 
 def _plain(node):

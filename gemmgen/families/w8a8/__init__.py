@@ -54,7 +54,9 @@ class W8A8Family(OpFamily):
         A stream-K kernel splits the tiles' K iterations evenly over the SMs: its waves are
         tiles / SMs, not rounded up (feature set 2; set 1 rounded them up as for the others,
         and the model then missed where stream-K wins: a narrow N x deep K at 1-2 partial
-        waves, e.g. 2304 x 16384 at 1024 rows, 0.64-0.68 of the oracle on the H200)."""
+        waves, e.g. 2304 x 16384 at 1024 rows, 0.64-0.68 of the oracle on the H200). For a
+        stream-K kernel the second and last features are then the same number; the
+        non-negative fit keeps one of them (the shipped tables: the second)."""
         def ceil_div(a: int, b: int) -> int:
             return -(-a // b)
 
