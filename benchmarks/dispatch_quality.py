@@ -18,7 +18,7 @@ held-out shapes (`gemmgen tune --shapes <held-out> --m <grid>` times exactly the
 --confirm RATIO re-times, side by side, every point where a mode scores below RATIO: a single
 pass times each candidate once, minutes apart, while the clock (power limit) drifts by several per
 cent (the most at large M), and the oracle, the fastest of some 50 such samples, is biased low by
-it. The store's 3 fastest candidates and each mode's choice are timed in RETIME_ROUNDS interleaved
+it. The store's 3 fastest candidates and each mode's choice are timed in RETIME_ROUNDS (or more) interleaved
 rounds and compared within each round (`retime_side_by_side`, what `gemmgen tune` does to settle
 near-ties); the store keeps those times (settled) and the summary is given before and after.
 --offline "GPU NAME:SMS" evaluates without a GPU: decisions for that GPU from the manifests and
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
             _confirm(("scaled_mm", a, "bf16", "ScaledEpilogueBias"), n, k, m, library, table, store, source, timer)
         lines += ["", f"After re-timing side by side the {len(low)} points where a mode scored below "
                   f"{args.confirm} (the store's 3 fastest and each mode's choice, "
-                  f"{tuning.RETIME_ROUNDS} interleaved rounds, compared within each round):", "", *header]
+                  f"{tuning.RETIME_ROUNDS}+ interleaved rounds (a multiple of the candidates), compared within each round):", "", *header]
         scored = {a: _score(a, shapes, m_grid, library, table, store, source, timer) for a in dtypes}
         lines += _summary(scored)
     failed = any(mode == "tuned" and (geo < 0.98 or worst < 0.90)

@@ -16,7 +16,7 @@ import stat
 import sys
 from pathlib import Path
 
-from . import __version__, settings
+from . import __version__, families, settings
 from .errors import GemmgenError, ManifestError
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
@@ -182,9 +182,14 @@ def _print_libraries(libraries, dispatch: bool) -> None:
                 shapes = sum(len(c.shapes) for c in table.classes.values())
                 state = (fit.note().removeprefix("tuned table ") if fit is not None
                          else f"{shapes} (class, N, K) entries")
-                modelled = sum(c.model is not None for c in table.classes.values())
-                if modelled:
-                    state += f"; a cost model for untuned shapes in {modelled} of {len(table.classes)} classes"
+                models = [c.model for c in table.classes.values() if c.model is not None]
+                if models:
+                    state += f"; a cost model for untuned shapes in {len(models)} of {len(table.classes)} classes"
+                    current = {getattr(families.for_op(key[0]), "cost_feature_set", None) for key in table.classes}
+                    older = sorted({m.features for m in models} - current)
+                    if older:
+                        state += (f", of feature set {', '.join(older)}, which this gemmgen refits from the stored "
+                                  f"times when it is used (`gemmgen tune --refit {table.path}` rewrites it)")
                 print(f"  tuned table: {table.path} ({table.metadata['gpu']}, "
                       f"{table.metadata['sm_count']} SMs; {state})")
                 for key, shape, bucket in (fit.dropped if fit is not None else ()):

@@ -6,6 +6,7 @@ list --dispatch --manifests`; explain names the arch and GPU its answer is for; 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -292,3 +293,18 @@ def test_a_stand_in_class_shares_the_family_fields_and_bad_fields_are_refused():
     assert dispatch._proxy_class(table, ("mixed_mm", "fp16", "int4", "scale_zero"), (0, 2, 3)) is None
     with pytest.raises(ValueError, match="table_proxy_fields"):
         dispatch._proxy_class(table, bf16, (0, 4))
+
+
+def test_cli_list_dispatch_names_a_cost_model_of_an_older_feature_set(capsys, no_built_library, tmp_path):
+    from gemmgen.families.w8a8 import FAMILY as W8A8
+    from gemmgen.settings import DEFAULT_MANIFEST_DIR
+    manifest = tmp_path / "w8a8_sm90.yaml"
+    manifest.write_text((Path(DEFAULT_MANIFEST_DIR) / "w8a8_sm90.yaml").read_text())
+    table = (Path(DEFAULT_MANIFEST_DIR) / "w8a8_sm90.tuned.h100-80gb-hbm3.yaml").read_text()
+    assert f"features: {W8A8.cost_feature_set}" in table
+    (tmp_path / "w8a8_sm90.tuned.h100-80gb-hbm3.yaml").write_text(
+        table.replace(f"features: {W8A8.cost_feature_set}", "features: w8a8-tiles-0"))
+    assert cli_main(["list", "--dispatch", "--manifests", str(manifest)]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 2 classes, of feature set w8a8-tiles-0, which this gemmgen refits from the stored times" in out
+    assert f"`gemmgen tune --refit {tmp_path / 'w8a8_sm90.tuned.h100-80gb-hbm3.yaml'}` rewrites it" in out

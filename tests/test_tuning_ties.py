@@ -11,7 +11,9 @@ import pytest
 
 from gemmgen.tuning import select
 from gemmgen.tuning.measure import Candidate, Record, Store
-from gemmgen.tuning.tune import RETIME_ROUNDS, TIE_WINDOW, near_ties, retime_side_by_side
+from gemmgen.tuning.tune import TIE_WINDOW, near_ties, retime_rounds, retime_side_by_side
+
+ROUNDS_2, ROUNDS_3 = retime_rounds(2), retime_rounds(3)  # the rounds for 2 and 3 candidates
 
 CLS = ("scaled_mm", "int8", "bf16", "ScaledEpilogueBias")
 A, B, C = Candidate("k_a"), Candidate("k_b"), Candidate("k_c")
@@ -77,6 +79,17 @@ def test_retime_compares_within_rounds_when_the_clock_steps():
     assert times[B] < times[A]
     assert times[A] / times[B] == pytest.approx(1.04, rel=1e-9)
     assert statistics.median(samples[A]) < statistics.median(samples[B])  # the plain median's wrong order
+
+
+def test_retime_puts_each_candidate_first_equally_often():
+    """Two equal kernels on a clock slowing 1% a call: with 5 rounds the first candidate would run
+    first 3 times and come out ~1% faster; the rounds are rounded up to a multiple of the
+    candidates, and they come out equal."""
+    assert [retime_rounds(n) for n in (1, 2, 3, 4, 5, 6)] == [5, 6, 6, 8, 5, 6]
+    calls = itertools.count()
+    times = retime_side_by_side([A, B], lambda c: 10.0 * (1 + 0.01 * next(calls)), rounds=5)
+    assert times[A] / times[B] == pytest.approx(1.0, abs=1e-3)
+    assert next(calls) == 2 * 6
 
 
 def test_near_ties_are_the_candidates_within_the_window(tmp_path):
@@ -163,9 +176,9 @@ def test_measure_retimes_near_ties_and_the_table_follows_the_retiming(scripted, 
     # one pass: every kernel once per point, then only the near-ties, side by side
     first_pass = [(c, m) for m in (M_TIE, M_CLEAR) for c in ("small", "large", "mid")]
     assert sorted(calls[:3]) == sorted(first_pass[:3])
-    retimed = calls[3:3 + 2 * RETIME_ROUNDS]
-    assert sorted(retimed) == sorted([("small", M_TIE), ("large", M_TIE)] * RETIME_ROUNDS)
-    assert sorted(calls[3 + 2 * RETIME_ROUNDS:]) == sorted(first_pass[3:])  # M_CLEAR: no re-time
+    retimed = calls[3:3 + 2 * ROUNDS_2]
+    assert sorted(retimed) == sorted([("small", M_TIE), ("large", M_TIE)] * ROUNDS_2)
+    assert sorted(calls[3 + 2 * ROUNDS_2:]) == sorted(first_pass[3:])  # M_CLEAR: no re-time
     assert calls.count(("mid", M_TIE)) == 1
 
     # the store holds the side-by-side medians, marked settled; the others keep their first time
@@ -203,7 +216,7 @@ def test_a_family_may_widen_the_retime_window(scripted, tmp_path, monkeypatch):
     config_of = {name: k.spec.origin.config for name, k in lib.kernels.items()}
     store = Store(tmp_path / "w.jsonl")
     tuning.measure(lib, store, options, shapes)
-    assert sorted(calls[3:]) == sorted([("small", M_CLEAR), ("large", M_CLEAR)] * RETIME_ROUNDS)
+    assert sorted(calls[3:]) == sorted([("small", M_CLEAR), ("large", M_CLEAR)] * ROUNDS_2)
     (table,) = tuning.build_tables(lib, store, options)
     assert config_of[table.shapes[0].bucket_for(M_CLEAR).kernel] == "large"
     assert mixed_hooks.retime_window(1) == mixed_hooks.retime_window(16) == 0.15
@@ -226,9 +239,9 @@ def test_a_point_is_settled_in_one_tune_when_re_timing_moves_its_fastest(scripte
     options = tuning.TuneOptions(shapes=shapes, m_grid=(M_TIE,), dtypes=("int8",), knob_top=0)
     store = Store(tmp_path / "s.jsonl")
     tuning.measure(lib, store, options, shapes)
-    assert sorted(calls[3:3 + 2 * RETIME_ROUNDS]) == sorted([("small", M_TIE), ("large", M_TIE)] * RETIME_ROUNDS)
-    assert sorted(calls[3 + 2 * RETIME_ROUNDS:]) == sorted(
-        [("small", M_TIE), ("large", M_TIE), ("mid", M_TIE)] * RETIME_ROUNDS)
+    assert sorted(calls[3:3 + 2 * ROUNDS_2]) == sorted([("small", M_TIE), ("large", M_TIE)] * ROUNDS_2)
+    assert sorted(calls[3 + 2 * ROUNDS_2:]) == sorted(
+        [("small", M_TIE), ("large", M_TIE), ("mid", M_TIE)] * ROUNDS_3)
     assert all(r.settled for r in store.records.values())
     count = len(calls)
     tuning.measure(lib, Store(tmp_path / "s.jsonl"), options, shapes)  # resumed: nothing to time

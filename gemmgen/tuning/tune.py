@@ -339,10 +339,17 @@ def near_ties(store: Store, cls: MeasuredClass, n: int, k: int, m: int, toleranc
     return sorted(c for c, t in finite.items() if t <= best * (1 + spread))
 
 
+def retime_rounds(count: int, rounds: int = RETIME_ROUNDS) -> int:
+    """The rounds `retime_side_by_side` runs for `count` candidates: `rounds` rounded up to a
+    multiple of `count`, so that the rotating order puts each candidate in each position of a
+    round equally often (a clock drifting within a round favours no one)."""
+    return -(-rounds // max(1, count)) * max(1, count)
+
+
 def retime_side_by_side(candidates: list[Candidate], time_one, rounds: int = RETIME_ROUNDS) -> dict:
-    """µs of each candidate from `rounds` interleaved rounds (the order rotates each round, so no
-    candidate always runs first): its median over the rounds of its time / the round's geometric
-    mean, times the median round's geometric mean.
+    """µs of each candidate from `retime_rounds(len(candidates), rounds)` interleaved rounds (the
+    order rotates each round, so each candidate runs first equally often): its median over the
+    rounds of its time / the round's geometric mean, times the median round's geometric mean.
 
     NOTES: a plain median per candidate fails when the clock steps between rounds, as it does
     when a large GEMM heats the GPU (an H200 at 8192 rows: 15% slower within a second,
@@ -351,6 +358,7 @@ def retime_side_by_side(candidates: list[Candidate], time_one, rounds: int = RET
     come out ahead. Dividing by each round's mean compares the candidates within a round, where
     the clock is the same for all of them."""
     samples: dict[Candidate, list[float]] = {c: [] for c in candidates}
+    rounds = retime_rounds(len(candidates), rounds)
     for r in range(rounds):
         order = candidates[r % len(candidates):] + candidates[:r % len(candidates)]
         for c in order:
