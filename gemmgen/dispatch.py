@@ -282,11 +282,7 @@ def _current_model(library: Library, table, ctable, family: OpFamily | None):
         return model
     cached = _REFITTED.get(id(ctable))
     if cached is None or cached[0] is not ctable:
-        sm_count = int(table.metadata["sm_count"])
-        refitted = cost_model.fit_model(
-            family.cost_feature_set, model.times,
-            lambda name, mm, nn, kk: family.cost_features(library.kernels[name].spec, mm, nn, kk, sm_count),
-            sorted({name for row in model.times.values() for name in row if name in library.kernels}))
+        refitted = cost_model.fit_for_family(family, library.kernels, int(table.metadata["sm_count"]), model.times)
         cached = _REFITTED[id(ctable)] = (ctable, refitted)
         done = ("refitted from the times the table stores, once a process" if refitted is not None else
                 "no kernel of its stored times is in the library, so untuned shapes take the nearest "

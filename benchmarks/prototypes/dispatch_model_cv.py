@@ -99,13 +99,9 @@ VARIANTS = {"shipped (w8a8-tiles-2: stream-K waves continuous)": shipped_feature
 
 
 def fit(times: dict, shapes: set, features) -> cost_model.CostModel:
+    """The model of `features` fitted to the points of `shapes` (as `gemmgen tune` fits it)."""
     points = {p: row for p, row in times.items() if (p[0], p[1]) in shapes}
-    coef = {}
-    for name in sorted({kernel for row in points.values() for kernel in row}):
-        measured = [(p, row[name]) for p, row in points.items() if name in row]
-        coef[name] = tuple(cost_model.fit([features(name, m, n, k) for (n, k, m), _ in measured],
-                                          [us for _, us in measured]))
-    return cost_model.CostModel("variant", coef, points)
+    return cost_model.fit_model("variant", points, features, sorted({kernel for row in points.values() for kernel in row}))
 
 
 def scores(model, features, times, oracle, shapes: set, m_grid: set | None) -> list[float]:

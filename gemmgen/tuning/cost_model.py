@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 Point = tuple[int, int, int]  # (n, k, m)
 
@@ -116,6 +116,16 @@ def fit_model(feature_set: str, measured: dict[Point, dict[str, float]],
             kept.setdefault(point, {})[name] = us
         coef[name] = tuple(fit([features_of(name, m, n, k) for (n, k, m), _ in points], [us for _, us in points]))
     return CostModel(feature_set, coef, kept) if coef else None
+
+
+def fit_for_family(family, kernels: Mapping, sm_count: int, measured: dict[Point, dict[str, float]],
+                   names: Sequence[str] | None = None) -> "CostModel | None":
+    """`fit_model` in the op family's own feature set (`family.cost_features(kernels[name].spec,
+    ..., sm_count)`), for `names` (default: every kernel of `measured` that `kernels` holds)."""
+    if names is None:
+        names = sorted({name for row in measured.values() for name in row if name in kernels})
+    return fit_model(family.cost_feature_set, measured,
+                     lambda name, m, n, k: family.cost_features(kernels[name].spec, m, n, k, sm_count), names)
 
 
 def cost(coef: Sequence[float], features: Sequence[float]) -> float:

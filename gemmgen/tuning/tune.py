@@ -423,11 +423,8 @@ def model_from_times(library: Library, cls: MeasuredClass,
     family = registry.for_op(cls[0])
     if family.cost_feature_set is None:
         return None
-    sm_count = gpu_identity()[1]
-    return cost_model.fit_model(
-        family.cost_feature_set, measured,
-        lambda name, m, n, k: family.cost_features(library.kernels[name].spec, m, n, k, sm_count),
-        [kernel.name for kernel in kernels_of(library, cls)])
+    return cost_model.fit_for_family(family, library.kernels, gpu_identity()[1], measured,
+                                     [kernel.name for kernel in kernels_of(library, cls)])
 
 
 def metadata(library: Library, options: TuneOptions, kernel_set: str,
@@ -593,12 +590,8 @@ def refit_table(path: Path, out: Path | None = None, library_name: str | None = 
     for key, ctable in table.classes.items():
         if key in modelled:
             family = registry.for_op(key[0])
-            model = cost_model.fit_model(
-                family.cost_feature_set, ctable.model.times,
-                lambda name, m, n, k, family=family: family.cost_features(library.kernels[name].spec, m, n, k,
-                                                                           sm_count),
-                sorted({name for row in ctable.model.times.values() for name in row}))
-            ctable = replace(ctable, model=model)
+            ctable = replace(ctable, model=cost_model.fit_for_family(family, library.kernels, sm_count,
+                                                                     ctable.model.times))
             sets.add(family.cost_feature_set)
         classes.append(ctable)
     lines = path.read_text().splitlines()
@@ -618,19 +611,14 @@ def refit_table(path: Path, out: Path | None = None, library_name: str | None = 
 def _library_for_refit(name: str, kernels: set[str], table_path: Path) -> Library:
     """The first library called `name` that has every one of `kernels` (their specs are all a
     refit needs; nothing runs): a built one, else the shipped manifest's."""
-    from ..bindings.library import manifest_library
+    from ..bindings.library import manifest_libraries
     try:
-        candidates = [lib for lib in libraries() if lib.name == name]
+        built = list(libraries())
     except GemmgenError:  # nothing built
-        candidates = []
-    for library in candidates:
-        if kernels <= set(library.kernels):
+        built = []
+    for library in built + list(manifest_libraries()):
+        if library.name == name and kernels <= set(library.kernels):
             return library
-    for manifest in sorted(Path(settings.DEFAULT_MANIFEST_DIR).glob("*.yaml")):
-        if ".tuned" not in manifest.name and load_yaml(manifest)[0].get("library") == name:
-            library = manifest_library(manifest)
-            if kernels <= set(library.kernels):
-                return library
     raise GemmgenError(f"--refit {table_path}: no built library {name!r} and no shipped manifest of it holds "
                        f"every kernel of the table's cost model ({len(kernels)}); build the manifest the "
                        "table was tuned for (a built library is looked up by the name --library gives)")
