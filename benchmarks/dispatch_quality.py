@@ -55,7 +55,8 @@ from gemmgen.tuning.shapes import load_many, parse_m_grid
 
 DEFAULT_M = "1,8,16,32,64,96,128,192,256,384,512,768,1024,2048,4096,8192"
 DEFAULT_SHAPES = ["qwen2_5_7b", "qwen2_5_72b", "llama3_2_3b", "qwen3_32b", "llama3_70b_tp8", "mistral_nemo_12b",
-                  "gemma2_9b", "gemma2_27b", "phi3_medium_14b", "yi1_5_34b", "llama3_1_405b_tp8"]
+                  "gemma2_9b", "gemma2_27b", "phi3_medium_14b", "yi1_5_34b", "llama3_1_405b_tp8",
+                  "mistral_small_24b", "qwen2_5_32b", "qwen2_5_72b_tp4"]
 MANIFEST = Path(settings.DEFAULT_MANIFEST_DIR) / "w8a8_sm90.yaml"
 MODES = ("tuned", "nearest", "rules")
 

@@ -296,7 +296,7 @@ def _current_model(library: Library, table, ctable, family: OpFamily | None):
 def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], m: int, n: int, k: int,
                      exact_class: bool) -> Choice | None:
     """For an (N, K) the table does not list: the kernel whose time, estimated from its
-    measurement at the nearest listed shape and the table's cost model, is lowest
+    measurements at the nearest listed shapes and the table's cost model, is lowest
     (gemmgen/tuning/cost_model.py; a model of another feature set refitted first, `_current_model`).
     None when the model cannot serve (no kernel of it left in the library)."""
     family = registry.for_op(key[0])
@@ -309,9 +309,9 @@ def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], m: i
     def features_of(name: str, mm: int, nn: int, kk: int):
         return family.cost_features(library.kernels[name].spec, mm, nn, kk, sm_count)
 
-    reference = model.nearest_shape(n, k)  # the nearest shape with times (normally the table's)
+    references = model.nearest_shapes(n, k)  # the nearest shapes with times (normally the table's)
     try:
-        estimates = model.estimates(m, n, k, reference, features_of, available) if reference else {}
+        estimates = model.blended_estimates(m, n, k, references, features_of, available)
     except ValueError as exc:  # coefficients that do not match the features: a damaged table
         _warn_once(f"gemmgen: the cost model of {table.path} does not fit this gemmgen ({exc}): "
                    "untuned shapes take the nearest measured shape's winner; re-run `gemmgen tune`")
@@ -327,9 +327,16 @@ def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], m: i
     where = f"{table.path}:{ctable.line}" + (f"; {table.fit.summary()}" if table.fit is not None else "")
     proxy = "" if exact_class else _stand_in_note(ctable.key, key)
     reason = (f"tuned table ({where}): (n={n}, k={k}) not measured; cost model estimate "
-              f"{estimates[best]:.1f} µs{margin}, from the nearest measured shape (n={reference[0]}, "
-              f"k={reference[1]}){proxy}; the kernel's manifest knobs")
+              f"{estimates[best]:.1f} µs{margin}, from the {_shape_list(references)}{proxy}; the kernel's "
+              "manifest knobs")
     return Choice(kernel, kernel.spec.knobs, "table", reason)
+
+
+def _shape_list(shapes: list[tuple[int, int]]) -> str:
+    """'nearest measured shape (n=.., k=..)' or 'N nearest measured shapes (n=.., k=..; ...)'."""
+    listed = "; ".join(f"n={n}, k={k}" for n, k in shapes)
+    return (f"nearest measured shape ({listed})" if len(shapes) == 1 else
+            f"{len(shapes)} nearest measured shapes ({listed})")
 
 
 def rule_label(index: int, count: int, line: int | None, file: str | None = None) -> str:

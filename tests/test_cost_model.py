@@ -86,6 +86,35 @@ def test_estimate_scales_the_nearest_measurement_by_the_model():
     assert model.estimates(8, 100, 100, (999, 100), _features, ["a"]) == {}
 
 
+def test_estimates_from_several_shapes_are_a_distance_weighted_log_mean():
+    times = {(100, 100, 8): {"a": 4.0, "b": 5.0}, (400, 100, 8): {"a": 20.0, "b": 30.0},
+             (100, 1600, 8): {"a": 50.0}}
+    model = CostModel("demo", {"a": (1.0, 1.0), "b": (1.0, 3.0)}, times)
+    # nearest first in log distance; ties go to the smaller shape; count caps the list
+    assert model.nearest_shapes(200, 100) == [(100, 100), (400, 100), (100, 1600)]
+    assert model.nearest_shapes(200, 100, 1) == [(100, 100)] and model.nearest_shape(200, 100) == (100, 100)
+    assert model.nearest_shapes(300, 100, 2) == [(400, 100), (100, 100)]
+    refs = [(100, 100), (400, 100)]
+    blended = model.blended_estimates(8, 300, 100, refs, _features, ["a", "b"])
+    for name in ("a", "b"):
+        parts = [(1 / (cost_model.shape_distance(r, 300, 100) + 0.1),
+                  model.estimates(8, 300, 100, r, _features, [name])[name]) for r in refs]
+        expected = math.exp(sum(w * math.log(v) for w, v in parts) / sum(w for w, _ in parts))
+        assert blended[name] == pytest.approx(expected)
+        # between the two single-reference estimates, nearer the nearer shape's (400 for 300)
+        lo, hi = sorted(v for _, v in parts)
+        assert lo < blended[name] < hi
+        assert abs(blended[name] - parts[1][1]) < abs(blended[name] - parts[0][1])
+    # only kernels every reference estimates are compared ("b" lacks (100, 1600))
+    assert set(model.blended_estimates(8, 100, 400, [(100, 100), (100, 1600)], _features, ["a", "b"])) == {"a"}
+    # none in common: the nearest reference alone serves; no reference measured: nothing
+    only_b = CostModel("demo", {"a": (1.0, 1.0), "b": (1.0, 3.0)},
+                       {(100, 100, 8): {"b": 5.0}, (400, 100, 8): {"a": 20.0}})
+    assert only_b.blended_estimates(8, 150, 100, [(100, 100), (400, 100)], _features, ["a", "b"]) == \
+        only_b.estimates(8, 150, 100, (100, 100), _features, ["a", "b"])
+    assert model.blended_estimates(8, 300, 100, [(999, 999)], _features, ["a"]) == {}
+
+
 def test_w8a8_cost_features_count_waves_and_k_steps(case):
     specs = {s.origin.config: s for s in case.expand() if s.dispatch_class == KEY}
     # small: 64x64x128 swap-AB, cluster 1x1: Dᵀ is 4096 x 4 -> 64 x 1 tiles

@@ -114,6 +114,35 @@ def test_the_shipped_manifests_and_their_tuned_table(no_built_library):
     assert "w8a8_sm80.yaml" in sm80 and "(no tuned table)" in sm80
 
 
+def test_an_unlisted_shape_on_the_h200_takes_the_estimate_from_the_four_nearest_shapes(monkeypatch,
+                                                                                      no_built_library):
+    """Qwen2.5-72B at TP=4's qkv (2560 x 8192), in no table: the H200 table's cost model
+    transfers each kernel's times from the 4 nearest listed shapes (cost_model.REFERENCES) and
+    the lowest blended estimate wins; the reason names those shapes."""
+    from gemmgen import families
+    from gemmgen.tuning import cost_model
+    monkeypatch.setattr(dispatch, "gpu_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(dispatch, "gpu_identity", lambda device=None: ("NVIDIA H200", 132))
+    dispatch.cache_clear()
+    try:
+        choice = dispatch.choose("scaled_mm", m=192, n=2560, k=8192, source="manifests", **INT8_BIAS)
+    finally:
+        dispatch.cache_clear()
+    w8a8 = next(lib for lib in manifest_libraries() if lib.name == "w8a8")
+    table = next(t for t in w8a8.tables if t.gpu[0] == "NVIDIA H200")
+    model = table.classes[("scaled_mm", "int8", "bf16", "ScaledEpilogueBias")].model
+    refs = model.nearest_shapes(2560, 8192)
+    assert len(refs) == cost_model.REFERENCES == 4 and (2560, 8192) not in model.shapes
+    family = families.for_op("scaled_mm")
+    estimates = model.blended_estimates(
+        192, 2560, 8192, refs, lambda name, m, n, k: family.cost_features(w8a8.kernels[name].spec, m, n, k, 132),
+        list(model.coef))
+    best = min(estimates, key=lambda name: (estimates[name], name))
+    assert choice.source == "table" and choice.kernel.name == best
+    assert f"cost model estimate {estimates[best]:.1f} µs" in choice.reason
+    assert "4 nearest measured shapes (" + "; ".join(f"n={n}, k={k}" for n, k in refs) + ")" in choice.reason
+
+
 def test_the_shipped_mixed_tables_serve_listed_shapes_and_the_rules_the_rest(no_built_library):
     """The mixed family's tables (H100 and H200) list the dense models of manifests/shapes/; a
     shape they do not list goes to the rules, never to the nearest listed shape's winner."""

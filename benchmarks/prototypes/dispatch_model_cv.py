@@ -6,7 +6,7 @@ points) and tune stores (`gemmgen tune` .jsonl, or .jsonl.gz as in benchmarks/da
 `gemmgen tune` reads them: a candidate's last time) holding
 every candidate at other points. A point's oracle is its fastest candidate of any knob setting.
 For each variant of the cost features, the model is fitted and used exactly as dispatch uses it
-(`CostModel.estimates` from the nearest measured shape, the lowest estimate wins) and scored by
+(`CostModel.blended_estimates` from the nearest measured shapes, the lowest estimate wins) and scored by
 oracle time / chosen kernel's time, two ways:
   held-out   fitted on the table's shapes, scored on the stores' other shapes (issue 14's protocol)
   LOMO       leave one model out: fitted on every other model's shapes (table and stores), scored
@@ -96,6 +96,7 @@ def streamk_rounded_features(library, sms: int):
 
 VARIANTS = {"shipped (w8a8-tiles-2: stream-K waves continuous)": shipped_features,
             "w8a8-tiles-1 (stream-K waves rounded up)": streamk_rounded_features}
+REFERENCE_COUNTS = (1, 2, cost_model.REFERENCES)  # measured shapes each estimate is transferred from
 
 
 def fit(times: dict, shapes: set, features) -> cost_model.CostModel:
@@ -104,12 +105,14 @@ def fit(times: dict, shapes: set, features) -> cost_model.CostModel:
     return cost_model.fit_model("variant", points, features, sorted({kernel for row in points.values() for kernel in row}))
 
 
-def scores(model, features, times, oracle, shapes: set, m_grid: set | None) -> list[float]:
+def scores(model, features, times, oracle, shapes: set, m_grid: set | None,
+           references: int = cost_model.REFERENCES) -> list[float]:
     ratios = []
     for (n, k, m), row in times.items():
         if (n, k) not in shapes or (m_grid is not None and m not in m_grid):
             continue
-        estimates = model.estimates(m, n, k, model.nearest_shape(n, k), features, list(model.coef))
+        estimates = model.blended_estimates(m, n, k, model.nearest_shapes(n, k, references), features,
+                                            list(model.coef))
         chosen = min(estimates, key=lambda name: (estimates[name], name))
         ratios.append(oracle[(n, k, m)] / row[chosen] if chosen in row else 0.0)
     return ratios
@@ -136,20 +139,24 @@ def main(argv=None) -> None:
     m_grid = {int(m) for m in args.m.split(",")} if args.m else None
     print(f"table {args.table.name}: {len(tuned)} shapes; stores: {len(held_out)} other shapes; "
           f"models: {len({model_of.get(s, '?') for s in every})}")
-    print("| variant | dtype | held-out geomean / worst (points) | LOMO geomean / worst (points) |")
-    print("|---|---|---|---|")
+    print("| variant | reference shapes | dtype | held-out geomean / worst (points) | LOMO geomean / worst (points) |")
+    print("|---|---:|---|---|---|")
+    models = sorted({model_of.get(s, "?") for s in every})
     for label, make in VARIANTS.items():
         features = make(library, sms)
         for dtype in sorted(times):
-            held = scores(fit(times[dtype], tuned, features), features, times[dtype], oracle[dtype], held_out,
-                          m_grid) if held_out else []
-            lomo = []
-            for model in sorted({model_of.get(s, "?") for s in every}):
+            fitted = fit(times[dtype], tuned, features)
+            folds = []
+            for model in models:
                 test = {s for s in every if model_of.get(s, "?") == model}
-                lomo += scores(fit(times[dtype], every - test, features), features, times[dtype], oracle[dtype],
-                               test, m_grid)
-            print(f"| {label} | {dtype} | {summary(held) if held else '-'} | {summary(lomo)} |")
-
+                folds.append((test, fit(times[dtype], every - test, features)))
+            for count in REFERENCE_COUNTS:
+                held = scores(fitted, features, times[dtype], oracle[dtype], held_out, m_grid,
+                              count) if held_out else []
+                lomo = []
+                for test, folded in folds:
+                    lomo += scores(folded, features, times[dtype], oracle[dtype], test, m_grid, count)
+                print(f"| {label} | {count} | {dtype} | {summary(held) if held else '-'} | {summary(lomo)} |")
 
 if __name__ == "__main__":
     main()

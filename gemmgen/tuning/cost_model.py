@@ -9,11 +9,15 @@ times; for an unmeasured (N, K) each kernel's time is estimated as
 
     est(kernel, m, n, k) = measured(kernel, m', n', k') · cost(kernel, m, n, k) / cost(kernel, m', n', k')
 
-with (n', k') the nearest measured shape (log distance) and m' the nearest measured M: the
-measurement carries what the model misses about the kernel, the model only says how the time
-moves from the measured shape to the asked one. The fastest estimate wins. Measured on held-out
-model shapes (benchmarks/dispatch_quality.py, RESULTS.md), this picks better than the nearest
-shape's winner and than the manifest's rules.
+with (n', k') a measured shape and m' its nearest measured M: the measurement carries what the
+model misses about the kernel, the model only says how the time moves from the measured shape to
+the asked one. The transfers from the REFERENCES nearest measured shapes (log distance) are
+averaged in log space, each weighted 1 / (distance + 0.1) (`blended_estimates`): one reference
+alone carries its own timing noise and its own wave pattern into every estimate (session 31: the
+nearest shape only scored 0.991 / 0.794 geomean / worst over the H200 table's 16 models left out
+one at a time, e4m3, and the four nearest 0.993 / 0.864; benchmarks/RESULTS.md). The fastest
+estimate wins. Measured on held-out model shapes (benchmarks/dispatch_quality.py), this picks
+better than the nearest shape's winner and than the manifest's rules.
 
 cost(kernel, ...) = Σ coef_i · feature_i, the features given by the op family
 (`OpFamily.cost_features`, e.g. waves × K iterations, bytes read); coefficients are fitted
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 Point = tuple[int, int, int]  # (n, k, m)
+REFERENCES = 4  # measured shapes an unlisted shape's estimates are transferred from
 
 
 def _solve(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:
@@ -128,6 +133,11 @@ def fit_for_family(family, kernels: Mapping, sm_count: int, measured: dict[Point
                      lambda name, m, n, k: family.cost_features(kernels[name].spec, m, n, k, sm_count), names)
 
 
+def shape_distance(shape: tuple[int, int], n: int, k: int) -> float:
+    """|log(n' / n)| + |log(k' / k)|: how far the measured shape (n', k') lies from (n, k)."""
+    return abs(math.log(shape[0] / n)) + abs(math.log(shape[1] / k))
+
+
 def cost(coef: Sequence[float], features: Sequence[float]) -> float:
     return sum(c * f for c, f in zip(coef, features))
 
@@ -148,8 +158,31 @@ class CostModel:
 
     def nearest_shape(self, n: int, k: int) -> tuple[int, int] | None:
         """The measured (n, k) nearest in log space (ties: the smaller), as tables look up."""
-        return min(self.shapes, key=lambda s: (abs(math.log(s[0] / n)) + abs(math.log(s[1] / k)), s),
-                   default=None)
+        nearest = self.nearest_shapes(n, k, 1)
+        return nearest[0] if nearest else None
+
+    def nearest_shapes(self, n: int, k: int, count: int = REFERENCES) -> list[tuple[int, int]]:
+        """Up to `count` measured (n, k), nearest first in log space (ties: the smaller)."""
+        return sorted(self.shapes, key=lambda s: (shape_distance(s, n, k), s))[:count]
+
+    def blended_estimates(self, m: int, n: int, k: int, references: Sequence[tuple[int, int]],
+                          features_of: Callable[[str, int, int, int], Sequence[float]],
+                          kernels: Sequence[str]) -> dict[str, float]:
+        """Estimated µs of each of `kernels` at (m, n, k): the `estimates` from each of
+        `references`, averaged in log space with weights 1 / (log distance + 0.1). Only kernels
+        that every reference estimates are compared (a kernel measured at fewer shapes would be
+        averaged over other ones); when no kernel is, the nearest reference alone serves."""
+        per_reference = [(1.0 / (shape_distance(r, n, k) + 0.1), self.estimates(m, n, k, r, features_of, kernels))
+                         for r in references]
+        per_reference = [(weight, found) for weight, found in per_reference if found]
+        if not per_reference:
+            return {}
+        common = set.intersection(*(set(found) for _, found in per_reference))
+        if not common:
+            return per_reference[0][1]
+        total = sum(weight for weight, _ in per_reference)
+        return {name: math.exp(sum(weight * math.log(found[name]) for weight, found in per_reference) / total)
+                for name in sorted(common)}
 
     def estimates(self, m: int, n: int, k: int, reference: tuple[int, int],
                   features_of: Callable[[str, int, int, int], Sequence[float]],
