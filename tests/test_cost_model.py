@@ -115,6 +115,33 @@ def test_estimates_from_several_shapes_are_a_distance_weighted_log_mean():
     assert model.blended_estimates(8, 300, 100, [(999, 999)], _features, ["a"]) == {}
 
 
+def test_time_ratios_between_two_gpus_and_the_estimate_from_the_other_gpu():
+    # GPU 1 (own) runs "a" 2x and "b" 1.5x the time of GPU 2 at m = 8; at m = 64 "a" only 1.6x
+    own = CostModel("demo", {}, {(100, 100, 8): {"a": 4.0, "b": 3.0}, (100, 100, 64): {"a": 16.0},
+                                 (300, 100, 8): {"a": 12.0, "b": 9.0}})
+    other = CostModel("demo", {"a": (1.0, 1.0), "b": (1.0, 3.0)},
+                      {(100, 100, 8): {"a": 2.0, "b": 2.0}, (100, 100, 64): {"a": 10.0},
+                       (300, 100, 8): {"a": 6.0, "b": 6.0}, (700, 100, 8): {"a": 5.0, "b": 7.0},
+                       (700, 100, 64): {"a": 20.0, "b": 30.0}})
+    ratios = cost_model.gpu_time_ratios(own, other)
+    assert ratios["a"] == pytest.approx({8: 2.0, 64: 1.6, None: (2.0 * 2.0 * 1.6) ** (1 / 3)})
+    assert ratios["b"] == pytest.approx({8: 1.5, None: 1.5})
+    # at (700, 100), which only the other GPU measured: its times there x the ratio at that M
+    assert cost_model.sibling_estimates(ratios, other, 8, 700, 100, _features, ["a", "b"]) == pytest.approx(
+        {"a": 5.0 * 2.0, "b": 7.0 * 1.5})
+    # m = 64: "b" has no ratio at 64, so its ratio over every shared point serves
+    assert cost_model.sibling_estimates(ratios, other, 64, 700, 100, _features, ["a", "b"]) == pytest.approx(
+        {"a": 20.0 * 1.6, "b": 30.0 * 1.5})
+    # m = 48 is moved from the other GPU's nearest measured m (64) by its cost model
+    moved = other.estimates(48, 700, 100, (700, 100), _features, ["a"])["a"]
+    assert cost_model.sibling_estimates(ratios, other, 48, 700, 100, _features, ["a"]) == pytest.approx(
+        {"a": moved * 1.6})
+    # a kernel no shared point measured has no ratio; a shape the other GPU did not measure: nothing
+    assert cost_model.sibling_estimates({"b": ratios["b"]}, other, 8, 700, 100, _features, ["a", "b"]) == \
+        pytest.approx({"b": 7.0 * 1.5})
+    assert cost_model.sibling_estimates(ratios, other, 8, 900, 100, _features, ["a", "b"]) == {}
+
+
 def test_w8a8_cost_features_count_waves_and_k_steps(case):
     specs = {s.origin.config: s for s in case.expand() if s.dispatch_class == KEY}
     # small: 64x64x128 swap-AB, cluster 1x1: Dᵀ is 4096 x 4 -> 64 x 1 tiles

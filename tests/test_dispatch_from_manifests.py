@@ -143,6 +143,51 @@ def test_an_unlisted_shape_on_the_h200_takes_the_estimate_from_the_four_nearest_
     assert "4 nearest measured shapes (" + "; ".join(f"n={n}, k={k}" for n, k in refs) + ")" in choice.reason
 
 
+def test_a_shape_only_the_h200_tuned_is_served_on_the_h100_from_both_tables(monkeypatch, no_built_library):
+    """Qwen2.5-7B's down projection (3584 x 18944) is in the H200's table, not the H100's: on the
+    H100 each kernel's estimate is the geometric mean of its own table's cost model and its H200
+    time there scaled by its H100 / H200 time ratio over the shapes both tables list; a shape
+    neither lists takes the own model alone, and the H200 (which lists every H100 shape) never
+    takes the H100's."""
+    import math
+    from gemmgen import families
+    from gemmgen.tuning import cost_model
+    key = ("scaled_mm", "e4m3", "bf16", "ScaledEpilogueBias")
+    problem = dict(a_dtype="e4m3", out_dtype="bf16", epilogue="ScaledEpilogueBias")
+    w8a8 = next(lib for lib in manifest_libraries() if lib.name == "w8a8")
+    h100, h200 = (next(t for t in w8a8.tables if t.gpu[0] == name)
+                  for name in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"))
+    own, other = h100.classes[key].model, h200.classes[key].model
+    assert (3584, 18944) in other.shapes and (3584, 18944) not in own.shapes
+    assert (2560, 8192) not in other.shapes | own.shapes and own.shapes <= other.shapes
+    family = families.for_op("scaled_mm")
+
+    def features(name, m, n, k):
+        return family.cost_features(w8a8.kernels[name].spec, m, n, k, 132)
+
+    def choose_on(gpu, m, n, k):
+        monkeypatch.setattr(dispatch, "gpu_capability", lambda device=None: (9, 0))
+        monkeypatch.setattr(dispatch, "gpu_identity", lambda device=None: (gpu, 132))
+        dispatch.cache_clear()
+        try:
+            return dispatch.choose("scaled_mm", m=m, n=n, k=k, source="manifests", **problem)
+        finally:
+            dispatch.cache_clear()
+
+    mine = own.blended_estimates(64, 3584, 18944, own.nearest_shapes(3584, 18944), features, list(own.coef))
+    there = cost_model.sibling_estimates(cost_model.gpu_time_ratios(own, other), other, 64, 3584, 18944, features,
+                                         list(mine))
+    both = {name: math.sqrt(mine[name] * there[name]) for name in mine if name in there}
+    best = min(both, key=lambda name: (both[name], name))
+    choice = choose_on("NVIDIA H100 80GB HBM3", 64, 3584, 18944)
+    assert choice.source == "table" and choice.kernel.name == best
+    assert f"cost model estimate {both[best]:.1f} µs" in choice.reason
+    assert ("with its time at this very shape on NVIDIA H200" in choice.reason
+            and f"over the {len(own.shapes & other.shapes)} shapes both tables list" in choice.reason)
+    assert "at this very shape" not in choose_on("NVIDIA H100 80GB HBM3", 64, 2560, 8192).reason
+    assert "at this very shape" not in choose_on("NVIDIA H200", 64, 2560, 8192).reason
+
+
 def test_the_shipped_mixed_tables_serve_listed_shapes_and_the_rules_the_rest(no_built_library):
     """The mixed family's tables (H100 and H200) list the dense models of manifests/shapes/; a
     shape they do not list goes to the rules, never to the nearest listed shape's winner."""

@@ -184,6 +184,11 @@ class CostModel:
         return {name: math.exp(sum(weight * math.log(found[name]) for weight, found in per_reference) / total)
                 for name in sorted(common)}
 
+    def nearest_m(self, shape: tuple[int, int], m: int) -> int:
+        """The M measured at `shape` nearest m in log space (ties: the smaller)."""
+        measured_m = sorted({pm for (pn, pk, pm) in self.times if (pn, pk) == shape})
+        return min(measured_m, key=lambda v: (abs(math.log(v / m)), v))
+
     def estimates(self, m: int, n: int, k: int, reference: tuple[int, int],
                   features_of: Callable[[str, int, int, int], Sequence[float]],
                   kernels: Sequence[str]) -> dict[str, float]:
@@ -192,8 +197,7 @@ class CostModel:
         measurement there or with a zero modelled cost are left out."""
         if reference not in self.shapes:
             return {}
-        measured_m = sorted({pm for (pn, pk, pm) in self.times if (pn, pk) == reference})
-        near_m = min(measured_m, key=lambda v: (abs(math.log(v / m)), v))
+        near_m = self.nearest_m(reference, m)
         row = self.times[(*reference, near_m)]
         found: dict[str, float] = {}
         for name in kernels:
@@ -208,3 +212,41 @@ class CostModel:
             if there > 0 and here > 0:
                 found[name] = row[name] * here / there
         return found
+
+
+def gpu_time_ratios(own: CostModel, other: CostModel) -> dict[str, dict[int | None, float]]:
+    """Each kernel's time in `own` (one GPU's table) over its time in `other` (another GPU's, the
+    same kernels), geometric mean over the points both measured: per M, and over every shared
+    point (key None). Kernels measured together nowhere are left out."""
+    logs: dict[str, dict[int | None, list[float]]] = {}
+    for point, row in own.times.items():
+        there = other.times.get(point)
+        if not there:
+            continue
+        for name, us in row.items():
+            if name in there and us > 0 and there[name] > 0:
+                per = logs.setdefault(name, {})
+                value = math.log(us / there[name])
+                per.setdefault(point[2], []).append(value)
+                per.setdefault(None, []).append(value)
+    return {name: {key: math.exp(sum(v) / len(v)) for key, v in per.items()} for name, per in logs.items()}
+
+
+def sibling_estimates(ratios: dict[str, dict[int | None, float]], other: CostModel, m: int, n: int, k: int,
+                      features_of: Callable[[str, int, int, int], Sequence[float]],
+                      kernels: Sequence[str]) -> dict[str, float]:
+    """Estimated µs on `ratios`' GPU at (m, n, k), a shape the other GPU's model measured: each
+    kernel's time there (its `estimates` at that very shape: the nearest measured M, moved to m
+    by its cost), times the kernel's ratio between the GPUs at that M (else over every shared
+    point; `gpu_time_ratios`). Kernels without a ratio are left out."""
+    if (n, k) not in other.shapes:
+        return {}
+    near_m = other.nearest_m((n, k), m)
+    found = {}
+    for name, us in other.estimates(m, n, k, (n, k), features_of, kernels).items():
+        per = ratios.get(name)
+        ratio = None if per is None else per.get(near_m, per.get(None))
+        if ratio is not None:
+            found[name] = us * ratio
+    return found
+
