@@ -8,7 +8,9 @@ The chain, first hit wins:
   2. a winner recorded by tuning at first use on this GPU (`gemmgen.autotune()`,
      gemmgen/tuning/autotune.py) for the problem's M bucket;
   3. the table again, for an (N, K) it does not list: its cost model's lowest estimate
-     (gemmgen/tuning/cost_model.py), else the nearest measured shape's winner;
+     (gemmgen/tuning/cost_model.py; averaged with the kernel's time at that shape in the table of
+     another GPU with the same SM count, where one lists it), else the nearest measured shape's
+     winner;
   4. the manifest's ordered `dispatch` rules;
   5. a guaranteed default (the family's first config).
 Each fallback is logged once at WARNING with its reason. Tables and rules are parsed once at
