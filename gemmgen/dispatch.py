@@ -322,7 +322,7 @@ def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], m: i
     if not estimates:
         return None
     also = ""
-    other = _sibling_measurement(library, table, ctable, family, m, n, k, features_of, list(estimates))
+    other = _sibling_measurement(library, table, ctable, model, family, m, n, k, features_of, list(estimates))
     if other is not None:
         there, other_table, shared = other
         estimates = {name: math.sqrt(estimates[name] * there[name]) for name in estimates if name in there}
@@ -347,11 +347,12 @@ def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], m: i
 _GPU_RATIOS: dict[tuple[int, int], tuple] = {}
 
 
-def _sibling_measurement(library: Library, table, ctable, family, m: int, n: int, k: int,
+def _sibling_measurement(library: Library, table, ctable, own_model, family, m: int, n: int, k: int,
                          features_of, kernels: list[str]):
-    """(each of `kernels`' estimated µs on this table's GPU from its time at (n, k) in the table of
-    another GPU of the same SM count, that table, the count of shapes both list), or None when no
-    such table lists (n, k) for the class (`cost_model.sibling_estimates`). The H100's and the
+    """(each of `kernels`' estimated µs on this table's GPU (`own_model`: its class's current cost
+    model) from its time at (n, k) in the table of another GPU of the same SM count, that table,
+    the count of shapes both list), or None when no such table lists (n, k) for the class
+    (`cost_model.sibling_estimates`). The H100's and the
     H200's tables run the same kernels over the same tile grids; a shape tuned on one GPU only is
     then served on the other from both its own cost model and this: scored on the shipped tables,
     leaving each model out of one (benchmarks/prototypes/sibling_table_cv.py, session 31), the
@@ -365,8 +366,7 @@ def _sibling_measurement(library: Library, table, ctable, family, m: int, n: int
         if hit is None or not hit.exact_shape or hit.dropped:
             continue
         other_model = _current_model(library, other_table, other_class, family)
-        own_model = _current_model(library, table, ctable, family)
-        if other_model is None or own_model is None or (n, k) not in other_model.shapes:
+        if other_model is None:
             continue
         cached = _GPU_RATIOS.get((id(ctable), id(other_class)))
         if cached is None or cached[0] is not ctable or cached[1] is not other_class:

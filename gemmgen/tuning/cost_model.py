@@ -186,8 +186,8 @@ class CostModel:
 
     def nearest_m(self, shape: tuple[int, int], m: int) -> int:
         """The M measured at `shape` nearest m in log space (ties: the smaller)."""
-        measured_m = sorted({pm for (pn, pk, pm) in self.times if (pn, pk) == shape})
-        return min(measured_m, key=lambda v: (abs(math.log(v / m)), v))
+        return min({pm for (pn, pk, pm) in self.times if (pn, pk) == shape},
+                   key=lambda v: (abs(math.log(v / m)), v))
 
     def estimates(self, m: int, n: int, k: int, reference: tuple[int, int],
                   features_of: Callable[[str, int, int, int], Sequence[float]],
