@@ -49,6 +49,12 @@ EXPECTED = {
                                     "gate_up_proj": (55296, 5120), "down_proj": (5120, 27648)}),
     "qwen2_5_72b_tp4": ("Qwen2.5-72B (TP=4)", {"qkv_proj": (2560, 8192), "o_proj": (8192, 2048),
                                                "gate_up_proj": (14784, 8192), "down_proj": (8192, 7392)}),
+    "gemma3_12b": ("Gemma-3-12B", {"qkv_proj": (8192, 3840), "o_proj": (3840, 4096),
+                                   "gate_up_proj": (30720, 3840), "down_proj": (3840, 15360)}),
+    "gemma3_27b": ("Gemma-3-27B", {"qkv_proj": (8192, 5376), "o_proj": (5376, 4096),
+                                   "gate_up_proj": (43008, 5376), "down_proj": (5376, 21504)}),
+    "internlm2_5_20b": ("InternLM2.5-20B", {"qkv_proj": (8192, 6144), "o_proj": (6144, 6144),
+                                           "gate_up_proj": (32768, 6144), "down_proj": (6144, 16384)}),
 }
 
 GOOD = """\
@@ -184,7 +190,7 @@ def test_load_many_dedups_across_files_keeping_first(tmp_path):
         ("Llama-3-8B", "down_proj"), ("Extra", "new")]
     distinct = {shape for _, shapes in EXPECTED.values() for shape in shapes.values()}
     # Mistral-Small-24B shares 2 shapes with Mistral-Nemo-12B, Qwen2.5-32B 1 with Phi-3-medium
-    assert len(load_many(sorted(EXPECTED))) == len(distinct) == 58
+    assert len(load_many(sorted(EXPECTED))) == len(distinct) == 70
 
 
 def test_default_m_grid_is_sorted_and_covers_powers_of_two():
