@@ -179,6 +179,21 @@ def test_the_model_section_reads_back(case, tmp_path):
     assert model.coef[_name(library, "large")] == (2.0, 0.2, 1.0, 0, 0, 0, 0)
 
 
+def test_round_values_with_an_exponent_read_back(case, tmp_path):
+    """A time of 20000 µs or a coefficient of 1e-06 at 4 / 6 significant digits is spelled `2e+04`
+    / `1e-06` by %g, which YAML 1.1 reads as a string: the writer gives each a decimal point
+    (an H200 tune wrote 2e+04 and its table was refused, session 32)."""
+    library = _library(case)
+    small, large = _name(library, "small"), _name(library, "large")
+    path = _model_table(library, tmp_path, times={(4096, 4096, 4): {small: 1e-06, large: 12.0},
+                                                  (4096, 4096, 8192): {small: 20000.0, large: 3e5}})
+    text = path.read_text()
+    assert "2.0e+04" in text and "3.0e+05" in text and "1.0e-06" in text
+    model = load_table(path, known_kernels=library.kernels).classes[KEY].model
+    assert model.times[(4096, 4096, 8192)] == {small: 20000.0, large: 300000.0}
+    assert model.times[(4096, 4096, 4)][small] == 1e-06
+
+
 @pytest.mark.parametrize("edit, key", [
     (lambda t: t.replace(f"      features: {W8A8.cost_feature_set}", "      features: 7"), "features"),
     (lambda t: t.replace("[2, 0.2, 1, 0, 0, 0, 0]", "[2, -0.2, 1, 0, 0, 0, 0]"), "coef"),

@@ -246,3 +246,18 @@ def test_a_point_is_settled_in_one_tune_when_re_timing_moves_its_fastest(scripte
     count = len(calls)
     tuning.measure(lib, Store(tmp_path / "s.jsonl"), options, shapes)  # resumed: nothing to time
     assert len(calls) == count
+
+
+def test_the_tuned_cost_model_is_the_fit_of_the_times_its_table_stores(scripted, tmp_path, monkeypatch):
+    """A table keeps 4 significant digits of each time, and the tune fits its cost model to
+    those: the model a tune writes is what `gemmgen tune --refit` computes from the file (the
+    tune used to fit the unrounded times, and each shipped table needed a refit, session 32)."""
+    lib, _ = scripted
+    monkeypatch.setitem(FIRST, M_CLEAR, {"small": 10.123456, "large": 15.654321, "mid": 20.0000123})
+    shapes = [WeightShape("o", N, K, "test", "x:1")]
+    options = tuning.TuneOptions(shapes=shapes, m_grid=(M_CLEAR,), dtypes=("int8",), knob_top=0)
+    store = Store(tmp_path / "r.jsonl")
+    tuning.measure(lib, store, options, shapes)
+    (table,) = tuning.build_tables(lib, store, options)
+    assert sorted(table.model.times[(N, K, M_CLEAR)].values()) == [10.12, 15.65, 20.0]
+    assert tuning.model_from_times(lib, table.key, table.model.times).coef == table.model.coef

@@ -551,15 +551,32 @@ def render_table(metadata: dict, classes: Sequence[ClassTable], header: Sequence
     return "\n".join(lines) + "\n"
 
 
+# Significant digits a table keeps of each stored time (µs).
+TIME_DIGITS = 4
+
+
+def stored_time(us: float) -> float:
+    """`us` as a table stores it: the cost model a tune writes is fitted to these, so that it is
+    the fit of the table's own times (what `gemmgen tune --refit` computes from the file)."""
+    return float(f"{us:.{TIME_DIGITS}g}")
+
+
+def _yaml_number(value: float, digits: int) -> str:
+    """`value` to `digits` significant digits, spelled so that YAML reads it back as a number:
+    PyYAML (YAML 1.1) takes an exponent without a decimal point (`2e+04`, `1e-06`) for a string."""
+    text = f"{value:.{digits}g}"
+    return text.replace("e", ".0e") if "e" in text and "." not in text else text
+
+
 def _render_model(model: CostModel) -> list[str]:
     kernels = sorted(model.coef)
     lines = ["    model:", f"      features: {model.features}", "      kernels:"]
     lines += [f"        - {name}" for name in kernels]
     lines.append("      coef:")
-    lines += ["        - [" + ", ".join(f"{v:.6g}" for v in model.coef[name]) + "]" for name in kernels]
+    lines += ["        - [" + ", ".join(_yaml_number(v, 6) for v in model.coef[name]) + "]" for name in kernels]
     lines.append("      times:")
     for point in sorted(model.times):
         row = model.times[point]
-        values = ", ".join(f"{row[name]:.4g}" if name in row else "null" for name in kernels)
+        values = ", ".join(_yaml_number(row[name], TIME_DIGITS) if name in row else "null" for name in kernels)
         lines.append(f"        - [{point[0]}, {point[1]}, {point[2]}, {values}]")
     return lines

@@ -42,7 +42,7 @@ from .cost_model import CostModel
 from .measure import Candidate, Record, Store
 from .shapes import DEFAULT_M_GRID, WeightShape
 from .table import (Bucket, ClassTable, ShapeEntry, TunedTable, kernel_set_hash, load_table, render_table,
-                    table_path_for)
+                    stored_time, table_path_for)
 
 MeasuredClass = tuple[str, ...]  # a dispatch class: (op, *class fields)
 
@@ -411,7 +411,7 @@ def fit_cost_model(library: Library, cls: MeasuredClass, times: dict, grid: set[
         default = Candidate.of(kernel)
         for (n, k, m), row in times.items():
             if m in grid and math.isfinite(row.get(default, math.inf)):
-                measured.setdefault((n, k, m), {})[kernel.name] = row[default]
+                measured.setdefault((n, k, m), {})[kernel.name] = stored_time(row[default])
     return model_from_times(library, cls, measured)
 
 
