@@ -192,6 +192,9 @@ def test_round_values_with_an_exponent_read_back(case, tmp_path):
     model = load_table(path, known_kernels=library.kernels).classes[KEY].model
     assert model.times[(4096, 4096, 8192)] == {small: 20000.0, large: 300000.0}
     assert model.times[(4096, 4096, 4)][small] == 1e-06
+    # a table written before the fix (2e+04, 1e-06 without a point) reads the same
+    path.write_text(text.replace("2.0e+04", "2e+04").replace("1.0e-06", "1e-06"))
+    assert load_table(path, known_kernels=library.kernels).classes[KEY].model.times == model.times
 
 
 @pytest.mark.parametrize("edit, key", [

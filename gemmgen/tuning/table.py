@@ -45,6 +45,7 @@ import bisect
 import hashlib
 import itertools
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -403,6 +404,16 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+# An exponent without a decimal point (`2e+04`): a number to YAML 1.2, a string to PyYAML; gemmgen
+# wrote such values before session 32, so the reader takes them as the numbers they spell.
+_POINTLESS_EXPONENT = re.compile(r"[0-9]+[eE][+-]?[0-9]+")
+
+
+def _numeric(value):
+    """`value`, or the float a pointless-exponent string spells."""
+    return float(value) if isinstance(value, str) and _POINTLESS_EXPONENT.fullmatch(value) else value
+
+
 def _read_model(reader: Reader, node: LocatedDict) -> CostModel:
     """A class's `model` section: feature-set name, kernels, their coefficients and times."""
     model = reader.mapping(node["model"], "model", {"features", "kernels", "coef", "times"},
@@ -413,7 +424,8 @@ def _read_model(reader: Reader, node: LocatedDict) -> CostModel:
     kernels = reader.sequence(model, "kernels")
     if not kernels or not all(isinstance(k, str) and k for k in kernels) or len(set(kernels)) != len(kernels):
         raise reader.error(model, "kernels", "expected a list of distinct kernel names")
-    coefs = reader.sequence(model, "coef")
+    coefs = [[_numeric(v) for v in c] if isinstance(c, list) else c
+             for c in reader.sequence(model, "coef")]
     if len(coefs) != len(kernels) or not all(
             isinstance(c, list) and c and all(_number(v) and v >= 0 for v in c) for c in coefs):
         raise reader.error(model, "coef", f"expected {len(kernels)} lists of non-negative numbers, "
@@ -423,6 +435,7 @@ def _read_model(reader: Reader, node: LocatedDict) -> CostModel:
     times: dict[tuple[int, int, int], dict[str, float]] = {}
     rows = reader.sequence(model, "times")
     for index, row in enumerate(rows):
+        row = [*row[:3], *map(_numeric, row[3:])] if isinstance(row, list) else row
         if (not isinstance(row, list) or len(row) != 3 + len(kernels)
                 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in row[:3])
                 or not all(v is None or (_number(v) and v > 0) for v in row[3:])):
