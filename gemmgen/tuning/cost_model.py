@@ -156,6 +156,14 @@ class CostModel:
         """The (n, k) with measured times."""
         return frozenset((pn, pk) for (pn, pk, _) in self.times)
 
+    @functools.cached_property
+    def measured_m(self) -> dict[tuple[int, int], tuple[int, ...]]:
+        """Each measured (n, k)'s M values, ascending (indexed once: a lookup asks per shape)."""
+        index: dict[tuple[int, int], list[int]] = {}
+        for (pn, pk, pm) in self.times:
+            index.setdefault((pn, pk), []).append(pm)
+        return {shape: tuple(sorted(ms)) for shape, ms in index.items()}
+
     def nearest_shape(self, n: int, k: int) -> tuple[int, int] | None:
         """The measured (n, k) nearest in log space (ties: the smaller), as tables look up."""
         nearest = self.nearest_shapes(n, k, 1)
@@ -172,6 +180,7 @@ class CostModel:
         `references`, averaged in log space with weights 1 / (log distance + 0.1). Only kernels
         that every reference estimates are compared (a kernel measured at fewer shapes would be
         averaged over other ones); when no kernel is, the nearest reference alone serves."""
+        features_of = functools.cache(features_of)  # each kernel's features at (m, n, k): once, not per reference
         per_reference = [(1.0 / (shape_distance(r, n, k) + 0.1), self.estimates(m, n, k, r, features_of, kernels))
                          for r in references]
         per_reference = [(weight, found) for weight, found in per_reference if found]
@@ -186,8 +195,7 @@ class CostModel:
 
     def nearest_m(self, shape: tuple[int, int], m: int) -> int:
         """The M measured at `shape` nearest m in log space (ties: the smaller)."""
-        return min({pm for (pn, pk, pm) in self.times if (pn, pk) == shape},
-                   key=lambda v: (abs(math.log(v / m)), v))
+        return min(self.measured_m[shape], key=lambda v: (abs(math.log(v / m)), v))
 
     def estimates(self, m: int, n: int, k: int, reference: tuple[int, int],
                   features_of: Callable[[str, int, int, int], Sequence[float]],
