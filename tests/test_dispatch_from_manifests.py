@@ -116,7 +116,7 @@ def test_the_shipped_manifests_and_their_tuned_table(no_built_library):
 
 def test_an_unlisted_shape_on_the_h200_takes_the_estimate_from_the_four_nearest_shapes(monkeypatch,
                                                                                       no_built_library):
-    """Qwen2.5-72B at TP=4's qkv (2560 x 8192), in no table: the H200 table's cost model
+    """Gemma-3-27B's qkv (8192 x 5376), in no table: the H200 table's cost model
     transfers each kernel's times from the 4 nearest listed shapes (cost_model.REFERENCES) and
     the lowest blended estimate wins; the reason names those shapes."""
     from gemmgen import families
@@ -125,17 +125,17 @@ def test_an_unlisted_shape_on_the_h200_takes_the_estimate_from_the_four_nearest_
     monkeypatch.setattr(dispatch, "gpu_identity", lambda device=None: ("NVIDIA H200", 132))
     dispatch.cache_clear()
     try:
-        choice = dispatch.choose("scaled_mm", m=192, n=2560, k=8192, source="manifests", **INT8_BIAS)
+        choice = dispatch.choose("scaled_mm", m=192, n=8192, k=5376, source="manifests", **INT8_BIAS)
     finally:
         dispatch.cache_clear()
     w8a8 = next(lib for lib in manifest_libraries() if lib.name == "w8a8")
     table = next(t for t in w8a8.tables if t.gpu[0] == "NVIDIA H200")
     model = table.classes[("scaled_mm", "int8", "bf16", "ScaledEpilogueBias")].model
-    refs = model.nearest_shapes(2560, 8192)
-    assert len(refs) == cost_model.REFERENCES == 4 and (2560, 8192) not in model.shapes
+    refs = model.nearest_shapes(8192, 5376)
+    assert len(refs) == cost_model.REFERENCES == 4 and (8192, 5376) not in model.shapes
     family = families.for_op("scaled_mm")
     estimates = model.blended_estimates(
-        192, 2560, 8192, refs, lambda name, m, n, k: family.cost_features(w8a8.kernels[name].spec, m, n, k, 132),
+        192, 8192, 5376, refs, lambda name, m, n, k: family.cost_features(w8a8.kernels[name].spec, m, n, k, 132),
         list(model.coef))
     best = min(estimates, key=lambda name: (estimates[name], name))
     assert choice.source == "table" and choice.kernel.name == best
@@ -159,7 +159,7 @@ def test_a_shape_only_the_h200_tuned_is_served_on_the_h100_from_both_tables(monk
                   for name in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"))
     own, other = h100.classes[key].model, h200.classes[key].model
     assert (3584, 18944) in other.shapes and (3584, 18944) not in own.shapes
-    assert (2560, 8192) not in other.shapes | own.shapes and own.shapes <= other.shapes
+    assert (8192, 5376) not in other.shapes | own.shapes and own.shapes <= other.shapes
     family = families.for_op("scaled_mm")
 
     def features(name, m, n, k):
@@ -184,8 +184,8 @@ def test_a_shape_only_the_h200_tuned_is_served_on_the_h100_from_both_tables(monk
     assert f"cost model estimate {both[best]:.1f} µs" in choice.reason
     assert ("with its time at this very shape on NVIDIA H200" in choice.reason
             and f"over the {len(own.shapes & other.shapes)} shapes both tables list" in choice.reason)
-    assert "at this very shape" not in choose_on("NVIDIA H100 80GB HBM3", 64, 2560, 8192).reason
-    assert "at this very shape" not in choose_on("NVIDIA H200", 64, 2560, 8192).reason
+    assert "at this very shape" not in choose_on("NVIDIA H100 80GB HBM3", 64, 8192, 5376).reason
+    assert "at this very shape" not in choose_on("NVIDIA H200", 64, 8192, 5376).reason
 
 
 def test_the_shipped_mixed_tables_serve_listed_shapes_and_the_rules_the_rest(no_built_library):
