@@ -195,7 +195,7 @@ class CostModel:
 
     def nearest_m(self, shape: tuple[int, int], m: int) -> int:
         """The M measured at `shape` nearest m in log space (ties: the smaller)."""
-        return min(self.measured_m[shape], key=lambda v: (abs(math.log(v / m)), v))
+        return min(self.measured_m.get(shape, ()), key=lambda v: (abs(math.log(v / m)), v))
 
     def estimates(self, m: int, n: int, k: int, reference: tuple[int, int],
                   features_of: Callable[[str, int, int, int], Sequence[float]],
