@@ -144,8 +144,8 @@ def key_name(key: Any) -> str:
 
 
 # ------------------------------------------------------------------------- loading
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader whose mappings and sequences carry their source lines; `root_line` is the
+class _Located:
+    """A SafeLoader whose mappings and sequences carry their source lines; `root_line` is the
     line where the document's root node starts (None: the document is empty)."""
 
     root_line: int | None = None
@@ -206,8 +206,44 @@ def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> Located
     return result
 
 
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+class _LineLoader(_Located, yaml.SafeLoader):
+    """PyYAML's own (pure-Python) loader: every file's errors are its words and marks."""
+
+
+# libyaml's parser (PyYAML built with it) reads a large machine-written file about 3x faster, but
+# its composer recurses in C: a document nested a few ten thousand levels deep crashes the process.
+# Its event stream is flat, so the nesting is measured on it first (a tenth of the parse).
+_FAST_BASE = getattr(yaml, "CSafeLoader", None)
+FAST_NESTING_LIMIT = 200  # deeper documents take the pure-Python loader, which reports them
+
+
+if _FAST_BASE is not None:
+    class _FastLineLoader(_Located, _FAST_BASE):
+        """`_LineLoader` on libyaml's parser (see `_parse`)."""
+else:
+    _FastLineLoader = None
+
+for _loader in (_LineLoader, _FastLineLoader):
+    if _loader is not None:
+        _loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+        _loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+
+
+def _nesting_within(text: str, limit: int) -> bool:
+    """Whether `text` parses (libyaml's event stream) with collections nested at most `limit`
+    deep; False on any YAML error, which the pure-Python loader then reports."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_FAST_BASE):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > limit:
+                    return False
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return False
+    return True
 
 
 def line_count(text: str) -> int:
@@ -220,8 +256,19 @@ def line_at(text: str, position: int) -> int:
     return len((text[:position] + "x").splitlines())
 
 
-def _parse(text: str) -> tuple[Any, int | None]:
-    """(document, line of its root node) of `text`; raises yaml.YAMLError, marked where it can."""
+def _parse(text: str, fast: bool = False) -> tuple[Any, int | None]:
+    """(document, line of its root node) of `text`; raises yaml.YAMLError, marked where it can.
+    `fast` (large machine-written files: tuned tables) reads a document libyaml parses, nested at
+    most FAST_NESTING_LIMIT deep, with libyaml's parser; anything else, and every error, goes
+    through PyYAML's own loader, so errors read the same either way."""
+    if fast and _FastLineLoader is not None and _nesting_within(text, FAST_NESTING_LIMIT):
+        loader = _FastLineLoader(text)
+        try:
+            return loader.get_single_data(), loader.root_line
+        except yaml.YAMLError:
+            pass  # reported below, in the pure-Python loader's words
+        finally:
+            loader.dispose()
     loader = _LineLoader(text)
     try:
         try:
@@ -270,9 +317,10 @@ class Reader:
         self.path = path
         self.root_line = 1     # line of the document's root node, after load()
 
-    def load(self, what: str) -> Any:
+    def load(self, what: str, fast: bool = False) -> Any:
         """Read and parse the reader's file (a `what`, e.g. "manifest"); unreadable files and bad
-        YAML become ManifestErrors at the file (key `file`) or at YAML's own mark (key `yaml`)."""
+        YAML become ManifestErrors at the file (key `file`) or at YAML's own mark (key `yaml`).
+        `fast`: a large machine-written file, read with libyaml where it can (see `_parse`)."""
         try:
             data = Path(self.path).read_bytes()
         except OSError as exc:
@@ -285,7 +333,7 @@ class Reader:
                                 f"UTF-8 text (byte 0x{data[exc.start]:02x} on this line)") from None
         text = text.replace("\r\n", "\n").replace("\r", "\n")  # as Path.read_text() reads it
         try:
-            doc, root_line = _parse(text)
+            doc, root_line = _parse(text, fast)
         except yaml.YAMLError as exc:
             raise _yaml_error(self.path, text, exc) from None
         self.root_line = root_line or 1

@@ -329,7 +329,7 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
     and a bucket's `split_k` other than 1 must name one of `split_k_kernels`."""
     path = str(path)
     reader = Reader(path)
-    doc = reader.load("the tuned table")
+    doc = reader.load("the tuned table", fast=True)  # a large machine-written file
     top = reader.top(doc, "the table", {"format", "metadata", "tables"}, ("format", "metadata", "tables"))
     if top["format"] not in _READABLE_FORMATS or isinstance(top["format"], bool):
         raise reader.error(top, "format", f"expected one of {', '.join(map(str, _READABLE_FORMATS))} "
