@@ -249,10 +249,11 @@ def _load_tuned_table(path: Path, specs) -> TunedTable | None:
     log = logging.getLogger("gemmgen.dispatch")
     names = [s.name for s in specs]
     try:
-        table = load_table(path)
-        if table.metadata["kernel_set"] == kernel_set_hash(names):
-            return load_table(path, known_kernels=names,
-                              split_k_kernels=[s.name for s in specs if s.split_k])
+        own = kernel_set_hash(names)
+        table = load_table(path, known_kernels=names, split_k_kernels=[s.name for s in specs if s.split_k],
+                           if_kernel_set=own)
+        if table.metadata["kernel_set"] == own:
+            return table
     except ManifestError as exc:
         log.warning("gemmgen: ignoring the tuned table %s: %s; dispatch uses the manifest's rules",
                     path, exc)

@@ -388,11 +388,12 @@ def tuned_table_status(manifest_path: str | Path, kernels: list[KernelSpec],
     if not path.exists():
         return None, "none", None
     names = {k.name for k in kernels}
-    table = load_table(path)
-    if table.metadata["kernel_set"] == kernel_set_hash(names):
-        # every kernel it names must exist, and split_k go to split-K kernels (file:line if not)
-        load_table(path, known_kernels=names,
-                   split_k_kernels={k.name for k in kernels if k.split_k})
+    own = kernel_set_hash(names)
+    # tuned for this kernel set: every kernel it names must exist, and split_k go to split-K
+    # kernels (file:line if not)
+    table = load_table(path, known_kernels=names, split_k_kernels={k.name for k in kernels if k.split_k},
+                       if_kernel_set=own)
+    if table.metadata["kernel_set"] == own:
         return path.read_text(), "OK", None
     fit = fit_table(table, kernels).fit
     if not fit.usable:

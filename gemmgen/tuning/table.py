@@ -324,9 +324,11 @@ def _read_bucket(reader: Reader, node, previous: int, line: int) -> Bucket:
 
 
 def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
-               split_k_kernels: Iterable[str] = ()) -> TunedTable:
+               split_k_kernels: Iterable[str] = (), *, if_kernel_set: str | None = None) -> TunedTable:
     """Read and validate a tuned table. With `known_kernels`, every kernel it names must be one,
-    and a bucket's `split_k` other than 1 must name one of `split_k_kernels`."""
+    and a bucket's `split_k` other than 1 must name one of `split_k_kernels`; with
+    `if_kernel_set`, only when the table was tuned for that kernel set (one parse where a caller
+    checks a table of its own kernel set and fits one of another)."""
     path = str(path)
     reader = Reader(path)
     doc = reader.load("the tuned table", fast=True)  # a large machine-written file
@@ -338,6 +340,8 @@ def load_table(path: str | Path, known_kernels: Iterable[str] | None = None,
                           line=top.line_of("metadata"))
     _positive_int(reader, meta, "sm_count")
     known = set(known_kernels) if known_kernels is not None else None
+    if if_kernel_set is not None and meta["kernel_set"] != if_kernel_set:
+        known = None
     splittable = set(split_k_kernels)
     classes: dict[ClassKey, ClassTable] = {}
     tables = reader.sequence(top, "tables")
