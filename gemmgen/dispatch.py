@@ -343,7 +343,8 @@ def _from_cost_model(library: Library, table, ctable, key: tuple[str, ...], m: i
     return Choice(kernel, kernel.spec.knobs, "table", reason)
 
 
-# (id(this class table), id(the other GPU's)) -> (both class tables, the kernels' time ratios)
+# (id(this class table), id(the other GPU's)) -> (both class tables, the kernels' time ratios, the
+# count of shapes both list)
 _GPU_RATIOS: dict[tuple[int, int], tuple] = {}
 
 
@@ -371,10 +372,11 @@ def _sibling_measurement(library: Library, table, ctable, own_model, family, m: 
         cached = _GPU_RATIOS.get((id(ctable), id(other_class)))
         if cached is None or cached[0] is not ctable or cached[1] is not other_class:
             cached = _GPU_RATIOS[(id(ctable), id(other_class))] = (
-                ctable, other_class, cost_model.gpu_time_ratios(own_model, other_model))
+                ctable, other_class, cost_model.gpu_time_ratios(own_model, other_model),
+                len(own_model.shapes & other_model.shapes))
         there = cost_model.sibling_estimates(cached[2], other_model, m, n, k, features_of, kernels)
         if there:
-            return there, other_table, len(own_model.shapes & other_model.shapes)
+            return there, other_table, cached[3]
     return None
 
 

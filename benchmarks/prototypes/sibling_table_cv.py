@@ -32,15 +32,10 @@ from gemmgen.tuning.cost_model import CostModel
 from gemmgen.tuning.table import load_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import dispatch_model_cv as cv  # noqa: E402  (its data loading, fit and features)
+import dispatch_model_cv as cv  # noqa: E402  (its data loading, fit, features and summary)
 
 TABLES = {"H100": Path(DEFAULT_MANIFEST_DIR) / "w8a8_sm90.tuned.h100-80gb-hbm3.yaml",
           "H200": Path(DEFAULT_MANIFEST_DIR) / "w8a8_sm90.tuned.h200.yaml"}
-
-
-def summary(ratios: list[float]) -> str:
-    geomean = math.exp(sum(math.log(max(r, 1e-9)) for r in ratios) / len(ratios))
-    return f"{geomean:.3f} / {min(ratios):.3f} ({len(ratios)})"
 
 
 def main() -> None:
@@ -81,8 +76,8 @@ def main() -> None:
                     for bucket, pick in zip((own, winner, sibling, both), picks):
                         bucket.append(oracle[(n, k, m)] / row[pick] if pick in row else 0.0)
             if own:
-                print(f"| {gpu} (sibling: {other_gpu}) | {dtype} | {summary(own)} | {summary(winner)} | "
-                      f"{summary(sibling)} | {summary(both)} |")
+                print(f"| {gpu} (sibling: {other_gpu}) | {dtype} | {cv.summary(own)} | {cv.summary(winner)} | "
+                      f"{cv.summary(sibling)} | {cv.summary(both)} |")
 
 
 if __name__ == "__main__":

@@ -557,8 +557,7 @@ def extend_table(library: Library, store: Store, options: TuneOptions, old: Tune
     tables = merge_classes(library, old, build_tables(library, store, options))
     sources = list(old.metadata.get("shapes") or [])
     meta = dict(old.metadata, shapes=sources + [s for s in options.shape_sources if s not in sources])
-    earlier = [line[2:].strip() for line in source.read_text().splitlines()
-               if line.startswith("# Command:") or line.startswith("# Extended by:")]
+    earlier = [h for h in _header_of(source) if h.startswith(("Command:", "Extended by:"))]
     header = _header(library, options, "Tuned dispatch table", tables)
     header = [h for h in header if h and not h.startswith("Command:")]
     header[1:1] = [*earlier, f"Extended by: {options.command or 'gemmgen tune --extend'} "
@@ -567,6 +566,14 @@ def extend_table(library: Library, store: Store, options: TuneOptions, old: Tune
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, render_table(meta, tables, header))
     return path
+
+
+def _header_of(path: Path) -> list[str]:
+    """The comment lines a table file starts with, without their '# ' (what `render_table`'s
+    `header` writes)."""
+    lines = Path(path).read_text().splitlines()
+    head = lines[:next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))]
+    return [line[2:] if line.startswith("# ") else line[1:] for line in head]
 
 
 def refit_table(path: Path, out: Path | None = None, library_name: str | None = None,
@@ -594,10 +601,7 @@ def refit_table(path: Path, out: Path | None = None, library_name: str | None = 
                                                                      ctable.model.times))
             sets.add(family.cost_feature_set)
         classes.append(ctable)
-    lines = path.read_text().splitlines()
-    header = [line[2:] if line.startswith("# ") else line[1:] for line in
-              lines[:next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))]]
-    header = [h for h in header if not h.startswith("Refitted by:")]
+    header = [h for h in _header_of(path) if not h.startswith("Refitted by:")]
     at = max((i + 1 for i, h in enumerate(header) if h.startswith(("Command:", "Extended by:"))),
              default=len(header))
     header.insert(at, f"Refitted by: {command or 'gemmgen tune --refit'} (gemmgen {__version__}): cost "
