@@ -8,6 +8,8 @@ same data:
   tinygemm       torch._weight_int4pack_mm(a, int4 pack, group 128, scales_and_zeros) (torch's own)
   gemmgen_i4     gemmgen.mixed_mm(a, uint4b8 weight, group 128 bf16 scales)      (GPTQ-style)
   gemmgen_i4z    gemmgen.mixed_mm(a, uint4 weight + zeros, group 128)              (AWQ-style)
+                 (--group 32 or 64: that group size for these three and the floor; group 32 is
+                 served by the `_g32` kernels)
   gemmgen_i8     gemmgen.mixed_mm(a, int8 weight, per-channel scales)
   gemmgen_i4ao   with --act-order: the uint4b8 weight with GPTQ desc_act groups (a random g_idx),
                  whose call gathers a's columns first (the entry point's gather kernel) — the cost of act-order
@@ -17,6 +19,7 @@ same data:
 It prints µs and the speed-ups over bf16 mm; writes <--out-dir>/bench_mixed_mm.md (+
 --append-results to RESULTS.md).
 --dtype fp16 runs the activations, scales and the dense baseline in fp16 (tinygemm: bf16 only).
+--group 32 (or 64) times GPTQ's group 32 (64) instead of 128 for the int4 weights.
 --kernels REGEX also times every built kernel of that dtype whose name matches, forced (on the
 weight of its scheme: uint4b8, uint4 + zeros or int8 per channel), checked against the reference
 first: a side-by-side of configs in one run.
@@ -50,6 +53,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     import gemmgen
 from gemmgen import reference
 from gemmgen.errors import GemmgenError
+from gemmgen.families.mixed.configs import G32_GROUP, base_scheme
 from gemmgen.families.mixed.packing import dequantize
 from gemmgen.tuning.measure import gpu_time_us
 from gemmgen.tuning.shapes import available_stems, load_many
@@ -85,7 +89,8 @@ def sm80_kernel(m: int, n: int, k: int):
     """The sm80 library's dispatch choice for a uint4b8 weight, or None when it is not built."""
     try:
         return gemmgen.dispatch.lookup("mixed_mm", arch="sm80", a_dtype=ACT,
-                                       weight_type="uint4b8", m=m, n=n, k=k).name
+                                       weight_type="uint4b8", m=m, n=n, k=k,
+                                       group_size=GROUP).name
     except (GemmgenError, ValueError):  # no sm80 mixed library built (or none serves it)
         return None
 
@@ -142,19 +147,29 @@ def pool_size(weight_bytes: int, l2: int) -> int:
     return max(2, min(32, math.ceil(2 * l2 / max(weight_bytes, 1)) + 1))
 
 
-# the pool a forced kernel runs on, by its scheme (spec.w, spec.scheme)
+# the pool a forced kernel runs on, by its scheme's math (spec.w, base scheme)
 FORCED_POOL = {("int4", "scale"): "gemmgen_i4", ("int4", "scale_zero"): "gemmgen_i4z",
                ("int8", "scale"): "gemmgen_i8"}
 
 
+def forced_pool(spec) -> str | None:
+    """The pool a forced kernel runs on; None when its group sizes are not the pool's (the int4
+    pools have group --group, the int8 pool per-channel scales)."""
+    group = GROUP if spec.w == "int4" else None
+    if (spec.group_k == G32_GROUP) != (group == G32_GROUP):
+        return None
+    return FORCED_POOL[(spec.w, base_scheme(spec.scheme))]
+
+
 def forced_kernels(pattern: str | None) -> list:
-    """The built sm90a mixed_mm kernels of the activation dtype whose names match `pattern` (none
-    without one)."""
+    """The built sm90a mixed_mm kernels of the activation dtype whose names match `pattern` and
+    whose group sizes are this run's (none without a pattern)."""
     if not pattern:
         return []
     regex = re.compile(pattern)
     return [k for k in gemmgen.list_kernels("mixed_mm")
-            if k.spec.a == ACT_NAME and k.spec.arch == "sm90a" and regex.search(k.name)]
+            if k.spec.a == ACT_NAME and k.spec.arch == "sm90a" and regex.search(k.name)
+            and forced_pool(k.spec) is not None]
 
 
 def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float, sm80_max_m: int,
@@ -211,7 +226,7 @@ def bench_shape(n: int, k: int, ms: list[int], l2: int, bandwidth: float, sm80_m
             assert err < 2e-2, f"{sm80} n={n} k={k} m={m}: relative error {err:.2e}"
         row = {"n": n, "k": k, "m": m, "floor_i4": floor_us}
         for kernel in forced:
-            pool = pools[FORCED_POOL[(kernel.spec.w, kernel.spec.scheme)]]
+            pool = pools[forced_pool(kernel.spec)]
             got = gemmgen.mixed_mm(a_pool[0], pool[0], kernel=kernel.name).float()
             ref = reference.mixed_mm(a_pool[0], pool[0])
             err = ((got - ref).norm() / ref.norm()).item()
@@ -313,9 +328,11 @@ def main(argv=None) -> int:
                    help="the activations' dtype (the dense baseline's too; tinygemm: bf16 only)")
     p.add_argument("--act-order", action="store_true",
                    help="also time a GPTQ desc_act weight (its call gathers the activations first)")
+    p.add_argument("--group", type=int, choices=(G32_GROUP, 64, 128), default=128,
+                   help="the int4 weights' group size (tinygemm's too)")
     args = p.parse_args(argv)
-    global ACT_NAME, ACT, ACT_ORDER
-    ACT_NAME, ACT, ACT_ORDER = args.dtype, ACT_DTYPES[args.dtype], args.act_order
+    global ACT_NAME, ACT, ACT_ORDER, GROUP
+    ACT_NAME, ACT, ACT_ORDER, GROUP = args.dtype, ACT_DTYPES[args.dtype], args.act_order, args.group
     torch.manual_seed(0)
     device = torch.cuda.get_device_name()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size

@@ -90,3 +90,13 @@ def test_act_order_checks_the_device():
     assert packed.act_order and packed.device.type == "cpu"
     with pytest.raises(ValueError, match=r"argument 'a': expected a CUDA tensor"):
         ops.mixed_mm(torch.randn(4, 128).to(BF16), packed)
+
+
+def test_group_sizes_the_kernels_serve(fake):
+    """Group 32 (the `_g32` kernels), multiples of 64 and K pass; other sizes are refused,
+    naming the sizes that work."""
+    for group in (32, 64, 128):
+        assert ops.check_arguments(*_args(k=128, group=group)) is None
+    with pytest.raises(ValueError, match=r"^gemmgen\.mixed_mm: argument 'packed': expected group_size "
+                                         r"32, a multiple of 64 dividing K=128, or K .*; got 16"):
+        ops.check_arguments(*_args(k=128, group=16))

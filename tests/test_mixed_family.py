@@ -59,9 +59,11 @@ def test_shipped_manifest_expands_to_every_variant():
     manifest = load_manifest(DEFAULT_MANIFEST_DIR / "mixed_sm90.yaml")
     kernels = expand(manifest)
     classes = {k.dispatch_class for k in kernels}
-    assert classes == {("mixed_mm", a, w, s) for a in ("bf16", "fp16")
+    assert classes == {("mixed_mm", a, w, s + g) for a in ("bf16", "fp16") for g in ("", "_g32")
                        for w, s in (("int4", "scale"), ("int4", "scale_zero"), ("int8", "scale"))}
-    # one entry per scheme (GPTQ, AWQ, int8), each over both activation dtypes
+    # group 32's classes take the family's own kernels only (CUTLASS's mainloop cannot serve them)
+    assert all(k.config.is_own for k in kernels if k.scheme.endswith("_g32"))
+    # one entry per scheme (GPTQ, AWQ, int8; each also for group 32), over both activation dtypes
     assert len(kernels) == 2 * sum(len(f.configs) for f in manifest.families)
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names) and all(n.startswith("sm90a_mixed_mm_") for n in names)
@@ -126,6 +128,55 @@ def test_weight_types_map_to_kernel_classes(weight_type, cls):
     assert key == ("mixed_mm", "bf16", *cls) and values == (3, 4096, 4096)
 
 
+@pytest.mark.parametrize("weight_type,cls", [("uint4b8", ("int4", "scale_g32")),
+                                             ("uint4", ("int4", "scale_zero_g32")),
+                                             ("uint8b128", ("int8", "scale_g32"))])
+def test_group_32_is_a_dispatch_class_of_its_own(weight_type, cls):
+    """Group 32 maps to the `_g32` schemes; group 64, 128 and per-channel (None: K) do not."""
+    family = registry.for_api_op("mixed_mm")
+    key, _ = family.dispatch_request("mixed_mm", a_dtype="bf16", weight_type=weight_type,
+                                     m=3, n=4096, k=4096, group_size=32)
+    assert key == ("mixed_mm", "bf16", *cls)
+    for group in (64, 128, 4096, None):
+        key, _ = family.dispatch_request("mixed_mm", a_dtype="bf16", weight_type=weight_type,
+                                         m=3, n=4096, k=4096, group_size=group)
+        assert not key[-1].endswith("_g32")
+    with pytest.raises(ValueError, match=r"group_size must be a positive int .* got 0"):
+        family.dispatch_request("mixed_mm", a_dtype="bf16", weight_type="uint4b8", m=1, n=8, k=64,
+                                group_size=0)
+
+
+@pytest.mark.parametrize("m", [1, 16, 32, 64, 256, 4096])
+@pytest.mark.parametrize("weight_type", ["uint4b8", "uint4", "int8"])
+def test_shipped_group_32_rules_pick_own_kernels_at_every_m(m, weight_type):
+    """The shipped manifests serve group 32 at every M, with kernels of its own class."""
+    from gemmgen import dispatch
+    kernel = dispatch.lookup("mixed_mm", source="manifests", arch="sm90a", a_dtype="bf16",
+                             weight_type=weight_type, m=m, n=4096, k=4096, group_size=32)
+    assert kernel.spec.scheme.endswith("_g32") and kernel.spec.config.is_own
+    sm80 = dispatch.lookup("mixed_mm", source="manifests", arch="sm80", a_dtype="fp16",
+                           weight_type=weight_type, m=m, n=4096, k=4096, group_size=32)
+    assert sm80.spec.scheme.endswith("_g32") and sm80.spec.arch == "sm80"
+
+
+def test_group_32_schemes_refuse_cutlass_schedules(tmp_path):
+    """CUTLASS's mixed-input mainloop applies a group's factors per tile K (64): a `_g32` scheme
+    on a CUTLASS config is refused at the config's `schedule`, file and line."""
+    text, error = _edit_and_expand(tmp_path, MANIFEST, "schemes: [scale_zero]",
+                                   "schemes: [scale_zero_g32]", "schedule",
+                                   r"scheme scale_zero_g32 \(group 32\) needs schedule direct or "
+                                   r"wgmma: CUTLASS's mixed-input collective applies one group's "
+                                   r"factors to a whole tile K of 64; got schedule 'cooperative'")
+    assert error.line == _line(text, "schedule: cooperative")
+
+
+def test_scale_zero_g32_needs_int4(tmp_path):
+    text = MANIFEST.replace("w: int4", "w: int8").replace("[scale_zero]", "[scale_zero_g32]")
+    with pytest.raises(ManifestError, match="scale_zero_g32 .* int4 weights only") as info:
+        load_manifest(_write(tmp_path, text))
+    assert info.value.key == "schemes"
+
+
 def test_dispatch_request_errors():
     family = registry.for_api_op("mixed_mm")
     with pytest.raises(ValueError, match="weight_type"):
@@ -164,7 +215,7 @@ def test_direct_config_renders_for_sm80_and_sm90a(tmp_path):
     assert "sm90_mixed_mm.hpp" not in unit.source
     assert ("DirectConfig<cutlass::half_t, int8_t, /*with_zero=*/false, /*warps_n=*/2, "
             "/*warps_k=*/4, /*tokens=*/16, /*chunk_k=*/64, /*stages=*/3, /*ctas_per_sm=*/0, "
-            "/*row_tiles=*/1>") in unit.source
+            "/*row_tiles=*/1, /*group_k=*/64>") in unit.source
     assert "gemmgen::device_supports(8, 0," in unit.source
     sm90 = load_manifest(_write(tmp_path, DIRECT_MANIFEST.replace("arch: sm80", "arch: sm90a")))
     (unit,) = render_kernel_sources(sm90, expand(sm90))
@@ -206,7 +257,7 @@ def test_direct_decode_tile_chunk_and_occupancy_reach_the_template(tmp_path):
     assert [k.name for k in kernels] == ["sm80_mixed_mm_f16_i8_s_t64x1x128_direct_wk2_sauto_r32_o2"]
     (unit,) = render_kernel_sources(manifest, kernels)
     assert ("/*warps_n=*/2, /*warps_k=*/2, /*tokens=*/1, /*chunk_k=*/128, /*stages=*/4, "
-            "/*ctas_per_sm=*/2, /*row_tiles=*/2>") in unit.source
+            "/*ctas_per_sm=*/2, /*row_tiles=*/2, /*group_k=*/64>") in unit.source
 
 
 WGMMA_MANIFEST = """\
@@ -238,7 +289,7 @@ def test_wgmma_config_renders(tmp_path):
     assert "sm90_mixed_mm.hpp" not in sources and "direct_mixed_mm.cuh\"" not in sources
     for zero in ("false", "true"):
         assert ("WgmmaConfig<cutlass::bfloat16_t, cutlass::int4b_t, /*with_zero=*/" + zero +
-                ", /*warpgroups=*/2, /*tokens=*/64, /*stages=*/5>") in sources
+                ", /*warpgroups=*/2, /*tokens=*/64, /*stages=*/5, /*group_k=*/64>") in sources
     assert "gemmgen::mixed::wgmma::run<" in sources
 
 
@@ -277,13 +328,16 @@ def test_wgmma_refuses_int8_weights(tmp_path):
     (DIRECT_MANIFEST, "onedirect", DIRECT_KERNEL, "sm80"),  # the direct kernel: seconds to build
     (DIRECT_MANIFEST.replace("w: int8", "w: int4"), "onedirect", DIRECT_KERNEL.replace("_i8_", "_i4_"),
      "sm80"),  # its int4 path (the fragment-order weights) is another instantiation
+    (DIRECT_MANIFEST.replace("w: int8", "w: int4").replace("[scale]", "[scale_zero_g32]"), "onedirect",
+     DIRECT_KERNEL.replace("_i8_s_", "_i4_szg32_"), "sm80"),  # group 32: factors through the ring
     (WGMMA_MANIFEST.replace("scale, scale_zero", "scale"), "onewgmma", WGMMA_KERNELS[0], "sm90a"),
     # up to 32 tokens a tile the wgmma loop is unrolled over whole rings (constant slots and
     # descriptors) and an 8-chunk ring waits once every two chunks: another instantiation
     (WGMMA_MANIFEST.replace("scale, scale_zero", "scale").replace("[128, 64, 64], schedule: wgmma, stages: 5",
                                                                   "[64, 32, 64], schedule: wgmma, stages: 8"),
      "onewgmma", "sm90a_mixed_mm_bf16_i4_s_t64x32x64_wgmma_s8", "sm90a"),
-], ids=["cutlass_sm90a", "direct_sm80", "direct_int4_sm80", "wgmma_sm90a", "wgmma_unrolled_sm90a"])
+], ids=["cutlass_sm90a", "direct_sm80", "direct_int4_sm80", "direct_int4_g32_sm80", "wgmma_sm90a",
+        "wgmma_unrolled_sm90a"])
 def test_mixed_kernel_compiles_and_loads(tmp_path, text, library_name, kernel, arch):
     """One real kernel of each template: builds, loads (ABI size check), refuses to run without a
     GPU of its arch."""

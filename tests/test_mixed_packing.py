@@ -79,7 +79,7 @@ def cases(draw):
     weight_type = draw(st.sampled_from(WEIGHT_TYPES))
     n = 8 * draw(st.integers(1, 12))
     k = 64 * draw(st.integers(1, 10))
-    group = draw(st.sampled_from([g for g in (64, 128, k) if k % g == 0]))
+    group = draw(st.sampled_from([g for g in (32, 64, 128, k) if k % g == 0]))
     return dict(weight_type=weight_type, n=n, k=k, group=group,
                 scale_dtype=draw(st.sampled_from(SCALE_DTYPES)),
                 q_dtype=draw(st.sampled_from(Q_DTYPES[weight_type])),
@@ -453,9 +453,9 @@ ERRORS = [  # (changes, argument, a regex the message must contain)
     (dict(q=Q + 120, weight_type="int8", zeros=None), "q", r"int8 values in -128\.\.127; got values in 120\.\.135"),
     (dict(q=Q + 8, weight_type="int4", zeros=None), "q", r"int4 values in -8\.\.7; got values in 8\.\.23"),
     (dict(q=Q - 1, weight_type="uint8b128", zeros=None), "q", r"uint8b128 values in 0\.\.255; got values in -1\.\.14"),
-    (dict(group_size=32, scales=torch.ones(16, 8, dtype=torch.float16), zeros=torch.zeros(16, 8)),
-     "group_size", r"group_size a multiple of 64 \(the sm90a kernels' tile K for 16-bit activations\) "
-     r"that divides K=256, or K itself \(per-channel\); got 32"),
+    (dict(group_size=16, scales=torch.ones(16, 16, dtype=torch.float16), zeros=torch.zeros(16, 16)),
+     "group_size", r"32, a multiple of 64 \(the sm90a kernels' tile K for 16-bit activations\) "
+     r"that divides K=256, or K itself \(per-channel\); got 16"),
     (dict(group_size=192), "group_size", r"divides K=256.*got 192"),
     (dict(group_size=0), "group_size", r"got 0"),
     (dict(group_size=512), "group_size", r"got 512"),

@@ -193,7 +193,9 @@ class TableFit:
     `shapes_gone` lost all of them; `buckets_kept` of `buckets`. `dropped`: (class key, shape
     entry, bucket) of each hole. `new_kernels`: the library's kernels added since the tune,
     None when that cannot be told (an older table that records its kernel set as a hash only);
-    `vanished`: kernels the table names that the library no longer has."""
+    `vanished`: kernels the table names that the library no longer has; `new_classes_only`:
+    every new kernel is of a dispatch class the table does not list (e.g. a new family entry),
+    so no listed shape's choice would have differed."""
 
     kernel_set: str
     shapes: int
@@ -204,6 +206,7 @@ class TableFit:
     dropped: tuple[tuple[ClassKey, ShapeEntry, Bucket], ...]
     new_kernels: frozenset[str] | None
     vanished: frozenset[str]
+    new_classes_only: bool = False
 
     @property
     def usable(self) -> bool:
@@ -228,6 +231,10 @@ class TableFit:
                      "that are gone: the rules serve those M ranges)")
         if self.new_kernels:
             count = len(self.new_kernels)
+            if self.new_classes_only:
+                return (text + f"; {count} new kernel{'s' if count != 1 else ''}, all of dispatch "
+                        "classes it does not list: the manifest's rules serve them (`gemmgen "
+                        "tune` measures them)")
             return (text + f"; {count} new kernel{'s are' if count != 1 else ' is'} not in it: "
                     "re-run `gemmgen tune` to measure them")
         if self.new_kernels is None:
@@ -528,8 +535,13 @@ def fit_table(table: TunedTable, specs: Sequence) -> TunedTable:
         if model is not None:
             model = replace(model, coef={k: v for k, v in model.coef.items() if k in names})
         classes[key] = ClassTable(key, tuple(fitted), ctable.line, model)
+    new = _new_kernels(table, specs, names)
+    listed = set(table.classes)
+    new_classes_only = bool(new) and all(
+        getattr(spec, "dispatch_class", None) is not None and spec.dispatch_class not in listed
+        for spec in specs if spec.name in new)
     fit = TableFit(library_set, shapes, whole, gone, buckets, buckets - len(dropped), tuple(dropped),
-                   _new_kernels(table, specs, names), frozenset(table.kernel_names() - names))
+                   new, frozenset(table.kernel_names() - names), new_classes_only)
     return TunedTable(table.path, table.metadata, classes, fit)
 
 

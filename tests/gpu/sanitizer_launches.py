@@ -83,7 +83,7 @@ def run_mixed(kernel) -> int:
     low, high = q_range(weight_type)
     for m, n, k in boundary_shapes(spec, 8, 64):
         q = torch.randint(low, high + 1, (n, k), dtype=torch.int32, device=DEVICE)
-        group = 64 if k % 64 == 0 else k
+        group = 32 if spec.group_k == 32 else 64 if k % 64 == 0 else k
         groups = k // group
         zeros = (torch.randint(0, 16, (n, groups), dtype=torch.int32, device=DEVICE)
                  if weight_type == "uint4" else None)

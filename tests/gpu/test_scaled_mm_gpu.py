@@ -791,8 +791,8 @@ def test_every_tuned_table_choice():
     library = next((lib for lib in libraries() if lib.name == "w8a8"), None)
     gpu = dispatch.gpu_identity()
     table = library.table_for(gpu)[0] if library is not None else None
-    if table is None or tuple(table.gpu) != tuple(gpu) or table.fit is not None:
-        pytest.skip("no w8a8 library with this GPU's own tuned table for its kernel set")
+    if table is None or tuple(table.gpu) != tuple(gpu) or (table.fit is not None and table.fit.dropped):
+        pytest.skip("no w8a8 library with this GPU's own tuned table whose buckets all fit its kernels")
     ran = 0
     for key, ctable in sorted(table.classes.items()):
         op, a_name, d_name, epilogue = key

@@ -78,7 +78,7 @@ class Mixed:
         spec = self.kernel.spec
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[spec.a]
         weight_type = WEIGHT_TYPES_FOR_KERNEL[(spec.w, spec.scheme)][0]
-        m, n, k, group = 24, 256, 512, 128
+        m, n, k, group = 24, 256, 512, 32 if spec.group_k == 32 else 128
         low, high = q_range(weight_type)
         q = torch.randint(low, high + 1, (n, k), dtype=torch.int32, device=DEVICE)
         zeros = (torch.randint(0, 16, (n, k // group), dtype=torch.int32, device=DEVICE)

@@ -18,7 +18,7 @@ from ...family import ArgsAbi, OpFamily, Variant
 from ...generator.kernel_config import ConfigEntry, Origin
 from . import schema
 from .abi import MixedMmArgs
-from .configs import ACTIVATION_DTYPES, KERNEL_FOR_WEIGHT_TYPE, MixedMmSpec
+from .configs import ACTIVATION_DTYPES, G32_GROUP, KERNEL_FOR_WEIGHT_TYPE, MixedMmSpec, kernel_class
 
 _HERE = Path(__file__).resolve().parent
 
@@ -89,7 +89,10 @@ class MixedFamily(OpFamily):
         return {"cpp": Cpp()}
 
     # dispatch and ops
-    def dispatch_request(self, op: str, *, a_dtype, weight_type: str, m: int, n: int, k: int):
+    def dispatch_request(self, op: str, *, a_dtype, weight_type: str, m: int, n: int, k: int,
+                         group_size: int | None = None):
+        """`group_size`: the packed weight's (None: a multiple of 64 or per-channel); group 32
+        has kernels of its own (the `_g32` schemes)."""
         from ...dtypes import dtype_name
         for label, value in (("m", m), ("n", n), ("k", k)):
             if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value < 2**31:
@@ -101,8 +104,11 @@ class MixedFamily(OpFamily):
         if not isinstance(weight_type, str) or weight_type not in KERNEL_FOR_WEIGHT_TYPE:
             raise ValueError(f"weight_type must be one of {', '.join(KERNEL_FOR_WEIGHT_TYPE)}; "
                              f"got {weight_type!r}")
-        w, scheme = KERNEL_FOR_WEIGHT_TYPE[weight_type]
-        return ("mixed_mm", a, w, scheme), (m, n, k)
+        if group_size is not None and (not isinstance(group_size, int) or isinstance(group_size, bool)
+                                       or group_size < 1):
+            raise ValueError(f"group_size must be a positive int (e.g. {G32_GROUP}, 128, or K) or "
+                             f"None; got {group_size!r}")
+        return ("mixed_mm", a, *kernel_class(weight_type, group_size or k)), (m, n, k)
 
     def describe_class(self, key) -> str:
         op, a, w, scheme = key

@@ -3,9 +3,16 @@ a kernel.
 
 A kernel is fixed by its activation dtype `a` (bf16/fp16: also the MMA, scale and output type),
 its stored weight type `w` (int4 or int8) and its dequant `scheme` (`scale`: stored·scale, or
-`scale_zero`: stored·scale + zero), plus its tile config. The user-facing weight types map onto
-those at pack time (see packing.py): int4 and uint4b8 → int4/scale, uint4 → int4/scale_zero,
-int8 and uint8b128 → int8/scale.
+`scale_zero`: stored·scale + zero, for groups of a multiple of 64 or per-channel; `scale_g32`,
+`scale_zero_g32`: the same for groups of 32, GPTQ's `group_size=32`), plus its tile config. The
+user-facing weight types map onto those at pack time (see packing.py): int4 and uint4b8 →
+int4/scale, uint4 → int4/scale_zero, int8 and uint8b128 → int8/scale (`_g32` with group 32).
+
+Why group 32 is a scheme of its own: CUTLASS's mixed-input collective applies one group's factors
+to a whole tile K of 64 (it refuses group 32), and the family's own kernels sum a group-32 step
+in two halves (two partial sums, two groups' factors a step): a kernel serves either group 32 or
+the multiples of 64, never both, and dispatch must not hand group 32 to a CUTLASS kernel. As a
+dispatch class of its own it has rules of its own (own kernels only) and no tuned table's picks.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ from ...generator.kernel_config import RASTER_ORDERS, SWIZZLES, KernelSpec, Orig
 
 ACTIVATION_DTYPES = ("bf16", "fp16")
 WEIGHT_ELEMENTS = ("int4", "int8")
-SCHEMES = ("scale", "scale_zero")
+SCHEMES = ("scale", "scale_zero", "scale_g32", "scale_zero_g32")
+G32_GROUP = 32  # the group size the `_g32` schemes serve (the others: multiples of 64, or K)
 SCHEDULES = ("warpspecialized", "pingpong", "cooperative", "direct", "wgmma")
 # "direct" is the family's own mma.sync kernel (include/gemmgen/mixed/direct_mixed_mm.cuh): the
 # weights stream from global memory through a per-warp cp.async ring into registers, no CUTLASS
@@ -31,14 +39,42 @@ TILE_SCHEDULERS = ("persistent", "streamk")
 KERNEL_FOR_WEIGHT_TYPE = {"int4": ("int4", "scale"), "uint4b8": ("int4", "scale"),
                           "uint4": ("int4", "scale_zero"), "int8": ("int8", "scale"),
                           "uint8b128": ("int8", "scale")}
+
+
+def scheme_for_group(scheme: str, group_size: int) -> str:
+    """The scheme of the kernels that serve `scheme` (scale or scale_zero) at this group size."""
+    return f"{scheme}_g32" if group_size == G32_GROUP else scheme
+
+
+def base_scheme(scheme: str) -> str:
+    """The dequant math of a scheme: scale or scale_zero (`_g32` removed)."""
+    return scheme.removesuffix("_g32")
+
+
+def scheme_has_zero(scheme: str) -> bool:
+    return base_scheme(scheme) == "scale_zero"
+
+
+def scheme_group_k(scheme: str) -> int:
+    """The group granularity a scheme's kernels are built for: 32, or 64 (multiples of 64)."""
+    return G32_GROUP if scheme.endswith("_g32") else 64
+
+
+def kernel_class(weight_type: str, group_size: int) -> tuple[str, str]:
+    """(stored element, scheme) of the kernels serving a packed weight."""
+    w, scheme = KERNEL_FOR_WEIGHT_TYPE[weight_type]
+    return w, scheme_for_group(scheme, group_size)
+
+
 # The other way round: a kernel's (stored element, scheme) -> the weight types it serves, in the
-# order above (the first is the plain one: int4, uint4, int8).
+# order above (the first is the plain one: int4, uint4, int8), `_g32` schemes alike.
 WEIGHT_TYPES_FOR_KERNEL: dict[tuple[str, str], tuple[str, ...]] = {
-    kernel: tuple(t for t, k in KERNEL_FOR_WEIGHT_TYPE.items() if k == kernel)
-    for kernel in dict.fromkeys(KERNEL_FOR_WEIGHT_TYPE.values())}
+    (w, scheme_for_group(scheme, group)): tuple(t for t, k in KERNEL_FOR_WEIGHT_TYPE.items()
+                                                 if k == (w, scheme))
+    for group in (64, G32_GROUP) for w, scheme in dict.fromkeys(KERNEL_FOR_WEIGHT_TYPE.values())}
 
 _SHORT = {"bf16": "bf16", "fp16": "f16", "int4": "i4", "int8": "i8", "scale": "s",
-          "scale_zero": "sz"}
+          "scale_zero": "sz", "scale_g32": "sg32", "scale_zero_g32": "szg32"}
 _SHORT_SCHEDULE = {"warpspecialized": "ws", "pingpong": "pp", "cooperative": "coop",
                    "direct": "direct", "wgmma": "wgmma"}
 
@@ -126,6 +162,16 @@ class MixedMmSpec(KernelSpec):
     @property
     def d(self) -> str:
         return self.a
+
+    @property
+    def with_zero(self) -> bool:
+        """Zero points (scale_zero, scale_zero_g32)."""
+        return scheme_has_zero(self.scheme)
+
+    @property
+    def group_k(self) -> int:
+        """The group sizes it serves: 32 (group 32 exactly) or 64 (multiples of 64, and K)."""
+        return scheme_group_k(self.scheme)
 
     @property
     def split_k(self) -> bool:

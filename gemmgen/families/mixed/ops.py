@@ -16,7 +16,7 @@ from ...bindings.library import Kernel
 from ...dtypes import dtype_name
 from ...generator.kernel_config import RuntimeKnobs
 from .abi import ARGS_LAYOUT, RASTER_CODES, MixedMmArgs
-from .configs import KERNEL_FOR_WEIGHT_TYPE
+from .configs import G32_GROUP, KERNEL_FOR_WEIGHT_TYPE, kernel_class
 from .packing import (ARCH_LAYOUTS, LAYOUT_VERSION, PackedWeight, Sm90Layout,  # noqa: F401 (gemmgen.*)
                       pack_weights, same_layout, unpack_weights)
 from .schema import TILE_K
@@ -63,9 +63,10 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor,
     if k <= 0 or n <= 0 or k % TILE_K or n % 8:
         raise _fail("packed", f"K a positive multiple of {TILE_K} and N a positive multiple of 8",
                     f"K={k}, N={n}")
-    if not (group_size == k or (group_size > 0 and group_size % TILE_K == 0 and k % group_size == 0)):
-        raise _fail("packed", f"group_size a multiple of {TILE_K} dividing K={k}, or K "
-                              "(the kernels' tile K is 64)", group_size)
+    if not (group_size == k or group_size == G32_GROUP or
+            (group_size > 0 and group_size % TILE_K == 0 and k % group_size == 0)):
+        raise _fail("packed", f"group_size {G32_GROUP}, a multiple of {TILE_K} dividing K={k}, "
+                              f"or K (the kernels' tile K is {TILE_K})", group_size)
     want = Sm90Layout.qweight_spec(weight_type, n, k)
     if (not isinstance(qweight, torch.Tensor) or (qweight.dtype, tuple(qweight.shape)) != want
             or not qweight.is_contiguous()):
@@ -108,11 +109,12 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor,
         _fail.vector("bias", bias, a.dtype, (n,), f"N={n} elements", device)
 
 
-def _kernel_for(kernel: Optional[str], a: torch.Tensor, weight_type: str, m: int, n: int,
-                k: int) -> tuple[Kernel, RuntimeKnobs, Optional[bool]]:
+def _kernel_for(kernel: Optional[str], a: torch.Tensor, weight_type: str, group_size: int,
+                m: int, n: int, k: int) -> tuple[Kernel, RuntimeKnobs, Optional[bool]]:
     """The forced kernel (checked against the call) with its manifest knobs, or dispatch's
-    choice of kernel and knobs (memoized per problem); and how long it holds (launch.choice)."""
-    w, scheme = KERNEL_FOR_WEIGHT_TYPE[weight_type]
+    choice of kernel and knobs (memoized per problem); and how long it holds (launch.choice).
+    Group 32 is a dispatch class of its own (the `_g32` schemes: configs.py says why)."""
+    w, scheme = kernel_class(weight_type, group_size)
     key = ("mixed_mm", dtype_name(a.dtype), w, scheme)
     if kernel is None:
         device = a.get_device()
@@ -134,7 +136,7 @@ def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, g
     m = a.shape[0]
     if m == 0:
         if kernel is not None:
-            _kernel_for(kernel, a, weight_type, 1, n, k)  # still reject a wrong name
+            _kernel_for(kernel, a, weight_type, group_size, 1, n, k)  # still reject a wrong name
         return
     pointers = (a.data_ptr(), qweight.data_ptr(), scales.data_ptr(), _ptr(zeros), _ptr(k_perm),
                 out.data_ptr())
@@ -151,7 +153,7 @@ def _mixed_mm_out_impl(out, a, qweight, scales, zeros, bias, weight_type: str, g
                 zeros_ptr == 0, bias is None, perm_ptr == 0) if knobs is None else None
     plan = launch.memoized_plan(_plans, memo_key)
     if plan is None:
-        chosen, chosen_knobs, lasting = _kernel_for(kernel, a, weight_type, m, n, k)
+        chosen, chosen_knobs, lasting = _kernel_for(kernel, a, weight_type, group_size, m, n, k)
         launch.check_device(device, chosen, _fail)
         run_knobs = knobs or chosen_knobs
         plan = (chosen, RASTER_CODES[run_knobs.raster], run_knobs.swizzle, run_knobs.split_k_slices,

@@ -68,7 +68,8 @@ this one layout:
 Alignment (checked by `pack_weights`): K a multiple of 64 (the kernels' tile K for 16-bit
 activations and the 4-bit blocks' K; this also makes K even), N a multiple of 8 (16-byte TMA
 alignment of the scales, zeros and the output rows in a 16-bit dtype), group_size a multiple of 64
-that divides K, or K itself.
+that divides K, K itself, or 32 (GPTQ's group 32: kernels of their own, the `_g32` schemes; the
+layout does not depend on the group size).
 
 Version 1 (before) stored 4-bit weights [N, K/2] K-major, even k in the low nibble. The fragment
 order made CUTLASS's mixed-input kernels 10-25% faster (benchmarks/RESULTS.md, session 16) and
@@ -98,6 +99,7 @@ LAYOUT_VERSION = 2
 ARCH_LAYOUTS = ("sm90a", "sm80")
 
 TILE_K = 64          # the sm90a kernels' tile K for 16-bit activations: K and group_size multiples
+SMALL_GROUP = 32     # the one group size below TILE_K that kernels serve (the `_g32` schemes)
 N_ALIGN = 8          # 16 bytes of a 16-bit dtype: TMA alignment of scales / zeros / output rows
 BLOCK_ROWS = 16      # a 4-bit block: 16 rows (the MMA's M a warp) x 64 k, 512 bytes
 BLOCK_BYTES = BLOCK_ROWS * TILE_K // 2
@@ -482,7 +484,7 @@ def pack_weights(q: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Te
        activation dtype the packed weight serves.
     zeros: [N, K/group_size] (per-channel: also [N]) integer zero points 0..15, uint4 only
        (required there, refused for every other type).
-    group_size: a multiple of 64 that divides K, or K / None (per-channel).
+    group_size: a multiple of 64 that divides K, 32 (GPTQ group 32), or K / None (per-channel).
     g_idx: None, or the group of each input feature, an integer tensor [K] (GPTQ act-order:
        every group exactly group_size features); zeros and scales are indexed by it.
     arch: the packed layout; None: `default_arch(q.device)`.
@@ -508,8 +510,8 @@ def pack_weights(q: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Te
     if group_size is None:
         group_size = k
     if (not isinstance(group_size, int) or isinstance(group_size, bool) or group_size <= 0
-            or k % group_size or (group_size != k and group_size % TILE_K)):
-        raise _error(where, "group_size", f"group_size a multiple of {TILE_K} (the sm90a "
+            or k % group_size or (group_size not in (k, SMALL_GROUP) and group_size % TILE_K)):
+        raise _error(where, "group_size", f"{SMALL_GROUP}, a multiple of {TILE_K} (the sm90a "
                      f"kernels' tile K for 16-bit activations) that divides K={k}, or K itself "
                      "(per-channel)", repr(group_size))
     groups = k // group_size

@@ -5,6 +5,7 @@ errors).
     - op: mixed_mm
       dtypes: [{a: [bf16, fp16], w: [int4, int8]}]   # activations (= output), stored weight
       schemes: [scale, scale_zero]                      # scale_zero: int4 only (AWQ-style uint4)
+                                                        # scale_g32, scale_zero_g32: group 32
       configs:
         - {name: decode, tile: [128, 16, 64], cluster: [1, 1, 1], schedule: warpspecialized,
            stages: auto, tile_scheduler: persistent, raster: heuristic, swizzle: 1}
@@ -22,7 +23,7 @@ from ...generator import direct_schema, sm90_schema
 from ...generator.kernel_config import ConfigEntry
 from ...generator.yaml_lines import FAILED, Collector, LocatedDict
 from .configs import (ACTIVATION_DTYPES, SCHEDULES, SCHEMES, TILE_SCHEDULERS, WEIGHT_ELEMENTS,
-                      MixedTileConfig)
+                      MixedTileConfig, scheme_group_k, scheme_has_zero)
 
 FAMILY_KEYS = frozenset({"dtypes", "schemes"})
 REQUIRED_FAMILY_KEYS = frozenset({"dtypes", "schemes"})
@@ -80,12 +81,13 @@ def read_variants(reader, fam: LocatedDict) -> tuple[Variant, ...]:
     variants = []
     for a, w in pairs:
         for scheme in schemes:
-            if scheme == "scale_zero" and w != "int4":
+            if scheme_has_zero(scheme) and w != "int4":
                 continue  # zero points serve the 4-bit AWQ-style weights only
             variants.append((a, w, scheme))
-    if "scale_zero" in schemes and not any(w == "int4" for _, w in pairs):
-        raise reader.error(fam, "schemes", "scale_zero (zero points) serves int4 weights only; "
-                                           "no dtypes entry has w: int4")
+    for scheme in schemes:
+        if scheme_has_zero(scheme) and not any(w == "int4" for _, w in pairs):
+            raise reader.error(fam, "schemes", f"{scheme} (zero points) serves int4 weights only; "
+                                               "no dtypes entry has w: int4")
     if len(set(variants)) != len(variants):
         raise reader.error(fam, "dtypes", "the same (a, w, scheme) combination is listed twice")
     return tuple(variants)
@@ -101,13 +103,19 @@ def estimate_smem(config: MixedTileConfig, w: str, with_zero: bool) -> tuple[int
     return stage, epilogue
 
 
-def direct_smem_bytes(config: MixedTileConfig, w: str) -> int:
-    """The direct kernel's dynamic shared memory: a ring per warp of its weight rows and one per K
-    group (warps_k of them) of the CTA's tokens, each of `stages` chunks of tile K (mirrors
-    DirectMixedMm::kSmemBytes; the reduction buffer is smaller)."""
+def direct_smem_bytes(config: MixedTileConfig, w: str, scheme: str = "scale") -> int:
+    """The direct kernel's dynamic shared memory: a ring per warp of its weight rows (with group
+    32, also their two groups' factors a 64-K step) and one per K group (warps_k of them) of the
+    CTA's tokens, each of `stages` chunks of tile K (mirrors DirectMixedMm::kSmemBytes; the
+    reduction buffer is smaller)."""
     _, tn, tk = config.tile
-    weights = config.tile[0] * config.warps_k * tk * _BITS[w] // 8  # the CTA's weight rows
-    return config.ring_stages * (weights + config.warps_k * tn * tk * 2)
+    rows = config.tile[0] * config.warps_k  # the CTA's weight rows
+    weights = rows * tk * _BITS[w] // 8
+    factors = 0
+    if scheme_group_k(scheme) < TILE_K:  # a step's groups' factors, 2 bytes a row each
+        factors = rows * (tk // TILE_K) * (TILE_K // scheme_group_k(scheme)) * 2 * \
+            (2 if scheme_has_zero(scheme) else 1)
+    return config.ring_stages * (weights + factors + config.warps_k * tn * tk * 2)
 
 
 def read_ctas_per_sm(reader, c) -> int:
@@ -157,24 +165,24 @@ def check_direct(config: MixedTileConfig, variants: tuple[Variant, ...], arch: s
                                            f"tile_scheduler out; got {config.tile_scheduler!r}"))
     if not problems:
         limit = SM80_SMEM_LIMIT_BYTES if arch == "sm80" else sm90_schema.SMEM_LIMIT_BYTES
-        for w in sorted({w for _, w, _ in variants}):
-            smem = direct_smem_bytes(config, w)
+        for w, scheme in sorted({(w, scheme) for _, w, scheme in variants}):
+            smem = direct_smem_bytes(config, w, scheme)
             if smem > limit:
                 problems.append(("stages", f"{config.ring_stages} stages of the direct tile "
                                            f"{'x'.join(map(str, config.tile))} x warps_k "
-                                           f"{config.warps_k} ({w}) need {smem} bytes of shared "
-                                           f"memory, over the {arch} limit of {limit}"))
+                                           f"{config.warps_k} ({w}, {scheme}) need {smem} bytes "
+                                           f"of shared memory, over the {arch} limit of {limit}"))
                 break
     return problems
 
 
-def wgmma_smem_bytes(config: MixedTileConfig, with_zero: bool) -> int:
+def wgmma_smem_bytes(config: MixedTileConfig, scheme: str) -> int:
     """The wgmma kernel's dynamic shared memory (mirrors WgmmaMixedMm::kSmemBytes): a ring of
     `stages` chunks of the CTA's tokens, int4 weight rows and group factors (scales, and zero
-    terms with zero points; the partial sums of the K split reuse it), and 1024 bytes to align it
-    to the swizzle's period."""
+    terms with zero points, of two groups a chunk with group 32; the partial sums of the K split
+    reuse it), and 1024 bytes to align it to the swizzle's period."""
     tm, tn, tk = config.tile
-    factors = tm * 2 * (2 if with_zero else 1)
+    factors = tm * 2 * (2 if scheme_has_zero(scheme) else 1) * (tk // scheme_group_k(scheme))
     ring = config.wgmma_stages * (tn * tk * 2 + tm * tk // 2 + factors)
     partial = tn // 2 * (2 * tm) * 4
     return max(ring, partial) + 1024
@@ -211,7 +219,7 @@ def check_wgmma(config: MixedTileConfig, variants: tuple[Variant, ...], arch: st
         problems.append(("schedule", "the wgmma kernel reads int4 weights only; this family "
                                      "has int8 weights"))
     for scheme in sorted({scheme for _, _, scheme in variants}) if not problems else ():
-        smem = wgmma_smem_bytes(config, scheme == "scale_zero")
+        smem = wgmma_smem_bytes(config, scheme)
         if smem > sm90_schema.SMEM_LIMIT_BYTES:
             problems.append(("stages", f"{config.wgmma_stages} stages of the wgmma tile "
                                        f"{'x'.join(map(str, config.tile))} ({scheme}) need {smem} "
@@ -232,6 +240,12 @@ def check_config(config: MixedTileConfig, variants: tuple[Variant, ...], arch: s
                              f"direct); got {config.schedule!r}")]
     if misplaced := direct_only_key_problems(config):
         return misplaced[:1]
+    for _, _, scheme in variants:
+        if scheme_group_k(scheme) < TILE_K:
+            return [("schedule", f"scheme {scheme} (group {scheme_group_k(scheme)}) needs schedule "
+                                 "direct or wgmma: CUTLASS's mixed-input collective applies one "
+                                 f"group's factors to a whole tile K of {TILE_K}; got schedule "
+                                 f"{config.schedule!r}")]
     tk = config.tile[2]
     problems = sm90_schema.tile_mn_problems(config.tile, " (over the weight's N)", " (over tokens)")
     if tk != TILE_K:
@@ -245,7 +259,7 @@ def check_config(config: MixedTileConfig, variants: tuple[Variant, ...], arch: s
     if not problems:
         for _, w, scheme in variants:
             smem = sm90_schema.smem_problem(config.tile, config.stages,
-                                            *estimate_smem(config, w, scheme == "scale_zero"),
+                                            *estimate_smem(config, w, scheme_has_zero(scheme)),
                                             what=f" ({w}, {scheme})")
             if smem:
                 problems.append(smem)

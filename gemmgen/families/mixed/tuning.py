@@ -13,11 +13,12 @@ import torch
 from ...generator.kernel_config import RASTER_ORDERS, SWIZZLES
 from ...tuning.measure import Candidate, gpu_time_us
 from . import ops
+from .configs import G32_GROUP, WEIGHT_TYPES_FOR_KERNEL, scheme_group_k, scheme_has_zero
 from .packing import Sm90Layout
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-WEIGHT_TYPE_FOR = {("int4", "scale"): "int4", ("int4", "scale_zero"): "uint4",
-                   ("int8", "scale"): "int8"}
+# the plain weight type of each kernel class (int4, uint4, int8; the `_g32` schemes alike)
+WEIGHT_TYPE_FOR = {key: types[0] for key, types in WEIGHT_TYPES_FOR_KERNEL.items()}
 SPLIT_K_SLICES = (1, 2, 4, 8)
 # the wgmma kernel's K split (its cluster size) forced, beside its launch-time choice (1): every
 # size, since neighbours differ by up to 1.5x (H200, 32 tokens, session 18: 4096 x 14336 takes
@@ -46,10 +47,12 @@ def classes(built: set[tuple[str, ...]], options) -> list[tuple[str, ...]]:
 def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
                  l2_bytes: int | None = None, shape=None) -> Problem:
     """Full-range random packed weights (every nibble/byte value occurs), scales in
-    [1e-3, 1e-2], zeros for the zero-point scheme; group size 128 (K if K < 128)."""
+    [1e-3, 1e-2], zeros for the zero-point scheme; group size 128 (K if K < 128), or 32 for
+    the `_g32` schemes."""
     _, a, w, scheme = cls
     dtype = TORCH_DTYPES[a]
-    group = GROUP_SIZE if k % GROUP_SIZE == 0 else k
+    group = (G32_GROUP if scheme_group_k(scheme) == G32_GROUP
+             else GROUP_SIZE if k % GROUP_SIZE == 0 else k)
     l2 = l2_bytes or torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     weight_bytes = n * k // (2 if w == "int4" else 1)
     per_item = weight_bytes + 2 * m * k
@@ -65,7 +68,7 @@ def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
             q = torch.randint(-128, 128, q_shape, dtype=torch.int8, device="cuda", generator=gen)
         scales = (torch.rand(k // group, n, device="cuda", generator=gen) * 9e-3 + 1e-3).to(dtype)
         zeros = ((torch.rand(k // group, n, device="cuda", generator=gen) - 0.5) * 0.1).to(dtype) \
-            if scheme == "scale_zero" else None
+            if scheme_has_zero(scheme) else None
         pool.append((x, q, scales, zeros))
     out = torch.empty(m, n, dtype=dtype, device="cuda")
     return Problem(pool, WEIGHT_TYPE_FOR[(w, scheme)], group, n, k, out)

@@ -47,7 +47,13 @@
  * cancellation near 2^-16 relative at fp16's bias. This is more exact than rounding
  * scale·stored to 16 bits before the MMA. A group's scales (and zero points) are loaded when the
  * group starts and used when it ends, so their latency hides behind its steps (loaded at the
- * end, they were the kernel's largest stall: 10-20% of its time).
+ * end, they were the kernel's largest stall: 10-20% of its time). Group 32 (GroupK 32, the
+ * `_g32` schemes): a step holds two groups, so MMAs 0-1 and 2-3 sum into partial sums of their
+ * own, each scaled by its group's factors when the step ends (both groups' factors travel with
+ * the weights through the warp's ring: loaded from global memory a step ahead instead, the
+ * kernel ran 1.33x slower at one token on the H200); int4's MMA j takes k 16j .. 16j + 15
+ * anyway, and int8's slots map to k = 32·(j / 2) + 8q + 4·(j % 2) + {0, 1, 2, 3} instead (two
+ * 8-byte loads a row and two token segments), so that no MMA mixes the two groups.
  *
  * PDL. The prologue queues its chunks' weight copies and the first group's factors before
  * griddepcontrol.wait (the packed weights never come from the kernel before), the tokens' after
@@ -85,7 +91,8 @@
 namespace gemmgen::mixed::direct {
 
 template <class ElementA_, class ElementW_, bool WithZero_, int WarpsN_, int WarpsK_,
-          int Tokens_, int ChunkK_, int Stages_, int CtasPerSm_ = 0, int RowTiles_ = 1>
+          int Tokens_, int ChunkK_, int Stages_, int CtasPerSm_ = 0, int RowTiles_ = 1,
+          int GroupK_ = 64>
 struct DirectConfig {
   using ElementA = ElementA_;  // activations = MMA, scale, zero and output type
   using ElementW = ElementW_;  // cutlass::int4b_t or int8_t
@@ -98,6 +105,9 @@ struct DirectConfig {
   // CTAs an SM must hold at once (__launch_bounds__' minimum, capping the registers); 0: no cap
   static constexpr int CtasPerSm = CtasPerSm_;
   static constexpr int RowTiles = RowTiles_;  // 16-feature MMA tiles a warp: 1 or 2
+  // The group sizes it serves: 64 (any multiple of 64 that divides K, per-channel included) or
+  // 32 (group 32 exactly: each 64-K step holds two groups)
+  static constexpr int GroupK = GroupK_;
 };
 
 struct Params {
@@ -117,10 +127,12 @@ inline Params make_params(gemmgen_mixed_mm_args const& a) {
                 static_cast<int>(a.group_size), a.lda, a.ldd};
 }
 
-// What the family's own kernels (this one and wgmma_mixed_mm.cuh) need of the arguments: K and
-// the group a multiple of the 64-K step, the group dividing K, sizes below 2^31, the tensors
-// there and 16-byte aligned. GEMMGEN_OK or the failure recorded by fail().
-inline int check_args(gemmgen_mixed_mm_args const& a, bool with_zero, char const* kernel_name) {
+// What the family's own kernels (this one and wgmma_mixed_mm.cuh) need of the arguments: K a
+// multiple of the 64-K step, the group a multiple of it that divides K (`group_k` 64) or 32
+// exactly (`group_k` 32), sizes below 2^31, the tensors there and 16-byte aligned. GEMMGEN_OK or
+// the failure recorded by fail().
+inline int check_args(gemmgen_mixed_mm_args const& a, bool with_zero, int group_k,
+                      char const* kernel_name) {
   constexpr int kStepK = 64;
   auto aligned = [](void const* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   if (a.m < 1 || a.n < 1 || a.k < kStepK || a.k % kStepK != 0 || a.k >= (int64_t(1) << 31) ||
@@ -128,9 +140,15 @@ inline int check_args(gemmgen_mixed_mm_args const& a, bool with_zero, char const
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
                 "needs M, N >= 1 and K a positive multiple of 64, all below 2^31");
   }
-  if (a.group_size < kStepK || a.group_size % kStepK != 0 || a.k % a.group_size != 0) {
+  if (group_k == 32 && a.group_size != 32) {
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
-                "needs a group size that is a multiple of 64 and divides K");
+                "needs group size 32 (a kernel of the _g32 schemes; other sizes take the others)");
+  }
+  if (group_k != 32 && (a.group_size < kStepK || a.group_size % kStepK != 0 ||
+                        a.k % a.group_size != 0)) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "needs a group size that is a multiple of 64 and divides K (group 32 takes a "
+                "kernel of the _g32 schemes)");
   }
   if (a.a == nullptr || a.w == nullptr || a.scale == nullptr || a.d == nullptr) {
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "needs activations, weight, scales, output");
@@ -172,6 +190,11 @@ struct DirectMixedMm {
   static constexpr int kChunkK = Config::ChunkK;
   static constexpr int kSteps = kChunkK / kStepK;
   static_assert(kChunkK == 64 || kChunkK == 128, "a chunk is 64 or 128 K");
+  static constexpr int kGroupK = Config::GroupK;
+  static_assert(kGroupK == 64 || kGroupK == 32, "groups of a multiple of 64, or of 32");
+  // Groups a step holds: 1, or 2 with group 32 (MMAs 0-1 sum its first 32 k, 2-3 the rest, each
+  // pair into its own partial sums, scaled by its own group's factors)
+  static constexpr int kHalves = kStepK / kGroupK;
   static constexpr int kRowTiles = Config::RowTiles;  // the MMA's M tiles of 16 features a warp
   static_assert(kRowTiles == 1 || kRowTiles == 2, "a warp owns 16 or 32 features");
   static constexpr int kRows = 16 * kRowTiles;        // output features per warp
@@ -184,7 +207,18 @@ struct DirectMixedMm {
   static constexpr int kActStageBytes = kSteps * kActStepBytes;
   static constexpr int kWeightRingBytes = kStages * kWeightStageBytes;  // per warp
   static constexpr int kActRingBytes = kStages * kActStageBytes;        // per K group
-  static constexpr int kRingBytes = kWarps * kWeightRingBytes + kWarpsK * kActRingBytes;
+  // Group 32: every step needs two groups' factors, so they travel with the weights (the warp's
+  // rows' scales of both groups, then their zero points, a ring slot each step) instead of being
+  // loaded from global memory a step ahead (session 33: 1.33x slower at one token that way).
+  static constexpr bool kStagedFactors = kHalves == 2;
+  static constexpr int kFactorStepBytes =
+      kStagedFactors ? kHalves * kRows * 2 * (kWithZero ? 2 : 1) : 0;
+  static constexpr int kFactorSegs = kFactorStepBytes / 16;  // a warp's 16-byte copies a step
+  static_assert(kFactorSegs <= 32, "one factor copy a lane and step");
+  static constexpr int kFactorStageBytes = kSteps * kFactorStepBytes;
+  static constexpr int kFactorRingBytes = kStages * kFactorStageBytes;  // per warp
+  static constexpr int kRingBytes =
+      kWarps * kWeightRingBytes + kWarpsK * kActRingBytes + kWarps * kFactorRingBytes;
   static constexpr int kReduceBytes = kWarps * kRowTiles * kTokenTiles * 4 * 32 * 4;
   static constexpr int kSmemBytes = kRingBytes > kReduceBytes ? kRingBytes : kReduceBytes;
   static constexpr int kGroupThreads = 32 * kWarpsN;  // the threads of a K group
@@ -231,6 +265,14 @@ struct DirectMixedMm {
     uint32_t w_bytes[kWeightCopies], a_bytes[kActCopies];
     int tail_ahead;
     bool a_mine[kActCopies];
+    // staged factors (group 32): this lane's 16 bytes of a step's factors (8 rows of a group's
+    // scales or zero points), at the range's first step and the next chunk's; rows past N are
+    // zero-filled
+    unsigned char const* f_src = nullptr;
+    unsigned char const* f_next = nullptr;
+    int64_t f_step_bytes = 0;  // how far the factors advance a step: two groups' rows of N
+    uint32_t f_dst = 0, f_bytes = 0;
+    bool f_mine = false;
     bool w_tail = false, a_tail;  // w_tail: int8 only (an int4 copy's step is j / kRowTiles)
 
     __device__ CopyPlan(Params const& p, int c_begin, int n0, int t0, int lane, int member) {
@@ -281,6 +323,21 @@ struct DirectMixedMm {
       for (int j = 0; j < kWeightCopies; ++j) {
         w_next[j] = w_src[j];
       }
+      if constexpr (kStagedFactors) {
+        // segment `lane`: 8 rows (row8) of group `half` of the step, scales then zero points
+        constexpr int kRows8 = kRows / 8;
+        f_mine = lane < kFactorSegs;
+        int const seg = f_mine ? lane : 0;
+        int const row8 = seg % kRows8, half = (seg / kRows8) % kHalves;
+        bool const zero_part = seg >= kRows8 * kHalves;
+        bool const ok = f_mine && n0 + 8 * row8 < p.n;
+        f_bytes = ok ? 16 : 0;
+        f_step_bytes = int64_t(kHalves) * p.n * 2;
+        f_src = static_cast<unsigned char const*>(zero_part ? p.zero : p.scale) +
+                ((int64_t(c_begin) * kSteps * kHalves + half) * p.n + (ok ? n0 + 8 * row8 : 0)) * 2;
+        f_next = f_src;
+        f_dst = ((zero_part ? kHalves : 0) + half) * (kRows * 2) + row8 * 16;
+      }
     }
 
     // Queue chunk `c_begin + ahead`'s copies into the ring slots at shared addresses
@@ -288,11 +345,11 @@ struct DirectMixedMm {
     // weights before the PDL wait: they never depend on the kernel before).
     // Chunks are queued in order, `ahead` = 0, 1, 2, ... (the weights' sources advance a chunk a
     // call).
-    __device__ void issue(uint32_t weight_slot, uint32_t act_slot, int ahead) {
-      issue_weights(weight_slot, ahead);
+    __device__ void issue(uint32_t weight_slot, uint32_t factor_slot, uint32_t act_slot, int ahead) {
+      issue_weights(weight_slot, factor_slot, ahead);
       issue_tokens(act_slot, ahead);
     }
-    __device__ void issue_weights(uint32_t weight_slot, int ahead) {
+    __device__ void issue_weights(uint32_t weight_slot, uint32_t factor_slot, int ahead) {
       bool const in_tail = kSteps > 1 && ahead == tail_ahead;  // a step past K: zero-filled
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kWeightCopies; ++j) {
@@ -305,6 +362,17 @@ struct DirectMixedMm {
         cp_async16(weight_slot + w_dst + dst, cut ? w_src[kInt4 ? j % kRowTiles : j] : w_next[j],
                    cut ? 0u : w_bytes[j]);
         w_next[j] += w_chunk_bytes;
+      }
+      if constexpr (kStagedFactors) {
+        if (f_mine) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int h = 0; h < kSteps; ++h) {
+            bool const cut = in_tail && h > 0;  // the step past K: zero-filled, never read
+            cp_async16(factor_slot + h * kFactorStepBytes + f_dst,
+                       cut ? f_src : f_next + h * f_step_bytes, cut ? 0u : f_bytes);
+          }
+          f_next += kSteps * f_step_bytes;
+        }
       }
     }
     __device__ void issue_tokens(uint32_t act_slot, int ahead) const {
@@ -372,11 +440,18 @@ struct DirectMixedMm {
     }
   }
 
-  // int8: one weight row's 16 values of this lane (k = 16q .. 16q+15 of the step; `addr` their
-  // shared address) as 8 words of two 16-bit floats, word i holding values 2i and 2i+1.
+  // int8: one weight row's 16 values of this lane (k = 16q .. 16q+15 of the step, or with group
+  // 32 k = 8q .. 8q+7 and 32+8q .. 32+8q+7; `addr` their shared address) as 8 words of two
+  // 16-bit floats, word i holding values 2i and 2i+1.
   static __device__ void load_row(uint32_t addr, uint32_t (&out)[8]) {
     using Packed = cutlass::Array<ElementW, 16>;
-    uint4 const raw = lds128(addr);
+    uint4 raw;
+    if constexpr (kHalves == 2) {
+      uint2 const first = smem::lds64(addr), second = smem::lds64(addr + 32);
+      raw = uint4{first.x, first.y, second.x, second.y};
+    } else {
+      raw = lds128(addr);
+    }
     Packed stored;
     static_assert(sizeof(stored) == sizeof(raw));
     memcpy(&stored, &raw, sizeof(raw));
@@ -398,6 +473,11 @@ struct DirectMixedMm {
   }
 
   static __device__ float to_float(ElementA v) { return static_cast<float>(v); }
+  static __device__ ElementA lds_factor(uint32_t addr) {
+    uint16_t v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr) : "memory");
+    return ElementA::bitcast(v);
+  }
 
   static __device__ void kernel_body(Params const& p, char* smem) {
     int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -409,18 +489,23 @@ struct DirectMixedMm {
     int const chunks = (steps + kSteps - 1) / kSteps;  // the last may hold fewer steps
     int const c_begin = static_cast<int>(int64_t(chunks) * wk / kWarpsK);
     int const c_end = static_cast<int>(int64_t(chunks) * (wk + 1) / kWarpsK);
-    int const steps_per_group = p.group / kStepK;
+    // the factors' unit: a group, or with group 32 a step (its two groups)
+    int const steps_per_group = kHalves == 2 ? 1 : p.group / kStepK;
     int const steps_per_segment = kBiased ? segment_steps(steps_per_group) : steps_per_group;
     uint32_t const smem_base = cute::cast_smem_ptr_to_uint(smem);
     uint32_t const weight_ring = smem_base + warp * kWeightRingBytes;
     uint32_t const act_ring = smem_base + kWarps * kWeightRingBytes + wk * kActRingBytes;
+    uint32_t const factor_ring =
+        smem_base + kWarps * kWeightRingBytes + kWarpsK * kActRingBytes + warp * kFactorRingBytes;
     // this lane's fragments in a step: int4, its 16 bytes of each row block; int8, its 16 k of
     // weight rows group_id and group_id + 8, and of token rows group_id + 8t (two 16-byte
-    // segments, swizzled as the copies are)
+    // segments, swizzled as the copies are): k 16q .. 16q+15, or with group 32 k 8q .. 8q+7 and
+    // 32+8q .. 32+8q+7 (segments q and 4+q), so that MMAs 0-1 take the step's first group only
     uint32_t const weight_lane =
-        kInt4 ? lane * 16 : group_id * kWeightRowBytes + q * (kWeightRowBytes / 4);
-    uint32_t const act_lane0 = group_id * kActRowBytes + (((2 * q) ^ group_id) * 16);
-    uint32_t const act_lane1 = group_id * kActRowBytes + (((2 * q + 1) ^ group_id) * 16);
+        kInt4 ? lane * 16 : group_id * kWeightRowBytes + q * (kHalves == 2 ? 8 : 16);
+    int const act_seg0 = kHalves == 2 ? q : 2 * q, act_seg1 = kHalves == 2 ? 4 + q : 2 * q + 1;
+    uint32_t const act_lane0 = group_id * kActRowBytes + ((act_seg0 ^ group_id) * 16);
+    uint32_t const act_lane1 = group_id * kActRowBytes + ((act_seg1 ^ group_id) * 16);
     // int4: the tokens' B registers in natural k order by ldmatrix: MMA j's are the 8 x 8 b16
     // matrices of 16-byte segments 2j and 2j + 1 (k 16j .. 16j + 15) of the tile's 8 token rows,
     // which ldmatrix hands out as the MMA wants them (lane (g, q): token g, k 2q and 2q + 1 of
@@ -432,8 +517,9 @@ struct DirectMixedMm {
     uint32_t const ldm_lane1 = ldm_row * kActRowBytes + (((4 + lane / 8) ^ ldm_row) * 16);
 
     float acc[kRowTiles][kTokenTiles][4] = {};   // scaled sum over finished segments
-    float part[kRowTiles][kTokenTiles][4] = {};  // this segment's unscaled sum
-    float xsum[kTokenTiles][4] = {};  // this segment's per-token sum of x (zero-point scheme)
+    // this segment's unscaled sum, per group of the step (group 32: two)
+    float part[kHalves][kRowTiles][kTokenTiles][4] = {};
+    float xsum[kHalves][kTokenTiles][4] = {};  // its per-token sum of x (zero-point scheme)
 
     // this lane's rows: n_lo(r) and n_lo(r) + 8 of row tile r
     auto n_lo = [&](int r) { return n0 + 16 * r + group_id; };
@@ -442,48 +528,71 @@ struct DirectMixedMm {
     // The current group's scales and zero points of this lane's rows, loaded when the group
     // starts and converted when its first segment ends: the loads' latency hides behind the
     // group's steps (loaded at the end, they were the kernel's largest stall).
-    ElementA factors[kRowTiles][kWithZero ? 4 : 2];
+    // `g` counts the factors' units (groups, or steps with group 32: groups 2g and 2g + 1).
+    ElementA factors[kHalves][kRowTiles][kWithZero ? 4 : 2];
     auto load_factors = [&](int g) {
-      int64_t const row = int64_t(g) * p.n;
       CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < kRowTiles; ++r) {
-        int const lo = n_lo(r), hi = lo + 8;
-        factors[r][0] = lo < p.n ? scale[row + lo] : ElementA(0);
-        factors[r][1] = hi < p.n ? scale[row + hi] : ElementA(0);
-        if constexpr (kWithZero) {
-          factors[r][2] = lo < p.n ? zero[row + lo] : ElementA(0);
-          factors[r][3] = hi < p.n ? zero[row + hi] : ElementA(0);
+      for (int h = 0; h < kHalves; ++h) {
+        int64_t const row = (int64_t(g) * kHalves + h) * p.n;
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRowTiles; ++r) {
+          int const lo = n_lo(r), hi = lo + 8;
+          factors[h][r][0] = lo < p.n ? scale[row + lo] : ElementA(0);
+          factors[h][r][1] = hi < p.n ? scale[row + hi] : ElementA(0);
+          if constexpr (kWithZero) {
+            factors[h][r][2] = lo < p.n ? zero[row + lo] : ElementA(0);
+            factors[h][r][3] = hi < p.n ? zero[row + hi] : ElementA(0);
+          }
+        }
+      }
+    };
+    // Staged factors (group 32): a step's two groups' factors of this lane's rows from its slot.
+    auto read_factors = [&](uint32_t at) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int h = 0; h < kHalves; ++h) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRowTiles; ++r) {
+          uint32_t const row = at + (h * kRows + 16 * r + group_id) * 2;
+          factors[h][r][0] = lds_factor(row);
+          factors[h][r][1] = lds_factor(row + 16);
+          if constexpr (kWithZero) {
+            factors[h][r][2] = lds_factor(row + kHalves * kRows * 2);
+            factors[h][r][3] = lds_factor(row + kHalves * kRows * 2 + 16);
+          }
         }
       }
     };
     auto finish_segment = [&]() {
       CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < kRowTiles; ++r) {
-        float const s_lo = to_float(factors[r][0]), s_hi = to_float(factors[r][1]);
-        // Σx's factor: the zero point, less the bias the scale would otherwise apply
-        float z_lo = 0.f, z_hi = 0.f;
-        if constexpr (kWithZero) {
-          z_lo = to_float(factors[r][2]) - kBias * s_lo;
-          z_hi = to_float(factors[r][3]) - kBias * s_hi;
-        }
+      for (int h = 0; h < kHalves; ++h) {
         CUTLASS_PRAGMA_UNROLL
-        for (int t = 0; t < kTokenTiles; ++t) {
+        for (int r = 0; r < kRowTiles; ++r) {
+          float const s_lo = to_float(factors[h][r][0]), s_hi = to_float(factors[h][r][1]);
+          // Σx's factor: the zero point, less the bias the scale would otherwise apply
+          float z_lo = 0.f, z_hi = 0.f;
+          if constexpr (kWithZero) {
+            z_lo = to_float(factors[h][r][2]) - kBias * s_lo;
+            z_hi = to_float(factors[h][r][3]) - kBias * s_hi;
+          }
           CUTLASS_PRAGMA_UNROLL
-          for (int i = 0; i < 4; ++i) {
-            acc[r][t][i] += (i < 2 ? s_lo : s_hi) * part[r][t][i];
-            part[r][t][i] = 0.f;
-            if constexpr (kWithZero) {
-              acc[r][t][i] += (i < 2 ? z_lo : z_hi) * xsum[t][i];
+          for (int t = 0; t < kTokenTiles; ++t) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int i = 0; i < 4; ++i) {
+              acc[r][t][i] += (i < 2 ? s_lo : s_hi) * part[h][r][t][i];
+              part[h][r][t][i] = 0.f;
+              if constexpr (kWithZero) {
+                acc[r][t][i] += (i < 2 ? z_lo : z_hi) * xsum[h][t][i];
+              }
             }
           }
         }
-      }
-      if constexpr (kWithZero) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int t = 0; t < kTokenTiles; ++t) {
+        if constexpr (kWithZero) {
           CUTLASS_PRAGMA_UNROLL
-          for (int i = 0; i < 4; ++i) {
-            xsum[t][i] = 0.f;
+          for (int t = 0; t < kTokenTiles; ++t) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int i = 0; i < 4; ++i) {
+              xsum[h][t][i] = 0.f;
+            }
           }
         }
       }
@@ -507,10 +616,10 @@ struct DirectMixedMm {
     CUTLASS_PRAGMA_UNROLL
     for (int s = 0; s < kStages - 1; ++s) {
       if (s < count) {
-        plan.issue_weights(weight_ring + s * kWeightStageBytes, s);
+        plan.issue_weights(weight_ring + s * kWeightStageBytes, factor_ring + s * kFactorStageBytes, s);
       }
     }
-    if (count > 0) {
+    if (!kStagedFactors && count > 0) {
       load_factors(group);
     }
     pdl_wait();  // the activations may come from the previous kernel; its reads of our output
@@ -531,12 +640,14 @@ struct DirectMixedMm {
       // K group (before the barrier above).
       if (i + kStages - 1 < count) {
         plan.issue(weight_ring + issue_slot * kWeightStageBytes,
+                   factor_ring + issue_slot * kFactorStageBytes,
                    act_ring + issue_slot * kActStageBytes, i + kStages - 1);
       }
       cute::cp_async_fence();
       issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
 
       uint32_t const weight_slot = weight_ring + slot * kWeightStageBytes + weight_lane;
+      uint32_t const factor_slot = factor_ring + slot * kFactorStageBytes;
       uint32_t const act_slot = act_ring + slot * kActStageBytes;
       slot = slot + 1 == kStages ? 0 : slot + 1;
       CUTLASS_PRAGMA_UNROLL
@@ -569,9 +680,9 @@ struct DirectMixedMm {
             CUTLASS_PRAGMA_UNROLL
             for (int j = 0; j < 4; ++j) {
               uint32_t const ones = kOnes;  // (the MMA takes references)
-              Mma::fma(xsum[t][0], xsum[t][1], xsum[t][2], xsum[t][3], ones, ones, ones, ones,
-                       x[t][2 * j], x[t][2 * j + 1], xsum[t][0], xsum[t][1], xsum[t][2],
-                       xsum[t][3]);
+              float (&sum)[4] = xsum[j * kHalves / 4][t];  // MMA j's group of the step
+              Mma::fma(sum[0], sum[1], sum[2], sum[3], ones, ones, ones, ones,
+                       x[t][2 * j], x[t][2 * j + 1], sum[0], sum[1], sum[2], sum[3]);
             }
           }
         }
@@ -588,22 +699,25 @@ struct DirectMixedMm {
           for (int t = 0; t < kTokenTiles; ++t) {
             CUTLASS_PRAGMA_UNROLL
             for (int j = 0; j < 4; ++j) {
-              Mma::fma(part[r][t][0], part[r][t][1], part[r][t][2], part[r][t][3],
+              float (&sum)[4] = part[j * kHalves / 4][r][t];  // MMA j's group of the step
+              Mma::fma(sum[0], sum[1], sum[2], sum[3],
                        w_lo[2 * j], w_hi[2 * j], w_lo[2 * j + 1], w_hi[2 * j + 1],
-                       x[t][2 * j], x[t][2 * j + 1],
-                       part[r][t][0], part[r][t][1], part[r][t][2], part[r][t][3]);
+                       x[t][2 * j], x[t][2 * j + 1], sum[0], sum[1], sum[2], sum[3]);
             }
           }
         }
         --left;
         --left_in_group;
         if (--left_in_segment == 0) {
+          if constexpr (kStagedFactors) {
+            read_factors(factor_slot + h * kFactorStepBytes);
+          }
           finish_segment();
           left_in_segment = steps_per_segment;
           if (left_in_group == 0) {
             ++group;
             left_in_group = steps_per_group;
-            if (left > 0) {
+            if (!kStagedFactors && left > 0) {
               load_factors(group);
             }
           }
@@ -680,7 +794,7 @@ template <class Config, bool PdlCapable>
 int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char const* kernel_name) {
   using K = DirectMixedMm<Config>;
   auto const& a = *args;
-  int const valid = check_args(a, K::kWithZero, kernel_name);
+  int const valid = check_args(a, K::kWithZero, K::kGroupK, kernel_name);
   if (valid != GEMMGEN_OK) {
     return valid;
   }

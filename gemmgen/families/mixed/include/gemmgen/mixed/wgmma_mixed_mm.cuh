@@ -26,6 +26,8 @@
  * the packed zero term −scale·(zero − 8)), rounded once to 16 bits as CUTLASS's mixed-input
  * kernels do. The group's factors travel with the chunk (a cp.async of the CTA's rows into the
  * ring slot), so the loop has no global load; this needs N a multiple of 8 (as the op does).
+ * Group 32 (GroupK 32, the `_g32` schemes): a chunk holds two groups, both groups' factors
+ * travel with it, and steps 0-1 (k 0-31) take the first one's.
  *
  * Pipeline. wgmma reads its A registers while it runs: a register it reads may be rewritten only
  * after a wait_group retires it (ptxas does not check this across loop iterations: one register
@@ -89,7 +91,7 @@ using direct::lds128;
 using direct::Params;
 
 template <class ElementA_, class ElementW_, bool WithZero_, int WarpGroups_, int Tokens_,
-          int Stages_, int SyncChunks_ = (Stages_ >= 7 ? 2 : 1)>
+          int Stages_, int GroupK_ = 64, int SyncChunks_ = (Stages_ >= 7 ? 2 : 1)>
 struct WgmmaConfig {
   using ElementA = ElementA_;  // activations = MMA, scale, zero and output type
   using ElementW = ElementW_;  // cutlass::int4b_t
@@ -97,6 +99,8 @@ struct WgmmaConfig {
   static constexpr int WarpGroups = WarpGroups_;  // 64 features each
   static constexpr int Tokens = Tokens_;          // the wgmma's N
   static constexpr int Stages = Stages_;
+  // The group sizes it serves: 64 (multiples of 64 dividing K) or 32 (group 32 exactly)
+  static constexpr int GroupK = GroupK_;
   static constexpr int SyncChunks = SyncChunks_;  // chunks made ready by one ring barrier
 };
 
@@ -168,6 +172,9 @@ struct WgmmaMixedMm {
   static constexpr int kTokens = Config::Tokens;
   static constexpr int kStages = Config::Stages;
   static constexpr int kSyncChunks = Config::SyncChunks;
+  static_assert(Config::GroupK == 64 || Config::GroupK == 32, "groups of a multiple of 64, or 32");
+  // Groups a chunk holds: 1, or 2 with group 32 (wgmma steps 0-1 take the first one's factors)
+  static constexpr int kHalves = 64 / Config::GroupK;
   static_assert(kWarpGroups == 1 || kWarpGroups == 2, "one or two warpgroups a CTA");
   static_assert(kTokens % 8 == 0 && kTokens >= 8 && kTokens <= 256, "tokens: 8 to 256, by 8");
   static_assert(kSyncChunks == 1 || kSyncChunks == 2, "one or two chunks a ring barrier");
@@ -188,8 +195,9 @@ struct WgmmaMixedMm {
   static constexpr int kAhead = kStages - 1 - kSyncChunks;
   static constexpr int kActRingBytes = kStages * kActStageBytes;
   static constexpr int kWeightRingBytes = kStages * kWeightStageBytes;
-  // a chunk's group factors: the CTA's rows' scales, then their zero terms
-  static constexpr int kFactorStageBytes = kRows * 2 * (kWithZero ? 2 : 1);
+  // a chunk's group factors: the CTA's rows' scales of each of its groups, then their zero terms
+  static constexpr int kFactorRowsBytes = kRows * 2;  // one group's factors of one kind
+  static constexpr int kFactorStageBytes = kFactorRowsBytes * kHalves * (kWithZero ? 2 : 1);
   static constexpr int kFactorSegs = kFactorStageBytes / 16;  // copied by threads 0 .. segs-1
   static_assert(kFactorSegs <= kThreads);
   static constexpr int kRingBytes = kActRingBytes + kWeightRingBytes + kStages * kFactorStageBytes;
@@ -289,17 +297,20 @@ struct WgmmaMixedMm {
       a_dst[j] = row * kActRowBytes + ((seg ^ (row & 7)) * 16);
     }
     // The factors' copy of this thread (threads below kFactorSegs): 8 rows of the scales or the
-    // zero terms of the chunk's group (run() checked that N is a multiple of 8 and the factors
-    // 16-byte aligned; a segment past N is zero-filled).
-    int const chunks_per_group = p.group / kStepK;
-    bool const f_zero = kWithZero && tid >= kFactorSegs / (kWithZero ? 2 : 1);
+    // zero terms of the chunk's group, or with group 32 of one of its two groups (`f_half`)
+    // (run() checked that N is a multiple of 8 and the factors 16-byte aligned; a segment past N
+    // is zero-filled). The factors advance by a unit: a group, or a chunk's two groups.
+    int const chunks_per_group = kHalves == 2 ? 1 : p.group / kStepK;
+    bool const f_zero = kWithZero && tid >= kFactorSegs / 2;
     int const f_row = (tid % (kRows / 8)) * 8;  // first of the segment's rows
-    int issue_group = c_begin / chunks_per_group;  // the group of the next chunk to queue
+    int const f_half = (tid / (kRows / 8)) % kHalves;
+    int issue_group = c_begin / chunks_per_group;  // the unit of the next chunk to queue
     int issue_group_left = chunks_per_group - (c_begin - issue_group * chunks_per_group);
     bool const f_ok = n0 + f_row < p.n;
-    uint16_t const* f_src = static_cast<uint16_t const*>(f_zero ? p.zero : p.scale) +
-                            (f_ok ? int64_t(issue_group) * p.n + n0 + f_row : 0);
-    uint32_t const f_dst = (f_zero ? kRows * 2 : 0) + f_row * 2;
+    uint16_t const* f_src =
+        static_cast<uint16_t const*>(f_zero ? p.zero : p.scale) +
+        (f_ok ? (int64_t(issue_group) * kHalves + f_half) * p.n + n0 + f_row : 0);
+    uint32_t const f_dst = ((f_zero ? kHalves : 0) + f_half) * kFactorRowsBytes + f_row * 2;
     // Queue the next chunk's copies into ring slot `slot` (the sources advance a chunk a call):
     // the weights and their group's factors, then the tokens. The first never depend on the
     // kernel before (packed weights are constant), so the prologue queues them before the PDL
@@ -314,7 +325,7 @@ struct WgmmaMixedMm {
         ++issue_group;
         issue_group_left = chunks_per_group;
         if (f_ok) {
-          f_src += p.n;
+          f_src += kHalves * p.n;
         }
       }
     };
@@ -397,22 +408,28 @@ struct WgmmaMixedMm {
       int const slot = kUnrolled ? u % kStages : read_slot;
       uint4 const packed = lds128(weight_lane + slot * kWeightStageBytes);
       uint32_t const words[kSteps] = {packed.x, packed.y, packed.z, packed.w};
-      // this lane's rows' factors of the chunk's group, in both halves of a word
+      // this lane's rows' factors of the chunk's group (or groups), in both halves of a word
       uint32_t const factor_slot = factor_ring + slot * kFactorStageBytes + row_lo * 2;
-      uint32_t const scale_lo = lds16(factor_slot) * 0x10001u;
-      uint32_t const scale_hi = lds16(factor_slot + 16) * 0x10001u;
-      uint32_t zero_lo = 0u, zero_hi = 0u;
-      if constexpr (kWithZero) {
-        zero_lo = lds16(factor_slot + kRows * 2) * 0x10001u;
-        zero_hi = lds16(factor_slot + kRows * 2 + 16) * 0x10001u;
+      uint32_t scale_lo[kHalves], scale_hi[kHalves], zero_lo[kHalves], zero_hi[kHalves];
+      CUTLASS_PRAGMA_UNROLL
+      for (int h = 0; h < kHalves; ++h) {
+        uint32_t const at = factor_slot + h * kFactorRowsBytes;
+        scale_lo[h] = lds16(at) * 0x10001u;
+        scale_hi[h] = lds16(at + 16) * 0x10001u;
+        zero_lo[h] = zero_hi[h] = 0u;
+        if constexpr (kWithZero) {
+          zero_lo[h] = lds16(at + kHalves * kFactorRowsBytes) * 0x10001u;
+          zero_hi[h] = lds16(at + kHalves * kFactorRowsBytes + 16) * 0x10001u;
+        }
       }
       read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kSteps; ++j) {  // registers 0, 2: row g; 1, 3: row g + 8
-        a[j][0] = dequant(words[j], scale_lo, zero_lo);
-        a[j][1] = dequant(words[j] >> 4, scale_hi, zero_hi);
-        a[j][2] = dequant(words[j] >> 8, scale_lo, zero_lo);
-        a[j][3] = dequant(words[j] >> 12, scale_hi, zero_hi);
+        int const h = j * kHalves / kSteps;  // step j's group of the chunk (k 16j .. 16j + 15)
+        a[j][0] = dequant(words[j], scale_lo[h], zero_lo[h]);
+        a[j][1] = dequant(words[j] >> 4, scale_hi[h], zero_hi[h]);
+        a[j][2] = dequant(words[j] >> 8, scale_lo[h], zero_lo[h]);
+        a[j][3] = dequant(words[j] >> 12, scale_hi[h], zero_hi[h]);
       }
     };
     // Issue the wgmmas of the chunk at position u (its tokens in slot u % kStages, or the slot
@@ -540,7 +557,7 @@ template <class Config>
 int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char const* kernel_name) {
   using K = WgmmaMixedMm<Config>;
   auto const& a = *args;
-  int const valid = direct::check_args(a, K::kWithZero, kernel_name);
+  int const valid = direct::check_args(a, K::kWithZero, Config::GroupK, kernel_name);
   if (valid != GEMMGEN_OK) {
     return valid;
   }
