@@ -160,6 +160,13 @@ inline int check_args(gemmgen_mixed_mm_args const& a, bool with_zero, int group_
   if (with_zero && a.zero == nullptr) {
     return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "needs the zero-point tensor");
   }
+  // the wgmma kernel's factors, and the direct kernel's with group 32, are 16-byte copies of 8
+  // rows (the op asks as much of every call)
+  if (a.n % 8 != 0 || !aligned(a.scale) || (with_zero && !aligned(a.zero))) {
+    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                "needs N a multiple of 8 and 16-byte aligned scales and zero terms (16-byte "
+                "copies of 8 rows' factors)");
+  }
   return GEMMGEN_OK;
 }
 

@@ -561,12 +561,6 @@ int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char con
   if (valid != GEMMGEN_OK) {
     return valid;
   }
-  auto aligned = [](void const* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  if (a.n % 8 != 0 || !aligned(a.scale) || (K::kWithZero && !aligned(a.zero))) {
-    return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
-                "needs N a multiple of 8 and 16-byte aligned scales and zero terms (16-byte "
-                "copies of 8 rows' factors)");
-  }
   int64_t const feature_tiles = (a.n + K::kRows - 1) / K::kRows;
   int64_t const token_tiles = (a.m + K::kTokens - 1) / K::kTokens;
   if (feature_tiles > 65535) {
