@@ -120,6 +120,25 @@ def test_gptq_asymmetric_4bit_is_uint4_with_zeros(device):
     assert unpack_weights(packed)[2].cpu().tolist() == [list(col) for col in zip(*zeros)]
 
 
+@pytest.mark.parametrize("zero_range", [None, (1, 15)], ids=["symmetric", "asymmetric"])
+def test_gptq_import_for_another_activation_dtype(zero_range):
+    """dtype=torch.bfloat16: a float16 checkpoint's scales rounded once to bf16 (the packed weight
+    serves bf16 activations); integer zeros stay exact; a dtype the kernels cannot take is refused."""
+    k, n, group = 256, 16, 64
+    q, zeros, scales = logical(k, n, group, (0, 15), zero_range, seed=13)
+    qzeros = gptq_pack_qzeros(zeros if zeros is not None else [[8] * n] * (k // group), 4)
+    packed = from_gptq(gptq_pack_qweight(q, 4), qzeros, scales, dtype=torch.bfloat16)
+    assert packed.scale_dtype == torch.bfloat16
+    rounded = scales.to(torch.bfloat16).double()
+    assert torch.equal(dequantize(packed).double(), expected(q, zeros, rounded, group, 8))
+    if zeros is not None:
+        assert unpack_weights(packed)[2].tolist() == [list(col) for col in zip(*zeros)]
+    for bad in (torch.float32, "bf16"):
+        with pytest.raises(ValueError, match=r"gemmgen.from_gptq: argument 'dtype': expected None "
+                           r"\(the checkpoint scales' dtype\), torch.float16 or torch.bfloat16"):
+            from_gptq(gptq_pack_qweight(q, 4), qzeros, scales, dtype=bad)
+
+
 def test_gptq_per_channel():
     k, n = 192, 16
     q, _, scales = logical(k, n, k, (0, 15), None, seed=11)
@@ -290,6 +309,13 @@ def test_awq_import(device, k, n, group):
     assert packed.has_zeros and packed.device.type == device
     assert torch.equal(dequantize(packed).cpu().double(), expected(q, zeros, scales, group))
     assert unpack_weights(packed)[2].cpu().tolist() == [list(col) for col in zip(*zeros)]
+    # for bf16 activations: the scales rounded once, the zeros exact
+    bf16 = PackedWeight.from_awq(awq_pack(q).to(device), awq_pack(zeros).to(device),
+                                 scales.to(device), dtype=torch.bfloat16)
+    assert bf16.scale_dtype == torch.bfloat16
+    assert torch.equal(dequantize(bf16).cpu().double(),
+                       expected(q, zeros, scales.to(torch.bfloat16).double(), group))
+    assert unpack_weights(bf16)[2].cpu().tolist() == [list(col) for col in zip(*zeros)]
 
 
 def test_awq_argument_errors():

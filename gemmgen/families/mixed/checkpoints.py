@@ -89,8 +89,20 @@ def _slots(words: torch.Tensor, bits: int) -> torch.Tensor:
     return (words.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)
 
 
-def _pack(where: str, q, scales, zeros, weight_type, group_size, arch, g_idx=None) -> PackedWeight:
-    """pack_weights, with its errors said to come from importing this checkpoint."""
+_ACTIVATION_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _pack(where: str, q, scales, zeros, weight_type, group_size, arch, g_idx=None,
+          dtype=None) -> PackedWeight:
+    """pack_weights, with its errors said to come from importing this checkpoint. `dtype`: the
+    activation dtype the weight will serve (the scales are rounded to it once; uint4's packed
+    zero term is computed from the rounded scales, so the zeros stay exact); None: the scales'."""
+    if dtype is not None:
+        if dtype not in _ACTIVATION_DTYPES:
+            raise _error(where, "dtype", "None (the checkpoint scales' dtype), torch.float16 or "
+                         "torch.bfloat16 (the activation dtype the weight will serve)", repr(dtype))
+        if isinstance(scales, torch.Tensor) and scales.is_floating_point():
+            scales = scales.to(dtype)
     try:
         return pack_weights(q, scales, zeros, weight_type=weight_type, group_size=group_size,
                             g_idx=g_idx, arch=arch)
@@ -137,9 +149,12 @@ def _group_size(where: str, k: int, groups: int, group_size, g_idx: Optional[tor
 
 def from_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
               g_idx: Optional[torch.Tensor] = None, bits: int = 4, *,
-              group_size: Optional[int] = None, arch: Optional[str] = None) -> PackedWeight:
+              group_size: Optional[int] = None, arch: Optional[str] = None,
+              dtype: Optional[torch.dtype] = None) -> PackedWeight:
     """A GPTQ v1 checkpoint's tensors (format: module docstring) as a PackedWeight. The group
-    size comes from `group_size` (quantize_config.json's), else g_idx, else K / scales' rows."""
+    size comes from `group_size` (quantize_config.json's), else g_idx, else K / scales' rows.
+    `dtype`: the activation dtype it will serve (e.g. torch.bfloat16 for a bf16 model with the
+    checkpoint's float16 scales); None: the scales' own."""
     where = "from_gptq"
     bits = _bits(where, "bits", bits)
     per_word = 32 // bits
@@ -161,7 +176,7 @@ def from_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
     symmetric = 1 << (bits - 1)
     if bool((zero == symmetric).all()):
         weight_type = "uint4b8" if bits == 4 else "uint8b128"
-        return _pack(where, q.t(), scales.t(), None, weight_type, group_size, arch, g_idx)
+        return _pack(where, q.t(), scales.t(), None, weight_type, group_size, arch, g_idx, dtype)
     if bits == 8:
         raise _error(where, "qzeros", "every zero point 128 (symmetric 8-bit GPTQ): the "
                      "mixed-input kernels do not support 8-bit weights with zero points "
@@ -170,13 +185,14 @@ def from_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
     if bool((zero > 15).any()):
         raise _error(where, "qzeros", "zero points 0..15 (stored zero - 1): a v1 checkpoint stores "
                      "zero 0 as -1, which wraps to 15 and reads back as 16", "a zero point 16")
-    return _pack(where, q.t(), scales.t(), zero.t(), "uint4", group_size, arch, g_idx)
+    return _pack(where, q.t(), scales.t(), zero.t(), "uint4", group_size, arch, g_idx, dtype)
 
 
 def from_awq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *,
-             group_size: Optional[int] = None, arch: Optional[str] = None) -> PackedWeight:
+             group_size: Optional[int] = None, arch: Optional[str] = None,
+             dtype: Optional[torch.dtype] = None) -> PackedWeight:
     """An AutoAWQ GEMM checkpoint's tensors (format: module docstring) as a uint4 PackedWeight
-    (group size: `group_size` if given, else K / scales' rows)."""
+    (group size: `group_size` if given, else K / scales' rows; `dtype` as from_gptq's)."""
     where = "from_awq"
     qweight = _int32_2d(where, "qweight", qweight)
     qzeros = _int32_2d(where, "qzeros", qzeros)
@@ -195,16 +211,18 @@ def from_awq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, 
         return slots.index_select(-1, reverse).reshape(words.shape[0], n)
 
     q, zero = unpack(qweight), unpack(qzeros)
-    return _pack(where, q.t(), scales.t(), zero.t(), "uint4", group_size, arch)
+    return _pack(where, q.t(), scales.t(), zero.t(), "uint4", group_size, arch, dtype=dtype)
 
 
 def from_compressed_tensors(weight_packed: torch.Tensor, weight_scale: torch.Tensor,
                             weight_zero_point: Optional[torch.Tensor] = None,
                             weight_g_idx: Optional[torch.Tensor] = None, *, num_bits: int = 4,
                             weight_shape=None, group_size: Optional[int] = None,
-                            arch: Optional[str] = None) -> PackedWeight:
+                            arch: Optional[str] = None,
+                            dtype: Optional[torch.dtype] = None) -> PackedWeight:
     """A compressed-tensors pack-quantized layer's tensors (format: module docstring) as a
-    PackedWeight (group size: `group_size`, else weight_g_idx, else K / weight_scale's columns)."""
+    PackedWeight (group size: `group_size`, else weight_g_idx, else K / weight_scale's columns;
+    `dtype` as from_gptq's)."""
     where = "from_compressed_tensors"
     num_bits = _bits(where, "num_bits", num_bits)
     per_word = 32 // num_bits
@@ -243,10 +261,11 @@ def from_compressed_tensors(weight_packed: torch.Tensor, weight_scale: torch.Ten
             zero = None
     if zero is None:
         weight_type = "uint4b8" if num_bits == 4 else "uint8b128"
-        return _pack(where, q, weight_scale, None, weight_type, group_size, arch, weight_g_idx)
+        return _pack(where, q, weight_scale, None, weight_type, group_size, arch, weight_g_idx,
+                     dtype)
     if num_bits == 8:
         raise _error(where, "weight_zero_point", "None (symmetric 8-bit): the mixed-input "
                      "kernels do not support 8-bit weights with zero points (asymmetric 8-bit)",
                      _describe(weight_zero_point))
     zero = zero.to(torch.int32) + offset                            # 0..15, like q
-    return _pack(where, q, weight_scale, zero, "uint4", group_size, arch, weight_g_idx)
+    return _pack(where, q, weight_scale, zero, "uint4", group_size, arch, weight_g_idx, dtype)

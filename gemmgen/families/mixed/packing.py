@@ -363,29 +363,32 @@ class PackedWeight:
 
     @classmethod
     def from_gptq(cls, qweight, qzeros, scales, g_idx=None, bits: int = 4, *,
-                  group_size: Optional[int] = None, arch: Optional[str] = None) -> "PackedWeight":
-        """An AutoGPTQ / GPTQModel v1 checkpoint tensor set (see checkpoints.from_gptq)."""
+                  group_size: Optional[int] = None, arch: Optional[str] = None,
+                  dtype: Optional[torch.dtype] = None) -> "PackedWeight":
+        """An AutoGPTQ / GPTQModel v1 checkpoint tensor set (see checkpoints.from_gptq;
+        `dtype`: the activation dtype it will serve, None: the scales')."""
         from .checkpoints import from_gptq
-        return from_gptq(qweight, qzeros, scales, g_idx, bits, group_size=group_size, arch=arch)
+        return from_gptq(qweight, qzeros, scales, g_idx, bits, group_size=group_size, arch=arch,
+                         dtype=dtype)
 
     @classmethod
     def from_awq(cls, qweight, qzeros, scales, *, group_size: Optional[int] = None,
-                 arch: Optional[str] = None) -> "PackedWeight":
+                 arch: Optional[str] = None, dtype: Optional[torch.dtype] = None) -> "PackedWeight":
         """An AutoAWQ GEMM-format checkpoint tensor set (see checkpoints.from_awq)."""
         from .checkpoints import from_awq
-        return from_awq(qweight, qzeros, scales, group_size=group_size, arch=arch)
+        return from_awq(qweight, qzeros, scales, group_size=group_size, arch=arch, dtype=dtype)
 
     @classmethod
     def from_compressed_tensors(cls, weight_packed, weight_scale, weight_zero_point=None,
                                 weight_g_idx=None, *, num_bits: int = 4, weight_shape=None,
-                                group_size: Optional[int] = None,
-                                arch: Optional[str] = None) -> "PackedWeight":
+                                group_size: Optional[int] = None, arch: Optional[str] = None,
+                                dtype: Optional[torch.dtype] = None) -> "PackedWeight":
         """A compressed-tensors pack-quantized layer (llm-compressor W4A16 / W8A16; see
         checkpoints.from_compressed_tensors)."""
         from .checkpoints import from_compressed_tensors
         return from_compressed_tensors(weight_packed, weight_scale, weight_zero_point, weight_g_idx,
                                        num_bits=num_bits, weight_shape=weight_shape,
-                                       group_size=group_size, arch=arch)
+                                       group_size=group_size, arch=arch, dtype=dtype)
 
     def state_dict(self, prefix: str = "") -> dict:
         """What to save (gemmgen/state_dicts.py): the tensors qweight, scales, and zeros and
