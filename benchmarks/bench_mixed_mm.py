@@ -19,7 +19,8 @@ same data:
 It prints µs and the speed-ups over bf16 mm; writes <--out-dir>/bench_mixed_mm.md (+
 --append-results to RESULTS.md).
 --dtype fp16 runs the activations, scales and the dense baseline in fp16 (tinygemm: bf16 only).
---group 32 (or 64) times GPTQ's group 32 (64) instead of 128 for the int4 weights.
+--group 32 (or 64) times GPTQ's group 32 (64) instead of 128 for the int4 weights; --i8-group 32
+(or 64, 128) gives the int8 weight groups instead of per-channel scales.
 --kernels REGEX also times every built kernel of that dtype whose name matches, forced (on the
 weight of its scheme: uint4b8, uint4 + zeros or int8 per channel), checked against the reference
 first: a side-by-side of configs in one run.
@@ -65,6 +66,8 @@ MODELS = {"llama3-8b": "llama3_8b", "llama2-70b": "llama2_70b",
 DEFAULT_MODELS = ["llama3-8b", "llama2-70b"]
 DEFAULT_M = [1, 4, 16, 32, 64, 128, 256, 1024, 4096]
 GROUP = 128
+I8_GROUP = None  # --i8-group: the int8 weight's group size (None: per-channel)
+I8_NAME = "per-channel"
 IMPLS = ("bf16_mm", "tinygemm", "gemmgen_i4", "gemmgen_i4z", "gemmgen_i8", "sm80_i4", "gemmgen_i4ao")
 GEMMGEN_IMPLS = ("gemmgen_i4", "gemmgen_i4z", "gemmgen_i8", "gemmgen_i4ao")
 ACT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -106,9 +109,10 @@ def copy_bandwidth() -> float:
 def make_weight(n: int, k: int, kind: str):
     """One weight of `kind`, full-range random, in every representation the impls need."""
     if kind == "i8":
+        group = I8_GROUP or k
         q = torch.randint(-128, 128, (n, k), dtype=torch.int32, device="cuda")
-        scales = (torch.rand(n, 1, device="cuda") * 0.002 + 0.0005).to(ACT)
-        return gemmgen.pack_weights(q, scales, weight_type="int8", group_size=k)
+        scales = (torch.rand(n, k // group, device="cuda") * 0.002 + 0.0005).to(ACT)
+        return gemmgen.pack_weights(q, scales, weight_type="int8", group_size=group)
     q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
     scales = (torch.rand(n, k // GROUP, device="cuda") * 0.02 + 0.005).to(ACT)
     if kind == "i4ao":  # GPTQ desc_act: groups numbered along a random quantization order
@@ -154,8 +158,8 @@ FORCED_POOL = {("int4", "scale"): "gemmgen_i4", ("int4", "scale_zero"): "gemmgen
 
 def forced_pool(spec) -> str | None:
     """The pool a forced kernel runs on; None when its group sizes are not the pool's (the int4
-    pools have group --group, the int8 pool per-channel scales)."""
-    group = GROUP if spec.w == "int4" else None
+    pools have group --group, the int8 pool --i8-group or per-channel scales)."""
+    group = GROUP if spec.w == "int4" else I8_GROUP
     if (spec.group_k == G32_GROUP) != (group == G32_GROUP):
         return None
     return FORCED_POOL[(spec.w, base_scheme(spec.scheme))]
@@ -265,7 +269,7 @@ def summary(rows: list[dict], ms: list[int], device: str) -> str:
              f"{datetime.date.today()}; `{shlex.join(['python', *sys.argv])}`; group {GROUP}; µs "
              f"geomean over the shapes; speed-up = {ACT_NAME} `torch.mm` time / impl time.", "",
              f"| M | {ACT_NAME} mm µs | gemmgen i4 µs | × {ACT_NAME} | i4 / floor | tinygemm × {ACT_NAME} "
-             f"| gemmgen × tinygemm | i4+zero × {ACT_NAME} | i8 per-channel × {ACT_NAME} "
+             f"| gemmgen × tinygemm | i4+zero × {ACT_NAME} | i8 {I8_NAME} × {ACT_NAME} "
              f"| sm80 i4 × {ACT_NAME} |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for m in ms:
@@ -330,9 +334,13 @@ def main(argv=None) -> int:
                    help="also time a GPTQ desc_act weight (its call gathers the activations first)")
     p.add_argument("--group", type=int, choices=(G32_GROUP, 64, 128), default=128,
                    help="the int4 weights' group size (tinygemm's too)")
+    p.add_argument("--i8-group", type=int, choices=(G32_GROUP, 64, 128), default=None,
+                   help="the int8 weight's group size (default: per-channel scales)")
     args = p.parse_args(argv)
-    global ACT_NAME, ACT, ACT_ORDER, GROUP
+    global ACT_NAME, ACT, ACT_ORDER, GROUP, I8_GROUP, I8_NAME
     ACT_NAME, ACT, ACT_ORDER, GROUP = args.dtype, ACT_DTYPES[args.dtype], args.act_order, args.group
+    I8_GROUP = args.i8_group
+    I8_NAME = f"group {I8_GROUP}" if I8_GROUP else "per-channel"
     torch.manual_seed(0)
     device = torch.cuda.get_device_name()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
