@@ -141,9 +141,11 @@ def test_group_32_is_a_dispatch_class_of_its_own(weight_type, cls):
         key, _ = family.dispatch_request("mixed_mm", a_dtype="bf16", weight_type=weight_type,
                                          m=3, n=4096, k=4096, group_size=group)
         assert not key[-1].endswith("_g32")
-    with pytest.raises(ValueError, match=r"group_size must be a positive int .* got 0"):
-        family.dispatch_request("mixed_mm", a_dtype="bf16", weight_type="uint4b8", m=1, n=8, k=64,
-                                group_size=0)
+    for bad in (0, 16, 96, 8192, 64.0, True):
+        with pytest.raises(ValueError, match=r"group_size must be None, 32, a multiple of 64 "
+                                             rf"dividing k=4096, or k \(per-channel\); got {bad!r}"):
+            family.dispatch_request("mixed_mm", a_dtype="bf16", weight_type="uint4b8", m=1, n=8,
+                                    k=4096, group_size=bad)
 
 
 @pytest.mark.parametrize("m", [1, 16, 32, 64, 256, 4096])

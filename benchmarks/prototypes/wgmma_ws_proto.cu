@@ -447,7 +447,7 @@ template <class Config>
 int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char const* kernel_name) {
   using K = WgmmaWsMixedMm<Config>;
   auto const& a = *args;
-  int const valid = direct::check_args(a, K::kWithZero, kernel_name);
+  int const valid = direct::check_args(a, K::kWithZero, /*group_k=*/64, kernel_name);
   if (valid != GEMMGEN_OK) {
     return valid;
   }
@@ -739,7 +739,7 @@ template <class Config>
 int run(gemmgen_mixed_mm_args const* args, void*, size_t, void* stream, char const* kernel_name) {
   using K = WgmmaCsMixedMm<Config>;
   auto const& a = *args;
-  int const valid = direct::check_args(a, K::kWithZero, kernel_name);
+  int const valid = direct::check_args(a, K::kWithZero, /*group_k=*/64, kernel_name);
   if (valid != GEMMGEN_OK) {
     return valid;
   }

@@ -201,20 +201,21 @@ def test_every_tuned_table_choice():
     against the reference; dispatch must say the table chose."""
     from gemmgen import dispatch
     from gemmgen.bindings.library import libraries
-    from gemmgen.families.mixed.configs import KERNEL_FOR_WEIGHT_TYPE
+    from gemmgen.families.mixed.configs import G32_GROUP, scheme_group_k
     library = next((lib for lib in libraries() if lib.name == "mixed"), None)
     gpu = dispatch.gpu_identity()
     table = library.table_for(gpu)[0] if library is not None else None
     if table is None or tuple(table.gpu) != tuple(gpu) or (table.fit is not None and table.fit.dropped):
         pytest.skip("no mixed library with this GPU's own tuned table whose buckets all fit its kernels")
-    weight_type_of = {v: wt for wt, v in KERNEL_FOR_WEIGHT_TYPE.items() if wt in ("uint4b8", "uint4", "int8")}
     ran = 0
     for key, ctable in sorted(table.classes.items()):
         _, measured_a, w, scheme = key
-        weight_type = weight_type_of[(w, scheme)]
+        plain = WEIGHT_TYPES_FOR[(w, scheme)][0]  # int4, uint4 or int8; GPTQ's uint4b8 for int4
+        weight_type = "uint4b8" if plain == "int4" else plain
+        g32 = scheme_group_k(scheme) == G32_GROUP
         seen = set()
         for shape in sorted(ctable.shapes, key=lambda s: s.n * s.k):
-            group = 128 if weight_type != "int8" else shape.k
+            group = G32_GROUP if g32 else 128 if weight_type != "int8" else shape.k
             packed = {}  # per activation dtype, packed once a shape
             m_low = 1
             for bucket in shape.buckets:
@@ -227,7 +228,7 @@ def test_every_tuned_table_choice():
                 measured = library.kernels[bucket.kernel]
                 for name, dtype in DTYPES.items():
                     choice = dispatch.choose("mixed_mm", a_dtype=dtype, weight_type=weight_type,
-                                             m=m, n=shape.n, k=shape.k)
+                                             m=m, n=shape.n, k=shape.k, group_size=group)
                     assert choice.source == "table" and choice.knobs == bucket.knobs, choice.reason
                     assert choice.kernel.spec.origin == measured.spec.origin, choice.reason
                     assert choice.kernel.spec.a == name and (name != measured_a or choice.kernel is measured)

@@ -381,7 +381,8 @@ def _mixed_reference(a: torch.Tensor, stored: torch.Tensor, packed,
 def test_mixed_mm_nonfinite_scales_zeros_and_bias(built_mixed_kernel, m):
     """Group scales [G, N]: NaN at [0, 5], +inf at [G−1, N−1]; zero points (uint4 kernels):
     NaN at [G−1, 9], −inf at [0, 200]; bias: NaN at 130, −inf at 250. Group 128 and
-    per-channel, without and with bias, every weight type the kernel serves."""
+    per-channel (group 32 for the `_g32` kernels), without and with bias, every weight type the
+    kernel serves."""
     spec = built_mixed_kernel.spec
     key = (getattr(spec, "w", None), getattr(spec, "scheme", None))
     if spec.a not in MIXED_ACT or key not in MIXED_WEIGHT_TYPES:
@@ -389,7 +390,7 @@ def test_mixed_mm_nonfinite_scales_zeros_and_bias(built_mixed_kernel, m):
     dtype = MIXED_ACT[spec.a]
     n, k = MIXED_N, MIXED_K
     for weight_type in MIXED_WEIGHT_TYPES[key]:
-        for group in (MIXED_GROUP, k):
+        for group in ((32,) if spec.group_k == 32 else (MIXED_GROUP, k)):
             groups = k // group
             low, high = q_range(weight_type)
             q = torch.randint(low, high + 1, (n, k), dtype=torch.int32, device=DEVICE)

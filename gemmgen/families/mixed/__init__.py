@@ -104,11 +104,14 @@ class MixedFamily(OpFamily):
         if not isinstance(weight_type, str) or weight_type not in KERNEL_FOR_WEIGHT_TYPE:
             raise ValueError(f"weight_type must be one of {', '.join(KERNEL_FOR_WEIGHT_TYPE)}; "
                              f"got {weight_type!r}")
-        if group_size is not None and (not isinstance(group_size, int) or isinstance(group_size, bool)
-                                       or group_size < 1):
-            raise ValueError(f"group_size must be a positive int (e.g. {G32_GROUP}, 128, or K) or "
-                             f"None; got {group_size!r}")
-        return ("mixed_mm", a, *kernel_class(weight_type, group_size or k)), (m, n, k)
+        if group_size is not None and (
+                not isinstance(group_size, int) or isinstance(group_size, bool)
+                or not (group_size in (G32_GROUP, k) or (group_size > 0 and group_size % 64 == 0
+                                                         and k % group_size == 0))):
+            raise ValueError(f"group_size must be None, {G32_GROUP}, a multiple of 64 dividing "
+                             f"k={k}, or k (per-channel); got {group_size!r}")
+        group = k if group_size is None else group_size
+        return ("mixed_mm", a, *kernel_class(weight_type, group)), (m, n, k)
 
     def describe_class(self, key) -> str:
         op, a, w, scheme = key
