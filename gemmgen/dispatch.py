@@ -85,10 +85,10 @@ _untuned_noted: set[str] = set()
 _SOURCES = ("built", "manifests")
 
 
-def _warn_once(message: str) -> None:
+def _warn_once(message: str, level: int = logging.WARNING) -> None:
     if message not in _warned:
         _warned.add(message)
-        log.warning("%s", message)
+        log.log(level, "%s", message)
 
 
 def _device_facts(device: int | None):
@@ -185,8 +185,16 @@ def _from_table(library: Library, table, key: tuple[str, ...], m: int, n: int, k
     if ctable is None:
         if proxy_fields is not None:
             shared = ", ".join(f"{key[i]!r}" for i in proxy_fields)
+            new = table.fit.new_kernels if table.fit is not None else None
+            # a class whose every kernel came after the tune (e.g. a family entry added since):
+            # nothing the table says is wrong for it, so this is news, not a warning
+            added = bool(new) and all(kern.name in new for kern in library.kernels.values()
+                                      if kern.spec.dispatch_class == key)
             _warn_once(f"gemmgen: the tuned table of library {library.name!r} has no entries for "
-                       f"{what} nor for a class sharing its {shared}; it uses the manifest's rules")
+                       f"{what} nor for a class sharing its {shared}"
+                       + ("; its kernels came after the tune (`gemmgen tune` measures them)"
+                          if added else "") + "; it uses the manifest's rules",
+                       logging.INFO if added else logging.WARNING)
         return None, None
     hit = ctable.lookup(m, n, k)
     if hit is None or (listed_only and not hit.exact_shape):

@@ -451,3 +451,20 @@ families:
 """
     (family,) = load_manifest(_write(tmp_path, text)).families
     assert [family.configs[r.config_index].name for r in family.dispatch] == ["plain", "wide", "big"]
+
+
+def test_group_32_classes_the_tables_never_saw_are_news_not_a_warning(caplog):
+    """The shipped tuned tables were measured before the `_g32` kernels existed: a group-32
+    lookup says (at INFO) that the rules serve it and why, instead of warning."""
+    import logging
+
+    from gemmgen import dispatch
+    dispatch.cache_clear()
+    with caplog.at_level(logging.INFO, logger="gemmgen.dispatch"):
+        choice = dispatch.choose("mixed_mm", source="manifests", arch="sm90a", a_dtype="bf16",
+                                 weight_type="uint4b8", m=16, n=4096, k=4096, group_size=32)
+    assert choice.source == "rule" and choice.kernel.spec.scheme == "scale_g32"
+    notes = [r for r in caplog.records if "has no entries for mixed_mm bf16 int4 scale_g32" in r.getMessage()]
+    assert notes and all(r.levelno == logging.INFO for r in notes)
+    assert "its kernels came after the tune" in notes[0].getMessage()
+    dispatch.cache_clear()
