@@ -291,8 +291,27 @@ def test_wgmma_config_renders(tmp_path):
     assert "sm90_mixed_mm.hpp" not in sources and "direct_mixed_mm.cuh\"" not in sources
     for zero in ("false", "true"):
         assert ("WgmmaConfig<cutlass::bfloat16_t, cutlass::int4b_t, /*with_zero=*/" + zero +
-                ", /*warpgroups=*/2, /*tokens=*/64, /*stages=*/5, /*group_k=*/64>") in sources
+                ", /*warpgroups=*/2, /*tokens=*/64, /*stages=*/5, /*group_k=*/64, "
+                "/*ctas_per_sm=*/1>") in sources
     assert "gemmgen::mixed::wgmma::run<" in sources
+
+
+def test_wgmma_two_ctas_an_sm_reach_the_template_and_the_name(tmp_path):
+    """`ctas_per_sm: 2` on the wgmma kernel: its launch bounds' minimum (registers capped at
+    128 for two warpgroups) and an `_o2` name; 3 CTAs, or shared memory two CTAs cannot share,
+    are refused at the key."""
+    text = WGMMA_MANIFEST.replace("stages: 5}", "stages: 5, ctas_per_sm: 2}")
+    manifest = load_manifest(_write(tmp_path, text))
+    kernels = expand(manifest)
+    assert sorted(k.name for k in kernels) == [n + "_o2" for n in WGMMA_KERNELS]
+    sources = "\n".join(unit.source for unit in render_kernel_sources(manifest, kernels))
+    assert "/*stages=*/5, /*group_k=*/64, /*ctas_per_sm=*/2>" in sources
+    _edit_and_expand(tmp_path, WGMMA_MANIFEST, "stages: 5}", "stages: 5, ctas_per_sm: 3}",
+                     "ctas_per_sm", r"the wgmma kernel holds 1 or 2 CTAs an SM .*; got 3")
+    _edit_and_expand(tmp_path, WGMMA_MANIFEST, "tile: [128, 64, 64], schedule: wgmma, stages: 5}",
+                     "tile: [128, 256, 64], schedule: wgmma, stages: 4, ctas_per_sm: 2}", "stages",
+                     r"4 stages of the wgmma tile 128x256x64 \(scale\) need \d+ bytes of shared "
+                     r"memory, over the limit of 115712 \(2 CTAs an SM\)")
 
 
 @pytest.mark.parametrize("old,new,key,message", [

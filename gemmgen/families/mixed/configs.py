@@ -92,8 +92,9 @@ class MixedTileConfig(DirectTile):
     the tokens' fragments and the loop's overhead); cluster is (1, 1, 1).
 
     Schedule "wgmma": tile [64·warpgroups (64 or 128) features, tokens (the wgmma's N: 16, 32,
-    64, 96, 128, 192 or 256), 64] a CTA, `stages` the ring depth (0 = auto, 4); the K split's
-    cluster is chosen at launch, so cluster is (1, 1, 1)."""
+    64, 96, 128, 192 or 256), 64] a CTA, `stages` the ring depth (0 = auto, 4), `ctas_per_sm`
+    1 or 2 (0 = 1: two CTAs an SM cap the threads at 65536 / (2 · threads) registers); the K
+    split's cluster is chosen at launch, so cluster is (1, 1, 1)."""
 
     WGMMA_AUTO_STAGES = 4
 
@@ -103,7 +104,7 @@ class MixedTileConfig(DirectTile):
     stages: int  # 0 means "auto"
     tile_scheduler: str
     warps_k: int = 0  # direct only (is_direct, ring_stages: direct_schema.DirectTile)
-    ctas_per_sm: int = 0  # direct only: CTAs an SM must hold (caps the registers); 0 = no cap
+    ctas_per_sm: int = 0  # direct and wgmma: CTAs an SM must hold (caps the registers); 0 = no cap
     rows_per_warp: int = 16  # direct only: features a warp owns, 16 or 32 (two MMA tiles)
 
     @property
@@ -126,7 +127,8 @@ class MixedTileConfig(DirectTile):
         own kernels `t16x8x64_direct_wk8_s4` and `t128x64x64_wgmma_s4`."""
         stages = f"s{self.stages}" if self.stages else "sauto"
         if self.is_wgmma:
-            return "_".join(["t" + "x".join(map(str, self.tile)), "wgmma", stages])
+            extra = [f"o{self.ctas_per_sm}"] if self.ctas_per_sm else []
+            return "_".join(["t" + "x".join(map(str, self.tile)), "wgmma", stages] + extra)
         if self.is_direct:
             extra = [f"r{self.rows_per_warp}"] if self.rows_per_warp != 16 else []
             extra += [f"o{self.ctas_per_sm}"] if self.ctas_per_sm else []

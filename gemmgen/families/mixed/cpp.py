@@ -48,7 +48,8 @@ class Cpp:
         return (f"gemmgen::mixed::wgmma::WgmmaConfig<{self.element(k.a)}, {self.element(k.w)}, "
                 f"/*with_zero=*/{self.boolean(k.with_zero)}, "
                 f"/*warpgroups=*/{c.tile[0] // 64}, /*tokens=*/{c.tile[1]}, "
-                f"/*stages=*/{c.wgmma_stages}, /*group_k=*/{k.group_k}>")
+                f"/*stages=*/{c.wgmma_stages}, /*group_k=*/{k.group_k}, "
+                f"/*ctas_per_sm=*/{c.ctas_per_sm or 1}>")
 
     def tile_scheduler(self, k: MixedMmSpec) -> str:
         return f"cutlass::gemm::{self._SCHEDULER[k.config.tile_scheduler]}"

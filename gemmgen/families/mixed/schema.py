@@ -46,6 +46,7 @@ _BITS = {"int4": 4, "int8": 8}
 # bf16/fp16 wgmma that CUTLASS's base set has)
 WGMMA_TILE_M = (64, 128)
 WGMMA_TILE_N = (16, 32, 64, 96, 128, 192, 256)
+WGMMA_SM_SMEM_BYTES = 233_472  # an sm90 SM's shared memory (228 KB)
 
 Variant = tuple[str, str, str]  # (a, w, scheme)
 
@@ -189,10 +190,12 @@ def wgmma_smem_bytes(config: MixedTileConfig, scheme: str) -> int:
 
 
 def direct_only_key_problems(config: MixedTileConfig) -> list[tuple[str, str]]:
-    """The direct kernel's keys set on a config of another schedule."""
-    return [(key, f"{key} belongs to schedule direct; got schedule {config.schedule!r}")
-            for key, unset in (("warps_k", 0), ("ctas_per_sm", 0), ("rows_per_warp", 16))
-            if getattr(config, key) != unset]
+    """The direct kernel's keys set on a config of another schedule (the wgmma kernel also takes
+    ctas_per_sm)."""
+    keys = (("warps_k", 0), ("rows_per_warp", 16)) + (() if config.is_wgmma else (("ctas_per_sm", 0),))
+    return [(key, f"{key} belongs to schedule direct{' or wgmma' if key == 'ctas_per_sm' else ''}; "
+                  f"got schedule {config.schedule!r}")
+            for key, unset in keys if getattr(config, key) != unset]
 
 
 def check_wgmma(config: MixedTileConfig, variants: tuple[Variant, ...], arch: str
@@ -215,16 +218,23 @@ def check_wgmma(config: MixedTileConfig, variants: tuple[Variant, ...], arch: st
         problems.append(("tile_scheduler", "the wgmma kernel has no tile scheduler: leave "
                                            f"tile_scheduler out; got {config.tile_scheduler!r}"))
     problems += direct_only_key_problems(config)
+    if config.ctas_per_sm not in (0, 1, 2):
+        problems.append(("ctas_per_sm", "the wgmma kernel holds 1 or 2 CTAs an SM (2 caps each "
+                                        f"thread at 65536 / (2 · threads) registers); got "
+                                        f"{config.ctas_per_sm}"))
     if any(w != "int4" for _, w, _ in variants):
         problems.append(("schedule", "the wgmma kernel reads int4 weights only; this family "
                                      "has int8 weights"))
     for scheme in sorted({scheme for _, _, scheme in variants}) if not problems else ():
         smem = wgmma_smem_bytes(config, scheme)
-        if smem > sm90_schema.SMEM_LIMIT_BYTES:
+        ctas = max(config.ctas_per_sm, 1)
+        # an SM's 228 KB hold `ctas` CTAs' dynamic shared memory and 1 KB of reserve each
+        limit = sm90_schema.SMEM_LIMIT_BYTES if ctas == 1 else WGMMA_SM_SMEM_BYTES // ctas - 1024
+        if smem > limit:
             problems.append(("stages", f"{config.wgmma_stages} stages of the wgmma tile "
                                        f"{'x'.join(map(str, config.tile))} ({scheme}) need {smem} "
-                                       "bytes of shared memory, over the limit of "
-                                       f"{sm90_schema.SMEM_LIMIT_BYTES}"))
+                                       f"bytes of shared memory, over the limit of {limit}"
+                                       + (f" ({ctas} CTAs an SM)" if ctas > 1 else "")))
             break
     return problems
 
@@ -295,4 +305,6 @@ def config_fields(entry: ConfigEntry) -> dict[str, Any]:
     if cfg.is_direct:  # every key, defaults too: a dispatch `use` may spell them
         fields.update(warps_k=cfg.warps_k, ctas_per_sm=cfg.ctas_per_sm,
                       rows_per_warp=cfg.rows_per_warp)
+    elif cfg.is_wgmma:
+        fields.update(ctas_per_sm=cfg.ctas_per_sm)
     return fields

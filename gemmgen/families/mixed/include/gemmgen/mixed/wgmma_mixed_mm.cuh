@@ -91,7 +91,7 @@ using direct::lds128;
 using direct::Params;
 
 template <class ElementA_, class ElementW_, bool WithZero_, int WarpGroups_, int Tokens_,
-          int Stages_, int GroupK_ = 64, int SyncChunks_ = (Stages_ >= 7 ? 2 : 1)>
+          int Stages_, int GroupK_ = 64, int CtasPerSm_ = 1, int SyncChunks_ = (Stages_ >= 7 ? 2 : 1)>
 struct WgmmaConfig {
   using ElementA = ElementA_;  // activations = MMA, scale, zero and output type
   using ElementW = ElementW_;  // cutlass::int4b_t
@@ -101,6 +101,9 @@ struct WgmmaConfig {
   static constexpr int Stages = Stages_;
   // The group sizes it serves: 64 (multiples of 64 dividing K) or 32 (group 32 exactly)
   static constexpr int GroupK = GroupK_;
+  // CTAs an SM must hold at once (__launch_bounds__' minimum: 2 caps two warpgroups' threads at
+  // 128 registers)
+  static constexpr int CtasPerSm = CtasPerSm_;
   static constexpr int SyncChunks = SyncChunks_;  // chunks made ready by one ring barrier
 };
 
@@ -530,7 +533,7 @@ struct WgmmaMixedMm {
 };
 
 template <class Config>
-__global__ void __launch_bounds__(WgmmaMixedMm<Config>::kThreads, 1)
+__global__ void __launch_bounds__(WgmmaMixedMm<Config>::kThreads, Config::CtasPerSm)
     wgmma_mixed_mm_kernel(Params const params) {
   extern __shared__ __align__(1024) char smem[];
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
