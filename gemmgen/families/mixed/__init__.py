@@ -18,7 +18,8 @@ from ...family import ArgsAbi, OpFamily, Variant
 from ...generator.kernel_config import ConfigEntry, Origin
 from . import schema
 from .abi import MixedMmArgs
-from .configs import ACTIVATION_DTYPES, G32_GROUP, KERNEL_FOR_WEIGHT_TYPE, MixedMmSpec, kernel_class
+from .configs import (ACTIVATION_DTYPES, G32_GROUP, KERNEL_FOR_WEIGHT_TYPE, MixedMmSpec,
+                      group_size_fits, kernel_class)
 
 _HERE = Path(__file__).resolve().parent
 
@@ -104,10 +105,8 @@ class MixedFamily(OpFamily):
         if not isinstance(weight_type, str) or weight_type not in KERNEL_FOR_WEIGHT_TYPE:
             raise ValueError(f"weight_type must be one of {', '.join(KERNEL_FOR_WEIGHT_TYPE)}; "
                              f"got {weight_type!r}")
-        if group_size is not None and (
-                not isinstance(group_size, int) or isinstance(group_size, bool)
-                or not (group_size in (G32_GROUP, k) or (group_size > 0 and group_size % 64 == 0
-                                                         and k % group_size == 0))):
+        if group_size is not None and (not isinstance(group_size, int) or isinstance(group_size, bool)
+                                       or not group_size_fits(group_size, k)):
             raise ValueError(f"group_size must be None, {G32_GROUP}, a multiple of 64 dividing "
                              f"k={k}, or k (per-channel); got {group_size!r}")
         group = k if group_size is None else group_size

@@ -42,7 +42,7 @@ from typing import Optional
 
 import torch
 
-from .packing import PackedWeight, _describe, _error, pack_weights
+from .packing import _SCALE_DTYPES, PackedWeight, _describe, _error, pack_weights
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)
@@ -89,16 +89,13 @@ def _slots(words: torch.Tensor, bits: int) -> torch.Tensor:
     return (words.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)
 
 
-_ACTIVATION_DTYPES = (torch.float16, torch.bfloat16)
-
-
 def _pack(where: str, q, scales, zeros, weight_type, group_size, arch, g_idx=None,
           dtype=None) -> PackedWeight:
     """pack_weights, with its errors said to come from importing this checkpoint. `dtype`: the
     activation dtype the weight will serve (the scales are rounded to it once; uint4's packed
     zero term is computed from the rounded scales, so the zeros stay exact); None: the scales'."""
     if dtype is not None:
-        if dtype not in _ACTIVATION_DTYPES:
+        if dtype not in _SCALE_DTYPES:  # the activation dtypes
             raise _error(where, "dtype", "None (the checkpoint scales' dtype), torch.float16 or "
                          "torch.bfloat16 (the activation dtype the weight will serve)", repr(dtype))
         if isinstance(scales, torch.Tensor) and scales.is_floating_point():

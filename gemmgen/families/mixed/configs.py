@@ -26,6 +26,7 @@ ACTIVATION_DTYPES = ("bf16", "fp16")
 WEIGHT_ELEMENTS = ("int4", "int8")
 SCHEMES = ("scale", "scale_zero", "scale_g32", "scale_zero_g32")
 G32_GROUP = 32  # the group size the `_g32` schemes serve (the others: multiples of 64, or K)
+GROUP_STEP = 64  # the kernels' K step: every other group size but K is a multiple of it
 SCHEDULES = ("warpspecialized", "pingpong", "cooperative", "direct", "wgmma")
 # "direct" is the family's own mma.sync kernel (include/gemmgen/mixed/direct_mixed_mm.cuh): the
 # weights stream from global memory through a per-warp cp.async ring into registers, no CUTLASS
@@ -57,7 +58,15 @@ def scheme_has_zero(scheme: str) -> bool:
 
 def scheme_group_k(scheme: str) -> int:
     """The group granularity a scheme's kernels are built for: 32, or 64 (multiples of 64)."""
-    return G32_GROUP if scheme.endswith("_g32") else 64
+    return G32_GROUP if scheme.endswith("_g32") else GROUP_STEP
+
+
+def group_size_fits(group_size: int, k: int) -> bool:
+    """Whether some kernel serves this group size at this K: K itself (per-channel), 32, or a
+    multiple of 64 that divides K (the packer, the op and dispatch ask the same; the type of
+    `group_size` is the caller's to check: the op sees symbolic ints under torch.compile)."""
+    return group_size in (k, G32_GROUP) or (group_size > 0 and group_size % GROUP_STEP == 0
+                                           and k % group_size == 0)
 
 
 def kernel_class(weight_type: str, group_size: int) -> tuple[str, str]:

@@ -16,7 +16,7 @@ from ...bindings.library import Kernel
 from ...dtypes import dtype_name
 from ...generator.kernel_config import RuntimeKnobs
 from .abi import ARGS_LAYOUT, RASTER_CODES, MixedMmArgs
-from .configs import G32_GROUP, KERNEL_FOR_WEIGHT_TYPE, kernel_class
+from .configs import G32_GROUP, KERNEL_FOR_WEIGHT_TYPE, group_size_fits, kernel_class
 from .packing import (ARCH_LAYOUTS, LAYOUT_VERSION, PackedWeight, Sm90Layout,  # noqa: F401 (gemmgen.*)
                       pack_weights, same_layout, unpack_weights)
 from .schema import TILE_K
@@ -63,8 +63,7 @@ def check_arguments(out: torch.Tensor, a: torch.Tensor, qweight: torch.Tensor,
     if k <= 0 or n <= 0 or k % TILE_K or n % 8:
         raise _fail("packed", f"K a positive multiple of {TILE_K} and N a positive multiple of 8",
                     f"K={k}, N={n}")
-    if not (group_size == k or group_size == G32_GROUP or
-            (group_size > 0 and group_size % TILE_K == 0 and k % group_size == 0)):
+    if not group_size_fits(group_size, k):
         raise _fail("packed", f"group_size {G32_GROUP}, a multiple of {TILE_K} dividing K={k}, "
                               f"or K (the kernels' tile K is {TILE_K})", group_size)
     want = Sm90Layout.qweight_spec(weight_type, n, k)

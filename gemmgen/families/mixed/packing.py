@@ -93,13 +93,13 @@ import torch
 from ... import arch as arch_policy
 from ... import state_dicts
 from ...errors import argument_error, describe_argument
+from .configs import G32_GROUP, group_size_fits
 
 WEIGHT_TYPES = ("int4", "uint4b8", "uint4", "int8", "uint8b128")
 LAYOUT_VERSION = 2
 ARCH_LAYOUTS = ("sm90a", "sm80")
 
 TILE_K = 64          # the sm90a kernels' tile K for 16-bit activations: K and group_size multiples
-SMALL_GROUP = 32     # the one group size below TILE_K that kernels serve (the `_g32` schemes)
 N_ALIGN = 8          # 16 bytes of a 16-bit dtype: TMA alignment of scales / zeros / output rows
 BLOCK_ROWS = 16      # a 4-bit block: 16 rows (the MMA's M a warp) x 64 k, 512 bytes
 BLOCK_BYTES = BLOCK_ROWS * TILE_K // 2
@@ -512,9 +512,9 @@ def pack_weights(q: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Te
                      "alignment of the 16-bit scales and output rows)", _describe(q))
     if group_size is None:
         group_size = k
-    if (not isinstance(group_size, int) or isinstance(group_size, bool) or group_size <= 0
-            or k % group_size or (group_size not in (k, SMALL_GROUP) and group_size % TILE_K)):
-        raise _error(where, "group_size", f"{SMALL_GROUP}, a multiple of {TILE_K} (the sm90a "
+    if (not isinstance(group_size, int) or isinstance(group_size, bool)
+            or not group_size_fits(group_size, k)):
+        raise _error(where, "group_size", f"{G32_GROUP}, a multiple of {TILE_K} (the sm90a "
                      f"kernels' tile K for 16-bit activations) that divides K={k}, or K itself "
                      "(per-channel)", repr(group_size))
     groups = k // group_size
