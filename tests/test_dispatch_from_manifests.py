@@ -217,7 +217,9 @@ def test_the_shipped_moe_tables_serve_their_layers_and_the_rules_the_rest(no_bui
     import torch
     moe = next(lib for lib in manifest_libraries() if lib.name == "moe")
     assert {t.gpu[0] for t in moe.tables} == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
-    assert not any(t.partial for t in moe.tables)
+    # the fp8 fast-accumulation configs (session 34) were tuned on the H200 only: the H100 table
+    # keeps its entries (all of kernels the library still has) and lacks the new kernels
+    assert {t.gpu[0] for t in moe.tables if t.partial} == {"NVIDIA H100 80GB HBM3"}
     problem = dict(x_dtype=torch.int8, m=512, experts=8)
     listed = dispatch.choose("grouped_matmul_swiglu_quant", n=28672, k=4096, source="manifests", **problem)
     assert listed.source == "table" and "measured shape (n=28672, k=4096), bucket rows <= " in listed.reason

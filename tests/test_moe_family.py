@@ -88,24 +88,29 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4, A8W4G}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 27
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 34
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
-    # fp8 stops at 128x128 tiles (promoted accumulation spills a 128x256 cooperative tile)
+    # fp8's accurate configs stop at 128x128 tiles (promoted accumulation spills a 128x256
+    # cooperative tile); its fast-accumulation ones go to 128x256
     assert {(k.x, k.w, k.scales, k.origin.config) for k in kernels} == {
         ("int8", "int8", "channel", c) for c in ("decode", "small", "mid", "large", "mid_fused",
                                                  "large_fused", "wide_fused", "stream",
                                                  "stream_wide")} | {
-        ("e4m3", "e4m3", "channel", c) for c in ("decode", "small", "mid", "small_fused", "mid_fused")} | {
+        ("e4m3", "e4m3", "channel", c) for c in ("decode", "small", "mid", "small_fused", "mid_fused",
+                                                 "small_fa", "large_fa", "large_fa_c2",
+                                                 "small_fused_fa", "mid_fused_fa", "large_fused_fa",
+                                                 "stream")} | {
         ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "stream", "stream_wide",
                                                  "small_wgmma", "mid_wgmma")} | {
         ("int8", "int4", "group", c) for c in ("stream", "stream_wide", "stream32", "wgmma16",
                                                "wgmma32", "wgmma64")}
     # fused kernels: A8W8 only, never swap-AB, fp32 S; each has an unfused twin of its tile
     fused = [k for k in kernels if k.config.fused]
-    assert {k.origin.config for k in fused} == {"mid_fused", "large_fused", "wide_fused", "small_fused"}
-    assert len(fused) == 5 and all(k.name.endswith("_fused") for k in fused)
+    assert {k.origin.config for k in fused} == {"mid_fused", "large_fused", "wide_fused", "small_fused",
+                                                "small_fused_fa", "mid_fused_fa", "large_fused_fa"}
+    assert len(fused) == 8 and all(k.name.endswith(("_fused", "_fused_fa")) for k in fused)
     assert all(k.w != "int4" and not k.config.swap_ab and k.c == "fp32" for k in fused)
     # A8W4 kernels, and only they, are named `_i8w4_` (per group `_i8w4g_`); every one is swap-AB
     # or the family's own (direct, wgmma); per-group kernels are the family's own
@@ -114,7 +119,8 @@ def test_shipped_manifest_expands_to_every_variant():
     assert {k.name for k in kernels if "_i8w4g_" in k.name} == {k.name for k in kernels if k.scales == "group"}
     assert all(k.config.swap_ab != k.config.is_own for k in kernels if k.w == "int4")
     assert all(k.config.is_own for k in kernels if k.scales == "group")
-    assert all(k.x == "int8" for k in kernels if k.config.is_own)
+    assert all(k.x == "int8" for k in kernels if k.config.is_wgmma)
+    assert {k.origin.config for k in kernels if k.config.is_direct and k.x == "e4m3"} == {"stream"}
     assert all(k.w == "int4" for k in kernels if k.config.is_wgmma)
     assert all(k.d == k.x for k in kernels)  # q is always x's type, int8 for A8W4
     # the defaults the shipped manifest relies on: fp32 intermediate, stages auto (CUTLASS)
@@ -308,7 +314,8 @@ def test_wgmma_config_renders(tmp_path, scales, per_group):
     assert "wgmma (int4 -> int8 in registers): int8 x int4" in unit.source
     assert FAMILY.config_fields(manifest.families[0].configs[0]) == {
         "tile": [128, 64, 128], "schedule": "wgmma", "stages": "auto", "intermediate": "fp32",
-        "cluster": [1, 1, 1], "swap_ab": False, "fused": False}  # defaults a config may spell
+        "cluster": [1, 1, 1], "swap_ab": False, "fused": False,
+        "fast_accum": False}  # defaults a config may spell
 
 
 @pytest.mark.parametrize("old,new,key,message", [
@@ -417,18 +424,23 @@ def test_render_shipped_manifest_spells_every_variant():
         swap = "true" if k.config.swap_ab else "false"
         assert f"MoeConfig<\n    {element[k.x]}, {element[k.w]}, float, /*swap_ab=*/{swap}" in unit.source
         assert "direct_grouped_gemm.cuh" not in unit.source
+        fast = " (fp8 fast accumulation)" if k.config.fast_accum else ""
+        assert k.config.fast_accum == k.name.endswith("_fa") and (not fast or k.x == "e4m3")
+        assert f"/*fast_accum=*/{'true' if fast else 'false'}> {{}};" in unit.source
         if k.config.fused:
-            assert f"{k.x} x {k.w} -> SwiGLU in the epilogue -> fp32 S + row max -> {k.x} q" in unit.source
-            assert "/*fused=*/true> {};" in unit.source
+            assert f"{k.x} x {k.w}{fast} -> SwiGLU in the epilogue -> fp32 S + row max -> {k.x} q" in unit.source
+            assert "/*fused=*/true," in unit.source
         else:
-            assert f"{k.x} x {k.w} -> fp32 C -> SwiGLU -> {k.x} q" in unit.source
-            assert "/*fused=*/false> {};" in unit.source
+            assert f"{k.x} x {k.w}{fast} -> fp32 C -> SwiGLU -> {k.x} q" in unit.source
+            assert "/*fused=*/false," in unit.source
         assert f"family '{k.origin.family}', config '{k.origin.config}'" in unit.source
         assert "gemmgen::device_supports(9, 0, 9, 0)" in unit.source
     assert len({unit.name for unit in units}) == len(units)
     assert {(k.w, k.origin.config) for k in kernels if k.config.swap_ab} == {
         (w, c) for w in ("int8", "e4m3") for c in ("decode", "small")} | {
-        ("int4", c) for c in ("decode", "small", "mid")}
+        ("int4", c) for c in ("decode", "small", "mid")} | {("e4m3", "small_fa")}
+    assert {k.origin.config for k in kernels if k.config.fast_accum} == {
+        "small_fa", "large_fa", "large_fa_c2", "small_fused_fa", "mid_fused_fa", "large_fused_fa"}
     assert sum("int8_t, cutlass::int4b_t, float, /*swap_ab=*/true" in u.source for u in units) == 3
     namespace: dict = {}
     exec(compile(render_bindings(manifest, kernels, "f" * 16, "lib.so"), "bindings.py", "exec"), namespace)
@@ -451,12 +463,56 @@ def test_fused_config_name_and_rendering(tmp_path):
     assert kernel.config.fused and not kernel.config.swap_ab
     assert kernel.name == "sm90a_grouped_matmul_swiglu_quant_i8_f32_t128x128x128_c1x1x1_coop_sauto_fused"
     (unit,) = render_kernel_sources(manifest, kernels)
-    assert "/*stages (0 = auto)=*/0, /*fused=*/true> {};" in unit.source
+    assert "/*stages (0 = auto)=*/0, /*fused=*/true,\n    /*fast_accum=*/false> {};" in unit.source
     assert "int8 x int8 -> SwiGLU in the epilogue -> fp32 S + row max -> int8 q" in unit.source
     assert FAMILY.config_fields(manifest.families[0].configs[0])["fused"] is True
     unfused = load_manifest(_write(tmp_path, text.replace("fused: true", "fused: false")))
     (plain,) = render_kernel_sources(unfused, expand(unfused))
-    assert "/*fused=*/false> {};" in plain.source and "-> fp32 C -> SwiGLU" in plain.source
+    assert "/*fused=*/false," in plain.source and "-> fp32 C -> SwiGLU" in plain.source
+
+
+def test_fast_accum_config_name_rendering_and_fields(tmp_path):
+    """`fast_accum: true` on an e4m3 config: the `_fa` name, MoeConfig's FastAccum flag (the
+    FP8FastAccum schedules), the header comment, the config's fields."""
+    text = MANIFEST.replace(*_add("fast_accum: true"))
+    manifest = load_manifest(_write(tmp_path, text))
+    (kernel,) = kernels = expand(manifest)
+    assert kernel.config.fast_accum and kernel.name == KERNEL + "_fa"
+    (unit,) = render_kernel_sources(manifest, kernels)
+    assert "/*fused=*/false,\n    /*fast_accum=*/true> {};" in unit.source
+    assert "e4m3 x e4m3 (fp8 fast accumulation) -> bf16 C -> SwiGLU -> e4m3 q" in unit.source
+    assert FAMILY.config_fields(manifest.families[0].configs[0])["fast_accum"] is True
+    header = (Path(FAMILY.include_dir) / "gemmgen" / "moe" / "sm90_grouped_swiglu_quant.hpp").read_text()
+    assert "KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum" in header
+    assert "KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum" in header
+
+
+@pytest.mark.parametrize("family_dtypes, extra, key, message", [
+    ("[int8]", "fast_accum: true", "fast_accum", "e4m3 families only: int8 MMAs accumulate in int32"),
+    ("[e4m3]", "fast_accum: yes please", "fast_accum", "expected true or false"),
+])
+def test_fast_accum_errors_name_the_key_and_line(tmp_path, family_dtypes, extra, key, message):
+    text = MANIFEST.replace("dtypes: [e4m3]", f"dtypes: {family_dtypes}").replace(*_add(extra))
+    path = _write(tmp_path, text)
+    with pytest.raises(ManifestError, match=re.escape(message)) as info:
+        expand(load_manifest(path))
+    assert info.value.key == key and info.value.line == _line(text, "fast_accum")
+
+
+def test_fast_accum_on_the_family_s_own_kernels_is_refused(tmp_path):
+    text = MANIFEST.replace("dtypes: [e4m3]", "dtypes: [int8]").replace("""      - name: mid
+        tile: [128, 128, 128]
+        cluster: [1, 1, 1]
+        schedule: cooperative
+        intermediate: bf16""", """      - name: mid
+        tile: [64, 8, 128]
+        schedule: direct
+        warps_k: 2
+        fast_accum: false""")
+    expand(load_manifest(_write(tmp_path, text)))  # false is the default: accepted
+    with pytest.raises(ManifestError, match="e4m3 families only") as info:
+        expand(load_manifest(_write(tmp_path, text.replace("fast_accum: false", "fast_accum: true"))))
+    assert info.value.key == "fast_accum"
 
 
 def test_a8w4_with_fused_is_refused(tmp_path):
@@ -550,7 +606,8 @@ def fresh_dispatch():
 _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' configs in order)
     "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "mid_fused", "large",
                                       "wide_fused"]),
-    "moe_e4m3": (E4M3, FP8, 8, False, ["decode", "small", "small_fused", "mid_fused"]),
+    "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa", "large_fa_c2", "small_fused_fa",
+                                       "mid_fused_fa", "large_fused_fa"]),
     "moe_a8w4": (A8W4, INT8, 4, False, ["stream_wide", "stream", "small_wgmma", "small", "mid_wgmma",
                                         "mid"]),
     "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32", "wgmma64"]),
@@ -567,10 +624,19 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     ("moe_int8", 8192, 65, "mid_fused"), ("moe_int8", 4096, 128, "mid_fused"),
     ("moe_int8", 4096, 129, "wide_fused"), ("moe_int8", 8192, 129, "large"),
     ("moe_int8", 28672, 100_000, "large"), ("moe_int8", 1536, 100_000, "wide_fused"),
-    # e4m3: <= 16 decode; N >= 8192 small; <= 64 small_fused; else mid_fused
-    ("moe_e4m3", 4096, 16, "decode"), ("moe_e4m3", 4096, 17, "small_fused"), ("moe_e4m3", 4096, 64, "small_fused"),
-    ("moe_e4m3", 4096, 65, "mid_fused"), ("moe_e4m3", 4096, 100_000, "mid_fused"),
-    ("moe_e4m3", 8192, 17, "small"), ("moe_e4m3", 28672, 100_000, "small"), ("moe_e4m3", 28672, 3, "decode"),
+    # e4m3: the direct kernel up to 16 rows (8 experts: 2 tokens an expert); <= 8 decode (<= 16 at
+    # N >= 8192); then the fast-accumulation configs: at N >= 8192
+    # small_fa to 48, large_fa to 128, large_fa_c2 beyond; else small_fused_fa to 64,
+    # mid_fused_fa to 128, large_fused_fa beyond
+    ("moe_e4m3", 4096, 1, "stream"), ("moe_e4m3", 28672, 2, "stream"),
+    ("moe_e4m3", 4096, 8, "decode"), ("moe_e4m3", 4096, 9, "small_fused_fa"),
+    ("moe_e4m3", 4096, 64, "small_fused_fa"), ("moe_e4m3", 4096, 65, "mid_fused_fa"),
+    ("moe_e4m3", 4096, 128, "mid_fused_fa"), ("moe_e4m3", 4096, 129, "large_fused_fa"),
+    ("moe_e4m3", 4096, 100_000, "large_fused_fa"), ("moe_e4m3", 8192, 16, "decode"),
+    ("moe_e4m3", 8192, 17, "small_fa"), ("moe_e4m3", 28672, 48, "small_fa"),
+    ("moe_e4m3", 28672, 49, "large_fa"), ("moe_e4m3", 28672, 128, "large_fa"),
+    ("moe_e4m3", 28672, 129, "large_fa_c2"), ("moe_e4m3", 28672, 100_000, "large_fa_c2"),
+    ("moe_e4m3", 28672, 3, "decode"),
     # A8W4: <= 8 direct (stream_wide at N >= 8192), <= 32 small (the wgmma kernel at N >= 8192),
     # <= 64 at N >= 8192 the wgmma kernel's 64-token tile, else mid (no large tile)
     ("moe_a8w4", 4096, 1, "stream"), ("moe_a8w4", 4096, 8, "stream"), ("moe_a8w4", 28672, 8, "stream_wide"),
@@ -607,7 +673,7 @@ def test_no_tokens_is_served_like_one(fresh_dispatch, family):
     choice = dispatch.choose(OP, manifests=[SHIPPED], tuned=False, x_dtype=dtype, m=0, experts=64,
                              n=4096, k=7168, weight_bits=bits, per_group=per_group)
     # the few-tokens config at N < 8192
-    one = {"moe_e4m3": "decode", "moe_a8w4_group": "wgmma16"}.get(family, "stream")
+    one = {"moe_a8w4_group": "wgmma16"}.get(family, "stream")
     assert (choice.kernel.spec.origin.family, choice.kernel.spec.origin.config) == (family, one)
 
 

@@ -6,6 +6,7 @@ weight type `w` (x's, or int4 with int8 x: A8W4) and its tile config, which also
 scaled GEMM result that SwiGLU reads): fp32, or bf16 to halve its bytes. Dispatch picks among every config of an element
 type, so the intermediate is a config choice, not part of the op's contract. A fused config
 (`fused`) does SwiGLU in the GEMM's epilogue: its intermediate is S (fp32, N/2 columns), not C.
+An e4m3 config with `fast_accum` accumulates as cuBLAS's fp8 GEMMs do (no periodic promotion).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ PAIRS = (("int8", "int8"), ("e4m3", "e4m3"), ("int8", "int4"))
 INTERMEDIATES = ("fp32", "bf16")
 SCHEDULES = ("pingpong", "cooperative", "direct", "wgmma")
 # "direct" is the family's own mma.sync kernel (include/gemmgen/moe/direct_grouped_gemm.cuh): int8
-# activations, int8 or int4 weights, per-channel or per-group scales, few tokens per expert.
+# activations with int8 or int4 weights (per-channel or per-group scales), or e4m3 activations and
+# weights (per-channel), few tokens per expert.
 # "wgmma" is its own sm90a kernel for A8W4 (include/gemmgen/moe/wgmma_grouped_gemm.cuh): int4
 # weights converted to int8 in registers as wgmma's A operand, per-channel or per-group scales,
 # tens to hundreds of tokens per expert.
@@ -53,6 +55,9 @@ class MoeTileConfig(DirectTile):
     swap_ab: bool
     intermediate: str  # fp32 or bf16: the element type of C (fused: of S, fp32)
     fused: bool = False  # SwiGLU + row max in the epilogue, then a light quant pass
+    # e4m3 only: CUTLASS's FP8FastAccum mainloop (the tensor cores' own accumulation, no
+    # promotion to fp32 every few wgmmas), as cuBLAS's and the W8A8 family's fp8 kernels run
+    fast_accum: bool = False
     warps_k: int = 0  # direct only (is_direct, ring_stages: direct_schema.DirectTile)
 
     @property
@@ -86,6 +91,8 @@ class MoeTileConfig(DirectTile):
             parts.append("swap")
         if self.fused:
             parts.append("fused")
+        if self.fast_accum:
+            parts.append("fa")
         return "_".join(parts)
 
 

@@ -16,13 +16,17 @@
       configs:
         - {name: stream, tile: [64, 8, 128], schedule: direct, warps_k: 4}
 
+`fast_accum: true` (e4m3 families, CUTLASS schedules) takes CUTLASS's FP8FastAccum mainloop: the
+tensor cores accumulate a whole K tile on their own, as cuBLAS's fp8 GEMMs (and the W8A8
+family's) do, instead of promoting to fp32 every four wgmmas (the default, more exact).
+
 `fused: true` does SwiGLU in the GEMM's epilogue (S stored in fp32, the row max reduced by
 atomics, then a light quant pass) instead of writing C for a separate SwiGLU kernel; fused
 configs are not swap-AB (act/gate pairs are adjacent columns of a tokens-by-N tile), their
 intermediate is fp32, and the weight is not int4.
 
 `schedule: direct` is the family's own mma.sync kernel (direct_grouped_gemm.cuh): int8
-activations with int8 or int4 weights, tile [16·warps over features (16 to 256), 8·MMA tiles
+activations with int8 or int4 weights, or e4m3 ones (float32 accumulation), tile [16·warps over features (16 to 256), 8·MMA tiles
 over an expert's rows (8 to 64), 128], `warps_k` warps splitting K, `stages` each warp's ring
 depth (2 to 8, auto 4); no cluster, swap_ab, fused, raster or swizzle; fp32 intermediate. It is
 one of the two kernels that take per-group weight scales (`scales: group`, A8W4).
@@ -50,7 +54,7 @@ from .configs import (ELEMENTS, INTERMEDIATES, PAIRS, SCALES, SCHEDULES, WEIGHTS
 FAMILY_KEYS = frozenset({"dtypes"})
 REQUIRED_FAMILY_KEYS = frozenset({"dtypes"})
 CONFIG_KEYS = frozenset({"name", "tile", "cluster", "schedule", "stages", "swap_ab",
-                         "intermediate", "raster", "swizzle", "fused", "warps_k"})
+                         "intermediate", "raster", "swizzle", "fused", "warps_k", "fast_accum"})
 TILE_K = 128  # 128 bytes of 8-bit elements: one swizzle atom
 _C_BYTES = {"fp32": 4, "bf16": 2}
 
@@ -118,7 +122,9 @@ def own_kernel_problems(config: MoeTileConfig, operand: str) -> list[tuple[str, 
     swap_ab, fused, an intermediate other than fp32."""
     problems = []
     for key, value, why in (("swap_ab", config.swap_ab, f"the weight is the {operand}'s A by design"),
-                            ("fused", config.fused, "SwiGLU runs in the pass after it")):
+                            ("fused", config.fused, "SwiGLU runs in the pass after it"),
+                            ("fast_accum", config.fast_accum, "no promotion to choose: int8 "
+                             "accumulates in int32, e4m3 in float32 on each MMA")):
         if value:
             problems.append((key, f"not with schedule {config.schedule} ({why}): leave {key} out"))
     if config.intermediate != "fp32":
@@ -130,9 +136,6 @@ def check_direct(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[t
     problems = direct_schema.shape_problems(config.tile, config.warps_k, config.cluster,
                                             config.stages, TILE_K, MoeTileConfig.DIRECT_AUTO_STAGES)
     problems += own_kernel_problems(config, "MMA")
-    if any(x != "int8" for x, _, _ in variants):
-        problems.append(("schedule", "direct kernels take int8 activations (int8 or int4 "
-                                     "weights); this family lists e4m3"))
     if not problems:
         for w in sorted({w for _, w, _ in variants}):
             smem = direct_smem_bytes(config, w)
@@ -233,11 +236,18 @@ def read_config(reader, node: Any, index: int, line: int,
     fused = c.get("fused", False)
     if not isinstance(fused, bool):
         raise reader.error(c, "fused", f"expected true or false, got {fused!r}")
+    fast_accum = c.get("fast_accum", False)
+    if not isinstance(fast_accum, bool):
+        raise reader.error(c, "fast_accum", f"expected true or false, got {fast_accum!r}")
+    if fast_accum and variants is not None and any(x != "e4m3" for x, _, _ in variants):
+        raise reader.error(c, "fast_accum", "e4m3 families only: int8 MMAs accumulate in int32, "
+                                            "exactly; this family lists "
+                           + ", ".join(sorted({x for x, _, _ in variants})))
     config = MoeTileConfig(
         tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster", [1, 1, 1]),
         schedule=reader.choice(c, "schedule", SCHEDULES), stages=common["stages"],
         swap_ab=swap_ab, intermediate=reader.choice(c, "intermediate", INTERMEDIATES, "fp32"),
-        fused=fused, warps_k=direct_schema.read_warps_k(reader, c))
+        fused=fused, warps_k=direct_schema.read_warps_k(reader, c), fast_accum=fast_accum)
     int4 = any(w == "int4" for _, w, _ in variants or ())
     if config.is_own:
         for key, message in check_config(config, variants or ()):
@@ -267,7 +277,8 @@ def config_fields(entry: ConfigEntry) -> dict[str, Any]:
     cfg, knobs = entry.config, entry.knobs
     fields = {"tile": list(cfg.tile), "cluster": list(cfg.cluster), "schedule": cfg.schedule,
               "stages": cfg.stages if cfg.stages else "auto", "swap_ab": cfg.swap_ab,
-              "intermediate": cfg.intermediate, "fused": cfg.fused}
+              "intermediate": cfg.intermediate, "fused": cfg.fused,
+              "fast_accum": cfg.fast_accum}
     if cfg.is_direct:
         fields["warps_k"] = cfg.warps_k
     if not cfg.is_own:  # CUTLASS's tile scheduler takes the run-time knobs

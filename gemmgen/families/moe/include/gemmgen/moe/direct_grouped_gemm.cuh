@@ -1,7 +1,8 @@
 /*
  * gemmgen/moe/direct_grouped_gemm.cuh — the MoE family's "direct" kernels: grouped_matmul_swiglu_quant
  * with int8 activations and int8 or int4 weights on mma.sync (m16n8k32 s8, sm80 and later, so
- * also sm90a), for few tokens per expert, where reading the weights is the whole cost. Three
+ * also sm90a), or fp8 e4m3 activations and weights (m16n8k32 e4m3 with float32 accumulation,
+ * sm89 and later), for few tokens per expert, where reading the weights is the whole cost. Three
  * launches on one stream, none waiting for the host:
  *
  *   1. group_work: each expert's end row from the group list (clamped, see swiglu_quant.cuh)
@@ -20,7 +21,9 @@
  * group_work's shared lists stay there.
  *
  * Scales: per channel (w_scale [E, N]: C = w_scale · (x_scale · acc), acc the exact int32 sum,
- * the same two float32 roundings as the CUTLASS kernels' epilogue) or per group (w_scale
+ * or with e4m3 the float32 one, the same two float32 roundings as the CUTLASS kernels' epilogue;
+ * e4m3's products are exact in float32 and each MMA adds them to its float32 accumulator as the
+ * tensor cores do, then the warps' partial sums are added in a fixed order) or per group (w_scale
  * [E, K/group, N]: C = x_scale · Σ_g w_scale[g] · acc_g, each group's int32 sum promoted to
  * float32 when the group ends). The group size is a run-time value: a multiple of 128 that
  * divides K (per channel: one group spanning K).
@@ -60,6 +63,7 @@
 
 #include "cute/arch/copy_sm80.hpp"
 #include "cute/arch/mma_sm80.hpp"
+#include "cute/arch/mma_sm89.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_types.h"
 
@@ -72,7 +76,9 @@ namespace gemmgen::moe::direct {
 
 template <class ElementW_, int WarpsN_, int WarpsK_, int TokenTiles_, int Stages_>
 struct DirectConfig {
-  using ElementW = ElementW_;  // int8_t or cutlass::int4b_t; activations are int8
+  // int8_t or cutlass::int4b_t (int8 activations), or cutlass::float_e4m3_t (e4m3 activations,
+  // per-channel scales)
+  using ElementW = ElementW_;
   static constexpr int WarpsN = WarpsN_;
   static constexpr int WarpsK = WarpsK_;
   static constexpr int TokenTiles = TokenTiles_;
@@ -80,7 +86,7 @@ struct DirectConfig {
 };
 
 struct Params {
-  int8_t const* x;
+  int8_t const* x;            // x's bytes: int8, or e4m3 with e4m3 weights
   unsigned char const* w;
   float const* w_scale;
   float const* x_scale;
@@ -150,6 +156,11 @@ struct DirectGroupedGemm {
   static constexpr int kStages = Config::Stages;
   static_assert(kStages >= 2, "the ring needs at least two stages");
   static constexpr bool kInt4 = cute::is_same_v<ElementW, cutlass::int4b_t>;
+  static constexpr bool kFp8 = cute::is_same_v<ElementW, cutlass::float_e4m3_t>;
+  static_assert(kFp8 || kInt4 || cute::is_same_v<ElementW, int8_t>, "int8, int4 or e4m3 weights");
+  using ElementQ = cute::conditional_t<kFp8, cutlass::float_e4m3_t, int8_t>;  // x's and q's type
+  // The MMA's accumulator: the exact int32 sum, or e4m3's float32 one
+  using Acc = cute::conditional_t<kFp8, float, int32_t>;
 
   static constexpr int kWarps = kWarpsN * kWarpsK;
   static constexpr int kThreads = 32 * kWarps;
@@ -171,7 +182,10 @@ struct DirectGroupedGemm {
   static constexpr int kSmemBytes = kRingBytes > kReduceBytes ? kRingBytes : kReduceBytes;
   static constexpr int kGroupThreads = 32 * kWarpsN;  // the threads of a K group
 
-  using Mma = cute::SM80_16x8x32_S32S8S8S32_TN;
+  // Both take A and B in the same fragment layout (8-bit values, 32 k an MMA), so the weights and
+  // tokens are loaded alike.
+  using Mma = cute::conditional_t<kFp8, cute::SM89_16x8x32_F32E4M3E4M3F32_TN,
+                                  cute::SM80_16x8x32_S32S8S8S32_TN>;
   using Copy16 = cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<cute::uint128_t>;
 
   static constexpr int kSegsPerRow = kWeightRowBytes / 16;          // 4 (int4), 8 (int8)
@@ -348,7 +362,7 @@ struct DirectGroupedGemm {
     bool const per_group = p.groups > 1;
     unsigned char const* w_expert = p.w + int64_t(e) * p.n * p.k * kWeightBits / 8;
 
-    int32_t acc[kTokenTiles][4] = {};  // this group's exact sum (per channel: the whole range's)
+    Acc acc[kTokenTiles][4] = {};  // this group's sum (per channel: the whole range's)
     float scaled[kTokenTiles][4] = {};  // per group: Σ over finished groups of w_scale · acc
 
     int const n_lo = n0 + group_id, n_hi = n_lo + 8;
@@ -418,15 +432,23 @@ struct DirectGroupedGemm {
       for (int t = 0; t < kTokenTiles; ++t) {
         uint32_t b[4][2];
         token_fragments(act, t * 8 + group_id, q, per_group, b);
-        uint32_t part[4] = {0u, 0u, 0u, 0u};
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < 4; ++j) {
-          Mma::fma(part[0], part[1], part[2], part[3], w_lo.lo[j], w_hi.lo[j], w_lo.hi[j],
-                   w_hi.hi[j], b[j][0], b[j][1], part[0], part[1], part[2], part[3]);
-        }
-        CUTLASS_PRAGMA_UNROLL
-        for (int v = 0; v < 4; ++v) {  // int4: every product is 16·x·w, so the sum divides by 16
-          acc[t][v] += kInt4 ? static_cast<int32_t>(part[v]) >> 4 : static_cast<int32_t>(part[v]);
+        if constexpr (kFp8) {  // straight into the float32 accumulator, as the tensor cores add
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < 4; ++j) {
+            Mma::fma(acc[t][0], acc[t][1], acc[t][2], acc[t][3], w_lo.lo[j], w_hi.lo[j], w_lo.hi[j],
+                     w_hi.hi[j], b[j][0], b[j][1], acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
+          }
+        } else {
+          uint32_t part[4] = {0u, 0u, 0u, 0u};
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < 4; ++j) {
+            Mma::fma(part[0], part[1], part[2], part[3], w_lo.lo[j], w_hi.lo[j], w_lo.hi[j],
+                     w_hi.hi[j], b[j][0], b[j][1], part[0], part[1], part[2], part[3]);
+          }
+          CUTLASS_PRAGMA_UNROLL
+          for (int v = 0; v < 4; ++v) {  // int4: every product is 16·x·w, so the sum divides by 16
+            acc[t][v] += kInt4 ? static_cast<int32_t>(part[v]) >> 4 : static_cast<int32_t>(part[v]);
+          }
         }
       }
       if (per_group && --left_in_group == 0) {
@@ -443,7 +465,7 @@ struct DirectGroupedGemm {
     __syncthreads();  // every ring is drained: the shared memory becomes the reduction buffer
 
     // Partial sums, [warp k][warp n][token tile][value][lane], added in warp-k order: int32
-    // (exact) per channel, float32 per group.
+    // (exact) per channel, float32 per group and with e4m3.
     uint32_t* reduce = reinterpret_cast<uint32_t*>(smem);
     auto at = [&](int k_index, int t, int i) {
       return ((((k_index * kWarpsN) + wn) * kTokenTiles + t) * 4 + i) * 32 + lane;
@@ -452,8 +474,12 @@ struct DirectGroupedGemm {
     for (int t = 0; t < kTokenTiles; ++t) {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < 4; ++i) {
-        reduce[at(wk, t, i)] = per_group ? __float_as_uint(scaled[t][i])
-                                         : static_cast<uint32_t>(acc[t][i]);
+        if constexpr (kFp8) {
+          reduce[at(wk, t, i)] = __float_as_uint(acc[t][i]);
+        } else {
+          reduce[at(wk, t, i)] = per_group ? __float_as_uint(scaled[t][i])
+                                           : static_cast<uint32_t>(acc[t][i]);
+        }
       }
     }
     __syncthreads();
@@ -470,7 +496,13 @@ struct DirectGroupedGemm {
           }
           float const x_scale = p.x_scale[row];
           float v;
-          if (per_group) {
+          if constexpr (kFp8) {
+            float sum = 0.f;
+            for (int w = 0; w < kWarpsK; ++w) {
+              sum += __uint_as_float(reduce[at(w, t, i)]);
+            }
+            v = w_scale[n] * (x_scale * sum);  // as the CUTLASS epilogue
+          } else if (per_group) {
             float sum = 0.f;
             for (int w = 0; w < kWarpsK; ++w) {
               sum += __uint_as_float(reduce[at(w, t, i)]);
@@ -684,8 +716,9 @@ struct OwnSwigluQuant {
                         static_cast<int>((group + K::kChunkK - 1) / K::kChunkK), x_stride};
     launch_maybe_pdl(Kernel, grid, dim3(K::kThreads), K::kSmemBytes, cuda_stream, pdl, params);
     int const blocks = static_cast<int>(p->m < 65535 * 4 ? p->m : 65535 * 4);
-    launch_maybe_pdl(swiglu_quant<float, int8_t>, dim3(blocks), dim3(kQuantThreads), 0, cuda_stream,
-                     pdl, static_cast<float const*>(p->c), static_cast<int8_t*>(p->q), p->q_scale,
+    using ElementQ = typename K::ElementQ;
+    launch_maybe_pdl(swiglu_quant<float, ElementQ>, dim3(blocks), dim3(kQuantThreads), 0, cuda_stream,
+                     pdl, static_cast<float const*>(p->c), static_cast<ElementQ*>(p->q), p->q_scale,
                      p->m, p->n / 2, static_cast<int64_t const*>(rows_total));
     cudaError_t const launched = cudaGetLastError();
     if (launched != cudaSuccess) {

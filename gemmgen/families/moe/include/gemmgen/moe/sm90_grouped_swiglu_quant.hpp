@@ -52,9 +52,11 @@ namespace gemmgen::moe::sm90 {
 // weights, ElementX or cutlass::int4b_t (A8W4: converted to int8 in registers in front of the
 // int8 wgmma, CUTLASS's mixed-input mainloop; the weight must then be operand A, so swap-AB);
 // ElementC: the intermediate (float or cutlass::bfloat16_t; fused: float, the type of S);
-// Cooperative: else Pingpong; Fused: SwiGLU in the epilogue (not with SwapAB).
+// Cooperative: else Pingpong; Fused: SwiGLU in the epilogue (not with SwapAB); FastAccum: fp8's
+// FP8FastAccum mainloop (e4m3 only).
 template <class ElementX_, class ElementW_, class ElementC_, bool SwapAB_, class TileShape_,
-          class ClusterShape_, bool Cooperative_, int Stages_ /* 0 = auto */, bool Fused_ = false>
+          class ClusterShape_, bool Cooperative_, int Stages_ /* 0 = auto */, bool Fused_ = false,
+          bool FastAccum_ = false>
 struct MoeConfig {
   using ElementX = ElementX_;
   using ElementW = ElementW_;
@@ -65,6 +67,7 @@ struct MoeConfig {
   static constexpr bool Cooperative = Cooperative_;
   static constexpr int Stages = Stages_;
   static constexpr bool Fused = Fused_;
+  static constexpr bool FastAccum = FastAccum_;
 };
 
 template <class Config>
@@ -95,14 +98,21 @@ struct GroupedSwigluQuant {
                                       cutlass::layout::RowMajor>;
   static constexpr int AlignC = 128 / cutlass::sizeof_bits<ElementC>::value;
 
-  // NOTES: fp8 uses the accurate schedules (the accumulator is promoted to float32 every few
-  // wgmmas), not the FP8FastAccum ones: fast accumulation keeps ~14 mantissa bits inside the
-  // tensor core: on an H100 it gave a 0.8% error in q_scale at K = 4096 (5% of q one e4m3
-  // step off the float64 reference). A decode step is weight-read bound either way.
-  using KernelSchedule =
-      cute::conditional_t<Config::Cooperative,
-                          cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
-                          cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>;
+  // NOTES: fp8 uses the accurate schedules by default (the accumulator is promoted to float32
+  // every four wgmmas): fast accumulation keeps ~14 mantissa bits inside the tensor core; on an
+  // H100 it gave a 0.8% error in q_scale at K = 4096 (5% of q one e4m3 step off the float64
+  // reference). A config with `fast_accum` takes the FP8FastAccum schedules, as cuBLAS's fp8
+  // GEMMs and the W8A8 family's do.
+  static constexpr bool FastAccum = Config::FastAccum;
+  static_assert(!FastAccum || IsFp8, "fast accumulation is an fp8 mainloop: int8 is exact");
+  using KernelSchedule = cute::conditional_t<
+      Config::Cooperative,
+      cute::conditional_t<FastAccum,
+                          cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum,
+                          cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>,
+      cute::conditional_t<FastAccum,
+                          cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum,
+                          cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>>;
   using EpilogueSchedule =
       cute::conditional_t<Config::Cooperative,
                           cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,

@@ -91,6 +91,7 @@ struct WgmmaGroupedGemm {
   static_assert(cute::is_same_v<typename Config::ElementW, cutlass::int4b_t>,
                 "the wgmma kernel reads int4 weights");
   static constexpr bool kInt4 = true;
+  using ElementQ = int8_t;  // x's and q's type (A8W4)
   static constexpr bool kPerGroup = Config::PerGroup;
   static constexpr int kWarpGroups = Config::WarpGroups;
   static constexpr int kTokens = Config::Tokens;
