@@ -500,7 +500,9 @@ def test_fast_accum_errors_name_the_key_and_line(tmp_path, family_dtypes, extra,
 
 
 def test_fast_accum_on_the_family_s_own_kernels_is_refused(tmp_path):
-    text = MANIFEST.replace("dtypes: [e4m3]", "dtypes: [int8]").replace("""      - name: mid
+    """An e4m3 direct config takes no fast_accum (the kernel has one way to sum e4m3); an int8
+    family is refused first, for any schedule."""
+    text = MANIFEST.replace("""      - name: mid
         tile: [128, 128, 128]
         cluster: [1, 1, 1]
         schedule: cooperative
@@ -510,8 +512,13 @@ def test_fast_accum_on_the_family_s_own_kernels_is_refused(tmp_path):
         warps_k: 2
         fast_accum: false""")
     expand(load_manifest(_write(tmp_path, text)))  # false is the default: accepted
+    fast = text.replace("fast_accum: false", "fast_accum: true")
+    with pytest.raises(ManifestError, match="not with schedule direct .it sums int8 exactly and "
+                                            "e4m3 always as fast_accum does") as info:
+        expand(load_manifest(_write(tmp_path, fast)))
+    assert info.value.key == "fast_accum" and info.value.line == _line(fast, "fast_accum")
     with pytest.raises(ManifestError, match="e4m3 families only") as info:
-        expand(load_manifest(_write(tmp_path, text.replace("fast_accum: false", "fast_accum: true"))))
+        expand(load_manifest(_write(tmp_path, fast.replace("dtypes: [e4m3]", "dtypes: [int8]"))))
     assert info.value.key == "fast_accum"
 
 
@@ -1296,10 +1303,14 @@ _DIRECT_MANIFEST = MANIFEST.replace("dtypes: [e4m3]", "dtypes: [{x: int8, w: int
         warps_k: 2
 """)
 _DIRECT_KERNEL = "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t64x8x128_direct_wk2_s4"
+# the direct kernel's e4m3 path (mma.sync m16n8k32 e4m3 into a float32 accumulator)
+_DIRECT_FP8_MANIFEST = _DIRECT_MANIFEST.replace("dtypes: [{x: int8, w: int4, scales: group}]", "dtypes: [e4m3]")
+_DIRECT_FP8_KERNEL = "sm90a_grouped_matmul_swiglu_quant_e4m3_f32_t64x8x128_direct_wk2_s4"
 
 
 @pytest.mark.compile
 @pytest.mark.parametrize("text,name", [(MANIFEST, KERNEL), (_DIRECT_MANIFEST, _DIRECT_KERNEL),
+                                       (_DIRECT_FP8_MANIFEST, _DIRECT_FP8_KERNEL),
                                        (_WGMMA_MANIFEST.replace("w: int4}", "w: int4, scales: group}"),
                                         _WGMMA_GROUP_KERNEL),
                                        # up to 32 tokens a tile the loop is unrolled over whole
@@ -1309,7 +1320,7 @@ _DIRECT_KERNEL = "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t64x8x128_direct_w
                                                  "tile: [64, 16, 128]\n        schedule: wgmma\n"
                                                  "        stages: 8\n"),
                                         "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t64x16x128_wgmma_s8")],
-                         ids=["cutlass", "direct", "wgmma", "wgmma_unrolled"])
+                         ids=["cutlass", "direct", "direct_fp8", "wgmma", "wgmma_unrolled"])
 def test_moe_kernel_compiles_and_loads(tmp_path, text, name):
     """One real kernel of each of the family's kinds (the CUTLASS 3.x grouped GEMM + SwiGLU +
     quant, the direct mma.sync kernel and the wgmma kernel, both with per-group scales): builds,

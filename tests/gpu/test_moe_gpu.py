@@ -35,8 +35,9 @@ Comparison (`assert_quant_close`): the reference C = (X·W) ⊙ x_scale ⊙ weig
   * per-group scales: each group's exact int32 sum times its scale, added in float32 (in the
     warps that split K, then across them): at most (G + 16)·2^-24 of Σ_g |x_scale·w_scale_g·acc_g|;
   * bf16 intermediate: the rounding to bf16, up to 2^-8 relative (8 significant bits);
-  * fp8 inputs, either intermediate: the tensor cores' fp8 accumulation (the kernels promote
-    it to float32 every 4 wgmmas; fast accumulation, which does not, is the worse case).
+  * fp8 inputs, either intermediate: the tensor cores' fp8 accumulation (the accurate kernels
+    promote it to float32 every 4 wgmmas; the `fast_accum` ones and the direct kernel do not,
+    the worse case).
     Measured on an H100 with fast accumulation (torch._scaled_mm with use_fast_accum=True,
     ~N(0, 1) e4m3 data, K = 256..4096) the error is at most ~2^-11 of s_x·s_w·Σ_k|x·w|,
     whatever K; the bound used is 2^-9 of that magnitude.
@@ -878,14 +879,16 @@ def test_non_finite_weight_scale_reaches_its_expert_only(kind):
 # ------------------------------------------------------------------ 7. fused = unfused
 
 def fused_pairs() -> list[tuple]:
-    """(fused kernel, an unfused fp32 kernel of the same variant and accumulation) for every
-    built fused kernel (fp8's fast and promoted accumulation round differently)."""
+    """(fused kernel, an unfused fp32 CUTLASS kernel of the same variant and accumulation) for
+    every built fused kernel (fp8's fast and promoted accumulation round differently, and the
+    direct kernel sums in another order)."""
     kernels = [k for k in gemmgen.list_kernels() if k.spec.family == "moe"]
     pairs = []
     for fused in (k for k in kernels if k.spec.config.fused):
         plain = [k for k in kernels if not k.spec.config.fused and k.spec.c == "fp32"
                  and (k.spec.x, k.spec.w) == (fused.spec.x, fused.spec.w)
-                 and k.spec.config.fast_accum == fused.spec.config.fast_accum]
+                 and k.spec.config.fast_accum == fused.spec.config.fast_accum
+                 and not k.spec.config.is_own]  # CUTLASS's mainloops, as the fused kernels
         if plain:
             pairs.append((fused, plain[0]))
     return pairs

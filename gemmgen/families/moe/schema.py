@@ -17,8 +17,8 @@
         - {name: stream, tile: [64, 8, 128], schedule: direct, warps_k: 4}
 
 `fast_accum: true` (e4m3 families, CUTLASS schedules) takes CUTLASS's FP8FastAccum mainloop: the
-tensor cores accumulate a whole K tile on their own, as cuBLAS's fp8 GEMMs (and the W8A8
-family's) do, instead of promoting to fp32 every four wgmmas (the default, more exact).
+tensor cores accumulate the whole K on their own, as cuBLAS's fp8 GEMMs (and the W8A8 family's)
+do, instead of promoting to fp32 every four wgmmas, one 128-K tile (the default, more exact).
 
 `fused: true` does SwiGLU in the GEMM's epilogue (S stored in fp32, the row max reduced by
 atomics, then a light quant pass) instead of writing C for a separate SwiGLU kernel; fused
@@ -117,14 +117,19 @@ def direct_smem_bytes(config: MoeTileConfig, w: str) -> int:
     return config.ring_stages * (weights + config.warps_k * tn * tk) + scan
 
 
+# Why `fast_accum` means nothing to the family's own kernels
+_NO_FAST_ACCUM = {"direct": "it sums int8 exactly and e4m3 always as fast_accum does, in the tensor "
+                            "cores' own accumulation: there is nothing to choose",
+                  "wgmma": "it serves A8W4, whose int8 MMAs sum exactly"}
+
+
 def own_kernel_problems(config: MoeTileConfig, operand: str) -> list[tuple[str, str]]:
     """What the family's own kernels (schedule direct or wgmma: `operand` names its MMA) refuse:
     swap_ab, fused, an intermediate other than fp32."""
     problems = []
     for key, value, why in (("swap_ab", config.swap_ab, f"the weight is the {operand}'s A by design"),
                             ("fused", config.fused, "SwiGLU runs in the pass after it"),
-                            ("fast_accum", config.fast_accum, "no promotion to choose: int8 "
-                             "accumulates in int32, e4m3 in float32 on each MMA")):
+                            ("fast_accum", config.fast_accum, _NO_FAST_ACCUM[config.schedule])):
         if value:
             problems.append((key, f"not with schedule {config.schedule} ({why}): leave {key} out"))
     if config.intermediate != "fp32":

@@ -22,8 +22,10 @@
  *
  * Scales: per channel (w_scale [E, N]: C = w_scale · (x_scale · acc), acc the exact int32 sum,
  * or with e4m3 the float32 one, the same two float32 roundings as the CUTLASS kernels' epilogue;
- * e4m3's products are exact in float32 and each MMA adds them to its float32 accumulator as the
- * tensor cores do, then the warps' partial sums are added in a fixed order) or per group (w_scale
+ * e4m3's MMAs add into the float32 accumulator over the warp's whole K range as the tensor cores
+ * do, which may keep fewer bits than float32 (like CUTLASS's FP8FastAccum, not promoted every
+ * 128 K like its accurate mainloop); then the warps' partial sums are added in float32 in a fixed
+ * order) or per group (w_scale
  * [E, K/group, N]: C = x_scale · Σ_g w_scale[g] · acc_g, each group's int32 sum promoted to
  * float32 when the group ends). The group size is a run-time value: a multiple of 128 that
  * divides K (per channel: one group spanning K).
@@ -159,6 +161,15 @@ struct DirectGroupedGemm {
   static constexpr bool kFp8 = cute::is_same_v<ElementW, cutlass::float_e4m3_t>;
   static_assert(kFp8 || kInt4 || cute::is_same_v<ElementW, int8_t>, "int8, int4 or e4m3 weights");
   using ElementQ = cute::conditional_t<kFp8, cutlass::float_e4m3_t, int8_t>;  // x's and q's type
+#if defined(__CUDA_ARCH__) && !defined(CUTE_ARCH_MMA_F32_SM89_ENABLED)
+  // CuTe compiles SM89_16x8x32_F32E4M3E4M3F32_TN's MMA only with nvcc 12.4+ on sm89+; elsewhere
+  // its fma does nothing (with NDEBUG), which would leave every sum 0
+  static constexpr bool kFp8MmaCompiled = false;
+#else
+  static constexpr bool kFp8MmaCompiled = true;  // (the host pass never runs the MMA)
+#endif
+  static_assert(!kFp8 || kFp8MmaCompiled,
+                "e4m3 direct kernels need nvcc 12.4 or later and sm89+ (mma.sync e4m3)");
   // The MMA's accumulator: the exact int32 sum, or e4m3's float32 one
   using Acc = cute::conditional_t<kFp8, float, int32_t>;
 
@@ -432,7 +443,8 @@ struct DirectGroupedGemm {
       for (int t = 0; t < kTokenTiles; ++t) {
         uint32_t b[4][2];
         token_fragments(act, t * 8 + group_id, q, per_group, b);
-        if constexpr (kFp8) {  // straight into the float32 accumulator, as the tensor cores add
+        if constexpr (kFp8) {  // straight into the accumulator, as the tensor cores add (the
+                               // FP8FastAccum way: no promotion, see the file's comment)
           CUTLASS_PRAGMA_UNROLL
           for (int j = 0; j < 4; ++j) {
             Mma::fma(acc[t][0], acc[t][1], acc[t][2], acc[t][3], w_lo.lo[j], w_hi.lo[j], w_lo.hi[j],
