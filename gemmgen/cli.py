@@ -366,7 +366,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         library=args.library, family=args.family, dtypes=tuple(args.dtypes or ()), out_dtype=args.out_dtype,
         epilogue=args.epilogue, knob_top=args.knob_top, tolerance=args.tolerance, fresh=args.fresh,
         out=args.out, select=args.select, select_dir=args.select_dir, gpus=args.gpus,
-        from_cache=args.from_cache, extend=args.extend, command="gemmgen " + " ".join(args.argv),
+        from_cache=args.from_cache, extend=args.extend, update=args.update,
+        command="gemmgen " + " ".join(args.argv),
         shape_sources=[resolve_shapes_arg(s).name for s in args.shapes or ()]
         + (["autotune cache"] if args.from_cache else []))
     tune(options)
@@ -453,6 +454,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="add the shapes to this tuned table (measured on this GPU for this "
                              "library): its buckets and times are kept, only the new shapes are "
                              "timed, and the table is rewritten (or written to --out)")
+    tuning.add_argument("--update", metavar="TABLE",
+                        help="re-tune the classes this tune measures (e.g. --dtypes e4m3 after adding "
+                             "fp8 configs) and write them into this tuned table (measured on this GPU "
+                             "for this library), keeping its other classes; every kernel new since "
+                             "the table must be of a measured class")
     tuning.add_argument("--refit", metavar="TABLE",
                         help="rewrite this table's cost model (how it chooses for shapes it does not list) "
                              "in this gemmgen's cost features, fitted to the times it stores: no GPU, "

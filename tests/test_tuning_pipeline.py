@@ -278,3 +278,101 @@ def test_knob_variants_per_arch(library):
     plain = Kernel(dataclasses.replace(split.spec, config=dataclasses.replace(config, split_k="none"),
                                        knobs=RuntimeKnobs()), None, None, None)
     assert knob_variants(plain) == [Candidate.of(plain)]
+
+
+_FP8_FAMILY = """\
+library: demo
+arch: sm90a
+kernels_per_file: 4
+families:
+  - name: fp8
+    op: scaled_mm
+    dtypes:
+      - a: e4m3
+        d: bf16
+    epilogues: [ScaledEpilogueBias]
+    configs:
+      - name: {name}
+        tile: {tile}
+        cluster: [1, 1, 1]
+        schedule: {schedule}
+    dispatch:
+      - when: "true"
+        use: {name}
+"""
+
+
+def _add_fp8_kernels(library, tmp_path, name, tile, schedule) -> set[str]:
+    """Add an fp8 family's kernels (one config) to the synthetic library; their names."""
+    path = tmp_path / f"fp8_{name}.yaml"
+    path.write_text(_FP8_FAMILY.format(name=name, tile=tile, schedule=schedule))
+    specs = expand(load_manifest(path))
+    library.kernels.update({s.name: Kernel(s, library, None, None) for s in specs})
+    return {s.name for s in specs}
+
+
+def test_update_retunes_the_measured_classes_and_keeps_the_others(library, tmp_path):
+    """`gemmgen tune --dtypes e4m3 --update TABLE` after fp8 configs were added: only the e4m3
+    class is timed; the table keeps its int8 class as tuned, gets the new e4m3 class, and names
+    the library's kernel set (so it is whole, not partial). Refused: a tune that leaves a class
+    with new kernels unmeasured, and one that keeps a class naming a kernel the library lost."""
+    from gemmgen.errors import GemmgenError
+    library, calls = library
+    _add_fp8_kernels(library, tmp_path, "large", "[128, 128, 128]", "pingpong")
+    first = _options(tmp_path, dtypes=("int8", "e4m3"), command="gemmgen tune --dtypes int8 e4m3",
+                     out=str(tmp_path / "table.tuned.yaml"))
+    tuning.measure(library, Store(tmp_path / "first.jsonl"), first, first.shapes)
+    before = load_table(tuning.write_table(library, Store(tmp_path / "first.jsonl"), first))
+    int8_key, fp8_key = sorted(before.classes, key=lambda c: c[1] != "int8")
+    assert (int8_key[1], fp8_key[1]) == ("int8", "e4m3")
+    added = _add_fp8_kernels(library, tmp_path, "small", "[64, 64, 128]", "warpspecialized")
+    assert added and before.metadata["kernel_set"] != library.kernel_set
+
+    def refused(**changes) -> str:
+        opts = _options(tmp_path, **{"update": first.out, **changes})
+        with pytest.raises(GemmgenError) as err:
+            tuning.table_to_update(library, opts)
+        return str(err.value)
+
+    message = refused(dtypes=("int8",))
+    assert "classes this tune does not measure" in message and "e4m3" in message
+    assert f"({len(added)} new)" in message and "--dtypes" in message
+    assert "--m" in refused(dtypes=("e4m3",), m_grid=(1, 16))
+    assert "no such table" in refused(dtypes=("e4m3",), update=str(tmp_path / "missing.yaml"))
+
+    options = _options(tmp_path, dtypes=("e4m3",), update=first.out, out=None,
+                       command="gemmgen tune --dtypes e4m3 --update t")
+    options.m_grid = ()  # the table's grid is taken
+    updating = tuning.table_to_update(library, options)
+    assert options.m_grid == GRID
+    calls.clear()
+    tuning.measure(library, Store(tmp_path / "second.jsonl"), options, options.shapes)
+    assert calls and {library.kernels[c.kernel].spec.dispatch_class for c, _ in calls} == {fp8_key}
+    assert added <= {c.kernel for c, _ in calls}  # the new kernels were timed
+    path = tuning.write_table(library, Store(tmp_path / "second.jsonl"), options, None, updating)
+    assert path == Path(first.out)
+    text = path.read_text()
+    assert "# Command: gemmgen tune --dtypes int8 e4m3" in text
+    assert "# Updated by: gemmgen tune --dtypes e4m3 --update t (re-tuned: " in text
+    after = load_table(path, known_kernels=library.kernels)
+    assert after.metadata["kernel_set"] == library.kernel_set
+    assert set(after.metadata["kernels"]) == set(library.kernels)
+
+    def plain(table, key):
+        return {(s.n, s.k): [(b.m_max, b.kernel, b.knobs) for b in s.buckets] for s in table.classes[key].shapes}
+
+    assert plain(after, int8_key) == plain(before, int8_key)  # kept as tuned
+    assert after.classes[int8_key].model.times == before.classes[int8_key].model.times
+    fp8_kernels = {b.kernel for s in after.classes[fp8_key].shapes for b in s.buckets}
+    assert fp8_kernels and all(library.kernels[k].spec.dispatch_class == fp8_key for k in fp8_kernels)
+    assert set(after.classes[fp8_key].model.coef) == {k.name for k in tuning.kernels_of(library, fp8_key)}
+    assert added <= set(after.classes[fp8_key].model.coef)  # the new kernels are in its model
+
+    # a kept class naming a kernel the library no longer has: refused
+    gone = sorted(k for k, v in library.kernels.items() if v.spec.origin.config == "mid"
+                  and v.spec.dispatch_class == int8_key)
+    assert gone
+    for name in gone:
+        del library.kernels[name]
+    message = refused(dtypes=("e4m3",))
+    assert "no longer has" in message and gone[0] in message

@@ -68,6 +68,7 @@ class TuneOptions:
     seed: int = 0
     from_cache: bool = False  # add the shapes tuning at first use recorded (gemmgen/tuning/autotune.py)
     extend: str | None = None  # a tuned table to add the new shapes to (its buckets and times kept)
+    update: str | None = None  # a tuned table whose measured classes this tune replaces (others kept)
     command: str = ""
     shape_sources: list[str] = field(default_factory=list)
 
@@ -478,11 +479,14 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_table(library: Library, store: Store, options: TuneOptions,
-                extending: TunedTable | None = None) -> Path:
+                extending: TunedTable | None = None, updating: TunedTable | None = None) -> Path:
     """Write the table of `options.shapes` (with `extending`, the table `--extend` names as
-    `table_to_extend` checked it: that table with the new shapes added)."""
+    `table_to_extend` checked it: that table with the new shapes added; with `updating`, the
+    table `--update` names as `table_to_update` checked it: its measured classes replaced)."""
     if extending is not None:
         return extend_table(library, store, options, extending)
+    if updating is not None:
+        return update_table(library, store, options, updating)
     path = Path(options.out) if options.out else table_path_for(manifest_of(library), gpu_identity()[0])
     tables = build_tables(library, store, options)
     text = render_table(metadata(library, options, library.kernel_set), tables,
@@ -497,27 +501,14 @@ def table_to_extend(library: Library, options: TuneOptions) -> TunedTable:
     library's kernel set on this GPU, on the M grid of this tune (default: its own). Sets
     options.m_grid to the table's grid when none was given, and drops from options.shapes
     the (N, K) the table lists for every class this tune measures (they are kept as tuned)."""
+    table = _checked_table("--extend", library, options)
     path = Path(options.extend)
-    if not path.is_file():
-        raise GemmgenError(f"--extend {path}: no such table")
-    table = load_table(path, known_kernels=library.kernels)
     meta = table.metadata
-    if meta["library"] != library.name:
-        raise GemmgenError(f"--extend {path}: a table of library {meta['library']!r}, this tune measures "
-                           f"{library.name!r}")
     if meta["kernel_set"] != library.kernel_set:
         raise GemmgenError(f"--extend {path}: tuned for kernel set {meta['kernel_set']}, the library has "
                            f"{library.kernel_set} (the manifest changed): its times would mix two kernel "
-                           "sets; re-tune it whole (`gemmgen tune --fresh`)")
-    if table.gpu != tuple(gpu_identity()):
-        raise GemmgenError(f"--extend {path}: measured on {table.gpu[0]} ({table.gpu[1]} SMs), this GPU is "
-                           f"{gpu_identity()[0]} ({gpu_identity()[1]} SMs)")
-    grid = tuple(int(m) for m in meta.get("m_grid") or ())
-    if options.m_grid and grid and tuple(options.m_grid) != grid:
-        raise GemmgenError(f"--extend {path}: tuned on the M grid {','.join(map(str, grid))}; --m "
-                           f"{','.join(map(str, options.m_grid))} would give its shapes other buckets "
-                           "(leave --m out to use the table's)")
-    options.m_grid = tuple(options.m_grid or grid)
+                           "sets; re-tune it whole (`gemmgen tune --fresh`), or the changed classes "
+                           "alone (`--update`)")
     measured = [tuple(cls) for cls in classes_of(library, options)]
     listed = [{(s.n, s.k) for s in table.classes[c].shapes} if c in table.classes else set()
               for c in measured]
@@ -529,6 +520,91 @@ def table_to_extend(library: Library, options: TuneOptions) -> TunedTable:
         raise GemmgenError(f"--extend {path}: it lists every shape given; nothing to add")
     options.shapes = kept
     return table
+
+
+def _checked_table(flag: str, library: Library, options: TuneOptions) -> TunedTable:
+    """The table `flag` (--extend, --update) names, checked to be of this library and GPU and of
+    this tune's M grid (options.m_grid defaults to the table's)."""
+    path = Path(getattr(options, flag.lstrip("-")))
+    if not path.is_file():
+        raise GemmgenError(f"{flag} {path}: no such table")
+    table = load_table(path)
+    meta = table.metadata
+    if meta["library"] != library.name:
+        raise GemmgenError(f"{flag} {path}: a table of library {meta['library']!r}, this tune measures "
+                           f"{library.name!r}")
+    if table.gpu != tuple(gpu_identity()):
+        raise GemmgenError(f"{flag} {path}: measured on {table.gpu[0]} ({table.gpu[1]} SMs), this GPU is "
+                           f"{gpu_identity()[0]} ({gpu_identity()[1]} SMs)")
+    grid = tuple(int(m) for m in meta.get("m_grid") or ())
+    if options.m_grid and grid and tuple(options.m_grid) != grid:
+        raise GemmgenError(f"{flag} {path}: tuned on the M grid {','.join(map(str, grid))}; --m "
+                           f"{','.join(map(str, options.m_grid))} would give its shapes other buckets "
+                           "(leave --m out to use the table's)")
+    options.m_grid = tuple(options.m_grid or grid)
+    return table
+
+
+def table_to_update(library: Library, options: TuneOptions) -> TunedTable:
+    """The table `--update` names, checked to be one whose classes this tune may replace while it
+    keeps the others: of this library and GPU, on this tune's M grid, listing the kernel set it
+    was tuned for; every kernel the library gained since is of a class this tune measures (a
+    kept class would not know it), and every kernel a kept class names still exists."""
+    table = _checked_table("--update", library, options)
+    path = options.update
+    measured = {tuple(cls) for cls in classes_of(library, options)}
+    listed = set(table.metadata.get("kernels") or ())
+    if not listed:
+        raise GemmgenError(f"--update {path}: the table does not list the kernels it was tuned for (an "
+                           "older gemmgen wrote it): re-tune it whole")
+    new = [name for name in sorted(library.kernels) if name not in listed]
+    unmeasured = sorted({library.kernels[name].spec.dispatch_class for name in new} - measured)
+    if unmeasured:
+        names = ", ".join(f"{registry.for_op(c[0]).describe_class(c)} ({sum(library.kernels[n].spec.dispatch_class == c for n in new)} new)"
+                          for c in unmeasured)
+        raise GemmgenError(f"--update {path}: the library has kernels the table was not tuned with in "
+                           f"classes this tune does not measure: {names}; measure them too (--dtypes) "
+                           "or re-tune the table whole")
+    kept = [c for key, c in table.classes.items() if key not in measured]
+    named = {b.kernel for c in kept for s in c.shapes for b in s.buckets}
+    named |= {name for c in kept if c.model is not None for name in c.model.coef}
+    gone = sorted(named - set(library.kernels))
+    if gone:
+        raise GemmgenError(f"--update {path}: classes it keeps name kernels the library no longer has "
+                           f"({', '.join(gone)}): measure those classes too (--dtypes) or re-tune whole")
+    return table
+
+
+def update_table(library: Library, store: Store, options: TuneOptions, old: TunedTable) -> Path:
+    """Write `old` (the table `options.update` names) with the classes this tune measured
+    replaced by their new tables (to `options.out`, by default over the table itself,
+    atomically); its other classes are kept as they are. The metadata names the library's
+    kernel set: every kernel new since `old` is of a replaced class (table_to_update)."""
+    source = Path(options.update)
+    new = build_tables(library, store, options)
+    replaced = {t.key for t in new}
+    tables = [c for key, c in old.classes.items() if key not in replaced] + new
+    classes = "; ".join(registry.for_op(key[0]).describe_class(key) for key in sorted(replaced))
+    return _rewrite_table(library, options, source, old, metadata(library, options, library.kernel_set),
+                          tables, f"Updated by: {options.command or 'gemmgen tune --update'} (re-tuned: "
+                                  f"{classes}; gemmgen {__version__}, torch {torch.__version__})")
+
+
+def _rewrite_table(library: Library, options: TuneOptions, source: Path, old: TunedTable,
+                   meta: dict, tables: list[ClassTable], note: str) -> Path:
+    """Write `tables` as the table `source` (`old`) rewritten, to `options.out` or by default
+    over it, atomically: `meta` with old's shape sources and this tune's, the old header's
+    command lines and then `note`."""
+    sources = list(old.metadata.get("shapes") or [])
+    meta = dict(meta, shapes=sources + [s for s in options.shape_sources if s not in sources])
+    earlier = [h for h in _header_of(source) if h.startswith(("Command:", "Extended by:", "Updated by:"))]
+    header = [h for h in _header(library, options, "Tuned dispatch table", tables)
+              if h and not h.startswith("Command:")]
+    header[1:1] = [*earlier, note]
+    path = Path(options.out) if options.out else source
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, render_table(meta, tables, header))
+    return path
 
 
 def merge_classes(library: Library, old: TunedTable, new: list[ClassTable]) -> list[ClassTable]:
@@ -553,19 +629,10 @@ def extend_table(library: Library, store: Store, options: TuneOptions, old: Tune
     """Write `old` (the table `options.extend` names) with the shapes of this tune added (to
     `options.out`, by default over the table itself, atomically): its buckets and stored times
     are kept, not re-timed, and the cost model is fitted to the times of both."""
-    source = Path(options.extend)
     tables = merge_classes(library, old, build_tables(library, store, options))
-    sources = list(old.metadata.get("shapes") or [])
-    meta = dict(old.metadata, shapes=sources + [s for s in options.shape_sources if s not in sources])
-    earlier = [h for h in _header_of(source) if h.startswith(("Command:", "Extended by:"))]
-    header = _header(library, options, "Tuned dispatch table", tables)
-    header = [h for h in header if h and not h.startswith("Command:")]
-    header[1:1] = [*earlier, f"Extended by: {options.command or 'gemmgen tune --extend'} "
-                             f"(gemmgen {__version__}, torch {torch.__version__})"]
-    path = Path(options.out) if options.out else source
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, render_table(meta, tables, header))
-    return path
+    return _rewrite_table(library, options, Path(options.extend), old, old.metadata, tables,
+                          f"Extended by: {options.command or 'gemmgen tune --extend'} "
+                          f"(gemmgen {__version__}, torch {torch.__version__})")
 
 
 def _header_of(path: Path) -> list[str]:
@@ -729,11 +796,17 @@ def tune(options: TuneOptions) -> Path:
     if not options.shapes:
         raise GemmgenError("no shapes to tune: give --shapes, or --from-cache once tuning at first "
                            "use recorded some (gemmgen.autotune(), GEMMGEN_AUTOTUNE=1)")
-    extending = None
+    extending = updating = None
+    if options.extend and options.update:
+        raise GemmgenError("--extend adds shapes to a table, --update replaces its measured classes: one "
+                           "at a time")
+    if (options.extend or options.update) and options.select:
+        raise GemmgenError(f"{'--extend' if options.extend else '--update'} writes into a table; "
+                           "--select prunes the manifest: one at a time")
     if options.extend:
-        if options.select:
-            raise GemmgenError("--extend adds shapes to a table; --select prunes the manifest: one at a time")
         extending = table_to_extend(library, options)
+    if options.update:
+        updating = table_to_update(library, options)
     if not options.m_grid:
         options.m_grid = default_m_grid(library, options)
     check_plan(library, options)
@@ -762,7 +835,7 @@ def tune(options: TuneOptions) -> Path:
     else:
         measure(library, Store(path), options, options.shapes)
     store = Store(path)
-    table = write_table(library, store, options, extending)
+    table = write_table(library, store, options, extending, updating)
     _say(f"wrote {table}")
     if options.select:
         _say(select_and_write(library, store, options))
