@@ -338,6 +338,8 @@ def test_update_retunes_the_measured_classes_and_keeps_the_others(library, tmp_p
     assert "classes this tune does not measure" in message and "e4m3" in message
     assert f"({len(added)} new)" in message and "--dtypes" in message
     assert "--m" in refused(dtypes=("e4m3",), m_grid=(1, 16))
+    dropped = refused(dtypes=("e4m3",), shapes=[SHAPES[0]])  # the table lists both shapes
+    assert "lists 28672x4096 for" in dropped and "would drop" in dropped
     assert "no such table" in refused(dtypes=("e4m3",), update=str(tmp_path / "missing.yaml"))
 
     options = _options(tmp_path, dtypes=("e4m3",), update=first.out, out=None,

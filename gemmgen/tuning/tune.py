@@ -549,7 +549,8 @@ def table_to_update(library: Library, options: TuneOptions) -> TunedTable:
     """The table `--update` names, checked to be one whose classes this tune may replace while it
     keeps the others: of this library and GPU, on this tune's M grid, listing the kernel set it
     was tuned for; every kernel the library gained since is of a class this tune measures (a
-    kept class would not know it), and every kernel a kept class names still exists."""
+    kept class would not know it), every kernel a kept class names still exists, and the tune's
+    shapes cover every shape the table lists for the classes it replaces."""
     table = _checked_table("--update", library, options)
     path = options.update
     measured = {tuple(cls) for cls in classes_of(library, options)}
@@ -565,6 +566,13 @@ def table_to_update(library: Library, options: TuneOptions) -> TunedTable:
         raise GemmgenError(f"--update {path}: the library has kernels the table was not tuned with in "
                            f"classes this tune does not measure: {names}; measure them too (--dtypes) "
                            "or re-tune the table whole")
+    for cls in sorted(measured & set(table.classes)):
+        given = {(s.n, s.k) for s in shapes_for(cls, options.shapes)}
+        missing = sorted({(s.n, s.k) for s in table.classes[cls].shapes} - given)
+        if missing:
+            raise GemmgenError(f"--update {path}: it lists {', '.join(f'{n}x{k}' for n, k in missing)} "
+                               f"for {registry.for_op(cls[0]).describe_class(cls)}, which this tune "
+                               "would drop: give their shape files too (--shapes)")
     kept = [c for key, c in table.classes.items() if key not in measured]
     named = {b.kernel for c in kept for s in c.shapes for b in s.buckets}
     named |= {name for c in kept if c.model is not None for name in c.model.coef}
