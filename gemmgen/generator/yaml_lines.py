@@ -391,6 +391,13 @@ class Reader:
                                         f"{', '.join(map(str, allowed))}")
         return value
 
+    def flag(self, node: LocatedDict, key: str, default: bool = False) -> bool:
+        """A true/false key (`default` when absent)."""
+        value = node.get(key, default)
+        if not isinstance(value, bool):
+            raise self.error(node, key, f"expected true or false, got {value!r}")
+        return value
+
     def triple(self, node: LocatedDict, key: str, default: Any = None) -> tuple[int, int, int]:
         value = node.get(key, default)
         if (not isinstance(value, list) or len(value) != 3

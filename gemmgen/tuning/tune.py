@@ -21,6 +21,7 @@ import os
 import statistics
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -558,11 +559,10 @@ def table_to_update(library: Library, options: TuneOptions) -> TunedTable:
     if not listed:
         raise GemmgenError(f"--update {path}: the table does not list the kernels it was tuned for (an "
                            "older gemmgen wrote it): re-tune it whole")
-    new = [name for name in sorted(library.kernels) if name not in listed]
-    unmeasured = sorted({library.kernels[name].spec.dispatch_class for name in new} - measured)
+    new = Counter(k.spec.dispatch_class for name, k in library.kernels.items() if name not in listed)
+    unmeasured = sorted(set(new) - measured)
     if unmeasured:
-        names = ", ".join(f"{registry.for_op(c[0]).describe_class(c)} ({sum(library.kernels[n].spec.dispatch_class == c for n in new)} new)"
-                          for c in unmeasured)
+        names = ", ".join(f"{_describe(c)} ({new[c]} new)" for c in unmeasured)
         raise GemmgenError(f"--update {path}: the library has kernels the table was not tuned with in "
                            f"classes this tune does not measure: {names}; measure them too (--dtypes) "
                            "or re-tune the table whole")
@@ -571,7 +571,7 @@ def table_to_update(library: Library, options: TuneOptions) -> TunedTable:
         missing = sorted({(s.n, s.k) for s in table.classes[cls].shapes} - given)
         if missing:
             raise GemmgenError(f"--update {path}: it lists {', '.join(f'{n}x{k}' for n, k in missing)} "
-                               f"for {registry.for_op(cls[0]).describe_class(cls)}, which this tune "
+                               f"for {_describe(cls)}, which this tune "
                                "would drop: give their shape files too (--shapes)")
     kept = [c for key, c in table.classes.items() if key not in measured]
     named = {b.kernel for c in kept for s in c.shapes for b in s.buckets}
@@ -588,24 +588,29 @@ def update_table(library: Library, store: Store, options: TuneOptions, old: Tune
     replaced by their new tables (to `options.out`, by default over the table itself,
     atomically); its other classes are kept as they are. The metadata names the library's
     kernel set: every kernel new since `old` is of a replaced class (table_to_update)."""
-    source = Path(options.update)
     new = build_tables(library, store, options)
     replaced = {t.key for t in new}
     tables = [c for key, c in old.classes.items() if key not in replaced] + new
-    classes = "; ".join(registry.for_op(key[0]).describe_class(key) for key in sorted(replaced))
-    return _rewrite_table(library, options, source, old, metadata(library, options, library.kernel_set),
+    classes = "; ".join(_describe(key) for key in sorted(replaced))
+    return _rewrite_table(library, options, old, metadata(library, options, library.kernel_set),
                           tables, f"Updated by: {options.command or 'gemmgen tune --update'} (re-tuned: "
                                   f"{classes}; gemmgen {__version__}, torch {torch.__version__})")
 
 
-def _rewrite_table(library: Library, options: TuneOptions, source: Path, old: TunedTable,
-                   meta: dict, tables: list[ClassTable], note: str) -> Path:
-    """Write `tables` as the table `source` (`old`) rewritten, to `options.out` or by default
-    over it, atomically: `meta` with old's shape sources and this tune's, the old header's
-    command lines and then `note`."""
+def _describe(cls: MeasuredClass) -> str:
+    """A dispatch class in its family's words, for messages and headers."""
+    return registry.for_op(cls[0]).describe_class(cls)
+
+
+def _rewrite_table(library: Library, options: TuneOptions, old: TunedTable, meta: dict,
+                   tables: list[ClassTable], note: str) -> Path:
+    """Write `tables` as the table `old` rewritten, to `options.out` or by default over its file,
+    atomically: `meta` with old's shape sources and this tune's, the old header's command lines
+    and then `note`."""
+    source = Path(old.path)
     sources = list(old.metadata.get("shapes") or [])
     meta = dict(meta, shapes=sources + [s for s in options.shape_sources if s not in sources])
-    earlier = [h for h in _header_of(source) if h.startswith(("Command:", "Extended by:", "Updated by:"))]
+    earlier = [h for h in _header_of(source) if h.startswith(_HISTORY)]
     header = [h for h in _header(library, options, "Tuned dispatch table", tables)
               if h and not h.startswith("Command:")]
     header[1:1] = [*earlier, note]
@@ -638,9 +643,13 @@ def extend_table(library: Library, store: Store, options: TuneOptions, old: Tune
     `options.out`, by default over the table itself, atomically): its buckets and stored times
     are kept, not re-timed, and the cost model is fitted to the times of both."""
     tables = merge_classes(library, old, build_tables(library, store, options))
-    return _rewrite_table(library, options, Path(options.extend), old, old.metadata, tables,
+    return _rewrite_table(library, options, old, old.metadata, tables,
                           f"Extended by: {options.command or 'gemmgen tune --extend'} "
                           f"(gemmgen {__version__}, torch {torch.__version__})")
+
+
+# The header lines that say how a table came to be, kept when it is rewritten
+_HISTORY = ("Command:", "Extended by:", "Updated by:")
 
 
 def _header_of(path: Path) -> list[str]:
@@ -677,7 +686,7 @@ def refit_table(path: Path, out: Path | None = None, library_name: str | None = 
             sets.add(family.cost_feature_set)
         classes.append(ctable)
     header = [h for h in _header_of(path) if not h.startswith("Refitted by:")]
-    at = max((i + 1 for i, h in enumerate(header) if h.startswith(("Command:", "Extended by:"))),
+    at = max((i + 1 for i, h in enumerate(header) if h.startswith(_HISTORY)),
              default=len(header))
     header.insert(at, f"Refitted by: {command or 'gemmgen tune --refit'} (gemmgen {__version__}): cost "
                       f"model feature set {', '.join(sorted(sets))}, fitted to the stored times")

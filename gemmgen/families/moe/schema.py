@@ -235,15 +235,7 @@ def read_config(reader, node: Any, index: int, line: int,
     direct only. `cluster` may be left out: [1, 1, 1]."""
     c = reader.mapping(node, f"configs[{index}]", CONFIG_KEYS, ("tile", "schedule"), line=line)
     common = sm90_schema.read_common(reader, c)
-    swap_ab = c.get("swap_ab", False)
-    if not isinstance(swap_ab, bool):
-        raise reader.error(c, "swap_ab", f"expected true or false, got {swap_ab!r}")
-    fused = c.get("fused", False)
-    if not isinstance(fused, bool):
-        raise reader.error(c, "fused", f"expected true or false, got {fused!r}")
-    fast_accum = c.get("fast_accum", False)
-    if not isinstance(fast_accum, bool):
-        raise reader.error(c, "fast_accum", f"expected true or false, got {fast_accum!r}")
+    swap_ab, fused, fast_accum = (reader.flag(c, key) for key in ("swap_ab", "fused", "fast_accum"))
     if fast_accum and variants is not None and any(x != "e4m3" for x, _, _ in variants):
         raise reader.error(c, "fast_accum", "e4m3 families only: int8 MMAs accumulate in int32, "
                                             "exactly; this family lists "
