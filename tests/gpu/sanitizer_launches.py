@@ -103,7 +103,10 @@ def run_moe(kernel) -> int:
     # per group: K a multiple of the group size (128), two and three groups (one would be per
     # channel, another dispatch class)
     shapes = ({(m, n, 384 if k > 128 else 256) for m, n, k in boundary_shapes(spec, 8, 32)}
-              if per_group else boundary_shapes(spec, 8, 32 if bits == 4 else 16))
+              if per_group else set(boundary_shapes(spec, 8, 32 if bits == 4 else 16)))
+    # and few long rows: the unfused kernels' SwiGLU pass splits each over a cluster of 4 CTAs
+    # (swiglu_quant.cuh: 1025 vectors a row; their cluster barriers and shared-memory reads)
+    shapes.add((3, 8200, 256))
     for m, n, k in sorted(shapes):
         weight = (torch.randint(-8, 8, (e, k, n), dtype=torch.int8, device=DEVICE) if bits == 4
                   else values((e, k, n), dtype))

@@ -1,8 +1,9 @@
 /*
  * gemmgen/shared_memory.cuh — shared-memory access by 32-bit address for the families' own
- * kernels (the mixed family's direct and wgmma kernels, the MoE family's wgmma kernel): cp.async
- * copies with zero-fill, vector loads without a generic-to-shared conversion in the loop, and the
- * wgmma descriptor of a K-major operand tile in 128-byte swizzle.
+ * kernels (the mixed family's direct and wgmma kernels, the MoE family's wgmma kernel and its
+ * SwiGLU pass): cp.async copies with zero-fill, vector loads without a generic-to-shared
+ * conversion in the loop, the wgmma descriptor of a K-major operand tile in 128-byte swizzle, and
+ * a thread-block cluster's barriers and reads of another CTA's shared memory (sm90).
  */
 #pragma once
 
@@ -66,6 +67,31 @@ __device__ __forceinline__ uint64_t sw128_k_major_descriptor(uint32_t addr) {
   desc.bitfield.base_offset_ = 0;
   desc.bitfield.layout_type_ = 1;  // SWIZZLE_128B
   return desc.desc_;
+}
+
+// Thread-block clusters (sm90). cluster_sync: every CTA's shared-memory writes before it are
+// visible to the cluster after it (release / acquire). cluster_sync_relaxed: only keeps every CTA
+// until the others arrive (a CTA whose shared memory others still read must not exit first);
+// no release, which would also wait for the CTA's global stores to drain.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n"
+               "barrier.cluster.wait.aligned;" ::: "memory");
+}
+// The shared-memory address `addr` of this CTA, in the cluster's CTA `rank` (a shared::cluster
+// address for ld.shared::cluster).
+__device__ __forceinline__ uint32_t cluster_address(uint32_t addr, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ float load_cluster_f32(uint32_t remote) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
 }
 
 }  // namespace gemmgen::smem

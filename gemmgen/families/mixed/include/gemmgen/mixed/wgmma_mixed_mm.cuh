@@ -109,24 +109,15 @@ struct WgmmaConfig {
 
 inline constexpr int kMaxSplits = 8;  // the portable cluster size
 
-// The K split's cluster (1, 1, S): barriers, and the partial sums moved through distributed
-// shared memory.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n"
-               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_sync_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n"
-               "barrier.cluster.wait.aligned;" ::: "memory");
-}
+// The K split's cluster (1, 1, S): the partial sums moved through distributed shared memory
+// (barriers: smem::cluster_sync, smem::cluster_sync_relaxed).
 __device__ __forceinline__ void store_shared4(uint32_t addr, float const* v) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};"
                :: "r"(addr), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]) : "memory");
 }
 // The 16 bytes at shared address `addr` of the cluster's CTA `rank`.
 __device__ __forceinline__ void load_from_cta4(uint32_t addr, uint32_t rank, float (&v)[4]) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  uint32_t const remote = smem::cluster_address(addr, rank);
   asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
                : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(remote) : "memory");
 }
@@ -518,7 +509,7 @@ struct WgmmaMixedMm {
     for (int j = 0; j < kPieces; ++j) {
       store_shared4(smem + uint32_t(j * kThreads + tid) * 16u, acc + 4 * j);
     }
-    cluster_sync();  // every CTA's partial sums are written
+    smem::cluster_sync();  // every CTA's partial sums are written
     int const j_begin = kPieces * rank / splits, j_end = kPieces * (rank + 1) / splits;
     for (int j = j_begin; j < j_end; ++j) {
       float sum[4];
@@ -528,7 +519,7 @@ struct WgmmaMixedMm {
         store(4 * j + i, sum[i]);
       }
     }
-    cluster_sync_relaxed();
+    smem::cluster_sync_relaxed();
   }
 };
 

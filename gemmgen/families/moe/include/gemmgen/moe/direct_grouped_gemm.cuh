@@ -191,6 +191,10 @@ struct DirectGroupedGemm {
   static constexpr int kRingBytes = kWarps * kWeightRingBytes + kWarpsK * kActRingBytes;
   static constexpr int kReduceBytes = kWarps * kTokenTiles * 4 * 32 * 4;
   static constexpr int kSmemBytes = kRingBytes > kReduceBytes ? kRingBytes : kReduceBytes;
+  // Every grid launches with kSmemBytes (the wgmma kernel pads a small grid's: its
+  // launch_smem_bytes).
+  static constexpr int kSmemSmallGrid = kSmemBytes;
+  static int launch_smem_bytes(int64_t, int) { return kSmemBytes; }
   static constexpr int kGroupThreads = 32 * kWarpsN;  // the threads of a K group
 
   // Both take A and B in the same fragment layout (8-bit values, 32 k an MMA), so the weights and
@@ -612,9 +616,9 @@ __global__ void __launch_bounds__(DirectGroupedGemm<Config>::kThreads)
 }
 
 // The whole op behind the C ABI for the family's own GEMM kernels: group ends (or inline
-// grouping), the grouped GEMM (`Gemm`, launched as `Kernel`: kThreads threads, kSmemBytes of
-// dynamic shared memory, a CTA per kFeatures features of an expert slot and token slot), SwiGLU +
-// quant.
+// grouping), the grouped GEMM (`Gemm`, launched as `Kernel`: kThreads threads,
+// launch_smem_bytes(CTAs, SMs) of dynamic shared memory, a CTA per kFeatures features of an
+// expert slot and token slot), SwiGLU + quant.
 template <class Gemm, auto Kernel>
 struct OwnSwigluQuant {
   using K = Gemm;
@@ -685,7 +689,9 @@ struct OwnSwigluQuant {
       return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name, "N or E too large for the launch grid");
     }
     static std::atomic<bool> raised[detail::kMaxDevices] = {};
-    int const allowed = allow_shared_memory_once(Kernel, K::kSmemBytes, raised, kernel_name);
+    // the largest dynamic shared memory a launch asks for (K::launch_smem_bytes)
+    static_assert(K::kSmemSmallGrid >= K::kSmemBytes);
+    int const allowed = allow_shared_memory_once(Kernel, K::kSmemSmallGrid, raised, kernel_name);
     if (allowed != GEMMGEN_OK) {
       return allowed;
     }
@@ -726,13 +732,16 @@ struct OwnSwigluQuant {
                         static_cast<int>(p->m), static_cast<int>(p->n), static_cast<int>(p->k),
                         static_cast<int>(p->k / group),
                         static_cast<int>((group + K::kChunkK - 1) / K::kChunkK), x_stride};
-    launch_maybe_pdl(Kernel, grid, dim3(K::kThreads), K::kSmemBytes, cuda_stream, pdl, params);
-    int const blocks = static_cast<int>(p->m < 65535 * 4 ? p->m : 65535 * 4);
+    int const smem = K::launch_smem_bytes(int64_t(grid.x) * grid.y * grid.z,
+                                          hardware_info().sm_count);
+    launch_maybe_pdl(Kernel, grid, dim3(K::kThreads), smem, cuda_stream, pdl, params);
     using ElementQ = typename K::ElementQ;
-    launch_maybe_pdl(swiglu_quant<float, ElementQ>, dim3(blocks), dim3(kQuantThreads), 0, cuda_stream,
-                     pdl, static_cast<float const*>(p->c), static_cast<ElementQ*>(p->q), p->q_scale,
-                     p->m, p->n / 2, static_cast<int64_t const*>(rows_total));
-    cudaError_t const launched = cudaGetLastError();
+    cudaError_t launched = launch_swiglu_quant(
+        static_cast<float const*>(p->c), static_cast<ElementQ*>(p->q), p->q_scale, p->m, p->n / 2,
+        static_cast<int64_t const*>(rows_total), cuda_stream, pdl);
+    if (launched == cudaSuccess) {
+      launched = cudaGetLastError();
+    }
     if (launched != cudaSuccess) {
       return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
     }

@@ -292,10 +292,12 @@ struct GroupedSwigluQuant {
           static_cast<float const*>(p->c), arrays.row_max_bits, static_cast<ElementQ*>(p->q),
           p->q_scale, p->m, p->n / 2, arrays.rows_total);
     } else {
-      int const blocks = static_cast<int>(p->m < 65535 * 4 ? p->m : 65535 * 4);
-      swiglu_quant<<<blocks, kQuantThreads, 0, cuda_stream>>>(
-          static_cast<ElementC const*>(p->c), static_cast<ElementQ*>(p->q), p->q_scale, p->m,
-          p->n / 2, arrays.rows_total);
+      cudaError_t const launched =
+          launch_swiglu_quant(static_cast<ElementC const*>(p->c), static_cast<ElementQ*>(p->q),
+                              p->q_scale, p->m, p->n / 2, arrays.rows_total, cuda_stream, false);
+      if (launched != cudaSuccess) {
+        return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
+      }
     }
     return launch_status(cutlass::Status::kSuccess, kernel_name);
   }

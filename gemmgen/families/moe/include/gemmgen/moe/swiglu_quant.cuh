@@ -6,7 +6,8 @@
  *                 synchronisation, so the op can be captured in a CUDA graph, and empty experts
  *                 cost nothing);
  *   swiglu_quant  (unfused kernels) SwiGLU of the GEMM result C and dynamic per-row
- *                 quantization (int8 or e4m3);
+ *                 quantization (int8 or e4m3), a row split over a cluster of CTAs when the rows
+ *                 are few and long (launch_swiglu_quant);
  *   quantize_rows (fused kernels) quantization of S, whose row maxima the GEMM's epilogue
  *                 already reduced (sm90_swiglu_rowmax_store.hpp);
  *
@@ -29,6 +30,7 @@
 
 #include "gemmgen/moe/moe_args.h"
 #include "gemmgen/runtime_support.hpp"
+#include "gemmgen/shared_memory.cuh"
 
 namespace gemmgen::moe {
 
@@ -250,29 +252,62 @@ __device__ __forceinline__ void store4(ElementQ* q_row, int64_t vec, float const
 }
 
 constexpr int kQuantThreads = 512;
-constexpr int kQuantVectorsPerThread = 8;  // rows of N/2 <= 512 * 4 * 8 = 16384 stay in registers
+constexpr int kQuantVectorsPerThread = 8;  // a CTA's part of a row <= 512 * 4 * 8 = 16384 values
+                                           // of S stays in registers
+constexpr int kMaxRowParts = 8;            // CTAs a row (a cluster): the portable cluster size
 
-// One block per row (grid-stride over rows), 4 elements of S per thread and step. Pass 1 reads the
-// row once (act and gate halves), computes S and the row's max |S|; pass 2 quantizes S from
-// registers. Rows longer than the register budget recompute S from C (then still in L2).
-// Needs N/2 % 4 == 0 (the op checks N % 8 == 0).
-template <class ElementC, class ElementQ>
+// How many CTAs share a row: one, unless the rows are few and long. One CTA a row leaves most SMs
+// idle when a decode step has a few rows, and a Mixtral row (14336 values) then takes a CTA
+// ~9 µs, all of it after the GEMM (H200, ncu: 2 rows 9.3 µs, 5.8 in clusters of 8); so the parts
+// double while every part keeps at least 256 vectors of 4 values and the grid stays within one
+// CTA an SM (at two, 32 Mixtral rows in clusters of 8 took 10.5 µs: not all clusters fit at
+// once).
+inline int swiglu_row_parts(int64_t m, int64_t n_half, int sm_count) {  // 1, 2, 4 or 8
+  int64_t const vectors = n_half / 4;
+  int parts = 1;
+  while (parts < kMaxRowParts && vectors / (2 * parts) >= 256 && m * 2 * parts <= sm_count) {
+    parts *= 2;
+  }
+  return parts;
+}
+
+// Rows grid-strided over clusters of `parts` CTAs (clusters along x: CTA x is part x % parts of
+// its cluster's rows), 4 values of S per thread and step over the part's share of the row. Pass 1
+// reads it once (act and gate halves), computes S and its max |S|; the row's max is the max over
+// the parts (through distributed shared memory, order-independent: deterministic); pass 2
+// quantizes S from registers. Parts longer than the register budget recompute S from C (then
+// still in L2). Needs N/2 % 4 == 0 (the op checks N % 8 == 0).
+// Split: built for clusters (parts > 1); the one-part kernel is compiled without the cluster
+// code (with it, one token of Qwen3 and DeepSeek-V2-Lite ran 0.1-0.3 µs slower, H200).
+template <class ElementC, class ElementQ, bool Split>
 __global__ void __launch_bounds__(kQuantThreads)
 swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t n_half,
-             int64_t const* rows_total) {
+             int64_t const* rows_total, int parts_log2, int share) {
   __shared__ float warp_max[kQuantThreads / 32];
+  __shared__ float part_max[2];  // this part's max of the row, by row parity, read by the cluster
   pdl_wait();  // C and the row count come from the kernels before (see runtime_support.hpp)
   pdl_release();
+  // parts = 2^parts_log2 and share = ceil(vectors / parts) come from the host: no division here
+  // (a 64-bit one cost the one-part launch ~0.3 µs at one token, H200).
   int64_t const total = *rows_total;
-  int64_t const vectors = n_half / 4;
-  bool const in_registers = vectors <= int64_t(kQuantThreads) * kQuantVectorsPerThread;
-  for (int64_t row = blockIdx.x; row < m; row += gridDim.x) {
+  int const vectors = static_cast<int>(n_half / 4);
+  if constexpr (!Split) {
+    parts_log2 = 0, share = vectors;
+  }
+  int const parts = 1 << parts_log2;
+  int const part = Split ? static_cast<int>(blockIdx.x) & (parts - 1) : 0;
+  int const begin = !Split ? 0 : part * share < vectors ? part * share : vectors;
+  int const end = !Split ? vectors : begin + share < vectors ? begin + share : vectors;
+  bool const in_registers = share <= kQuantThreads * kQuantVectorsPerThread;
+  int parity = 0;
+  for (int64_t row = blockIdx.x >> parts_log2; row < m;
+       row += gridDim.x >> parts_log2, parity ^= 1) {
     ElementQ* q_row = q + row * n_half;
-    if (row >= total) {  // outside every group: q = 0, q_scale = 0
-      for (int64_t v = threadIdx.x; v < vectors; v += kQuantThreads) {
+    if (row >= total) {  // outside every group: q = 0, q_scale = 0 (the same branch in every part)
+      for (int v = begin + threadIdx.x; v < end; v += kQuantThreads) {
         reinterpret_cast<uint32_t*>(q_row)[v] = 0u;
       }
-      if (threadIdx.x == 0) {
+      if (part == 0 && threadIdx.x == 0) {
         q_scale[row] = 0.0f;
       }
       continue;
@@ -291,13 +326,13 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
     if (in_registers) {
 #pragma unroll
       for (int j = 0; j < kQuantVectorsPerThread; ++j) {
-        int64_t const v = threadIdx.x + int64_t(j) * kQuantThreads;
-        if (v < vectors) {
+        int const v = begin + static_cast<int>(threadIdx.x) + j * kQuantThreads;
+        if (v < end) {
           compute(v, s[j]);
         }
       }
     } else {
-      for (int64_t v = threadIdx.x; v < vectors; v += kQuantThreads) {
+      for (int v = begin + threadIdx.x; v < end; v += kQuantThreads) {
         compute(v, s[0]);
       }
     }
@@ -313,27 +348,71 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
       amax = max_keep_nan(amax, warp_max[w]);
     }
     __syncthreads();  // warp_max is rewritten by the next row
+    if constexpr (Split) {
+      // The parts' maxima: lane r of each warp reads part r's. A part rewrites part_max[parity]
+      // two rows later, after the next row's cluster barrier, which every part reaches only once
+      // it has read this row's.
+      if (threadIdx.x == 0) {
+        part_max[parity] = amax;
+      }
+      smem::cluster_sync();
+      int const lane = static_cast<int>(threadIdx.x % 32);
+      float other = 0.0f;
+      if (lane < parts) {
+        uint32_t const mine = static_cast<uint32_t>(__cvta_generic_to_shared(&part_max[parity]));
+        other = smem::load_cluster_f32(smem::cluster_address(mine, static_cast<uint32_t>(lane)));
+      }
+      for (int offset = 4; offset > 0; offset /= 2) {  // parts <= 8 lanes
+        other = max_keep_nan(other, __shfl_xor_sync(0xffffffffu, other, offset));
+      }
+      amax = __shfl_sync(0xffffffffu, other, 0);  // lanes 0-7 hold the row's max
+    }
     // A row whose S is all zero (or whose max underflows) gets q = 0, q_scale = 0: never NaN.
     // A row with a NaN in S gets q_scale NaN; with an infinite S, q_scale +inf (q unspecified).
     float const scale = amax / Quantizer<ElementQ>::kMax;
     if (in_registers) {
 #pragma unroll
       for (int j = 0; j < kQuantVectorsPerThread; ++j) {
-        int64_t const v = threadIdx.x + int64_t(j) * kQuantThreads;
-        if (v < vectors) {
+        int const v = begin + static_cast<int>(threadIdx.x) + j * kQuantThreads;
+        if (v < end) {
           store4(q_row, v, s[j], scale);
         }
       }
     } else {
-      for (int64_t v = threadIdx.x; v < vectors; v += kQuantThreads) {
+      for (int v = begin + threadIdx.x; v < end; v += kQuantThreads) {
         compute(v, s[0]);
         store4(q_row, v, s[0], scale);
       }
     }
-    if (threadIdx.x == 0) {
+    if (part == 0 && threadIdx.x == 0) {
       q_scale[row] = scale;
     }
   }
+  if constexpr (Split) {
+    smem::cluster_sync_relaxed();  // no part exits while another may still read its part_max
+  }
+}
+
+// The unfused kernels' SwiGLU + quant pass over C [m, 2·n_half] (after the GEMM on `stream`; a
+// programmatic dependent when `pdl`).
+template <class ElementC, class ElementQ>
+cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m,
+                                int64_t n_half, int64_t const* rows_total, cudaStream_t stream,
+                                bool pdl) {
+  int const parts = swiglu_row_parts(m, n_half, hardware_info().sm_count);
+  int parts_log2 = 0;
+  while ((1 << parts_log2) < parts) {
+    ++parts_log2;
+  }
+  int64_t const vectors = n_half / 4;
+  int const share = static_cast<int>((vectors + parts - 1) / parts);
+  int64_t const clusters = m < 65535 * 4 ? m : 65535 * 4;
+  return launch_clustered_maybe_pdl(parts > 1 ? swiglu_quant<ElementC, ElementQ, true>
+                                              : swiglu_quant<ElementC, ElementQ, false>,
+                                    dim3(static_cast<unsigned>(clusters * parts)),
+                                    dim3(kQuantThreads), 0, stream, pdl,
+                                    dim3(static_cast<unsigned>(parts), 1, 1), c, q, q_scale, m,
+                                    n_half, rows_total, parts_log2, share);
 }
 
 // The fused kernels' light pass: q = quantize(S / scale), scale = max|S_row| / QMAX from the

@@ -116,14 +116,28 @@ struct WgmmaGroupedGemm {
   static constexpr int kActRowBytes = kChunkK;  // one 128-byte swizzle row a token
   static constexpr int kActStageBytes = kTokens * kActRowBytes;
   static constexpr int kScaleStageBytes = kPerGroup ? kFeatures * 4 : 0;
-  // a slot: tokens (1024-aligned: the swizzle's period), weights, scales
-  static constexpr int kSlotBytes =
-      (kActStageBytes + kWeightStageBytes + kScaleStageBytes + 1023) / 1024 * 1024;
+  // The ring's slots in three regions: every slot's tokens (each 1024-aligned: the swizzle's
+  // period), then every slot's weights, then every slot's scales. Slots of all three in one
+  // 1024-aligned piece took 57 KB for the per-group [64, 16] ring of 8 (three CTAs an SM), the
+  // regions 51 KB (four).
+  static constexpr int kActSlotBytes = (kActStageBytes + 1023) / 1024 * 1024;
+  static constexpr int kWeightsAt = kStages * kActSlotBytes;
+  static constexpr int kScalesAt = kWeightsAt + kStages * kWeightStageBytes;
   // Chunks queued ahead of the one converted: at the barrier before chunk i every warpgroup has
   // retired chunk i - 2, whose slot chunk i + kAhead + kSyncChunks - 1 reuses at the latest.
   static constexpr int kAhead = kStages - 1 - kSyncChunks;
   // + 1024: the ring starts at the first 1024-byte boundary of the dynamic shared memory
-  static constexpr int kSmemBytes = kStages * kSlotBytes + 1024;
+  static constexpr int kSmemBytes = kScalesAt + kStages * kScaleStageBytes + 1024;
+  // A grid of up to three CTAs an SM launches with its dynamic shared memory padded so that
+  // three fit an SM, not four: at one token of DeepSeek-V2-Lite (264 CTAs of the per-group
+  // [64, 16]) four an SM measured 11.7 µs against three's 10.5 (H200, in a CUDA graph with PDL,
+  // where a dependent grid's early CTAs take free slots), while grids of thousands gain from
+  // the fourth (16-64 tokens 4-9%). H100 / H200: 228 KB an SM, 1 KB of it reserved a CTA.
+  static constexpr int kSmemThreeAnSm = 228 * 1024 / 4 - 1024 + 1;  // four do not fit
+  static constexpr int kSmemSmallGrid = kSmemBytes > kSmemThreeAnSm ? kSmemBytes : kSmemThreeAnSm;
+  static int launch_smem_bytes(int64_t ctas, int sms) {
+    return ctas <= 3 * int64_t(sms) ? kSmemSmallGrid : kSmemBytes;
+  }
   static constexpr int kAccRegs = kTokens / 2;  // 64 × Tokens int32 over a warpgroup's 128 threads
   // Two CTAs an SM (at most 128 registers a thread with two warpgroups) up to 64 tokens a tile,
   // per channel and per group (its float32 sums beside the accumulators: measured 441 vs 563 µs
@@ -197,7 +211,7 @@ struct WgmmaGroupedGemm {
       w_ok[j] = n0 + row < p.n;
       w_k[j] = seg * 32;
       w_src[j] = w_expert + (w_ok[j] ? int64_t(n0 + row) * row_bytes + seg * 16 : 0);
-      w_dst[j] = kActStageBytes + row * kWeightRowBytes + seg * 16;
+      w_dst[j] = kWeightsAt + row * kWeightRowBytes + seg * 16;
     }
     unsigned char const* a_src[kActCopies];
     uint32_t a_dst[kActCopies];
@@ -218,28 +232,28 @@ struct WgmmaGroupedGemm {
     // a multiple of 8, so a piece is wholly inside N or past it).
     bool const s_ok = kPerGroup && tid < kScaleSegs && n0 + 4 * tid < p.n;
     float const* s_src = p.w_scale + (s_ok ? int64_t(e) * p.groups * p.n + n0 + 4 * tid : 0);
-    uint32_t const s_dst = kActStageBytes + kWeightStageBytes + 16 * tid;
+    uint32_t const s_dst = kScalesAt + 16 * tid;
     int s_left = p.chunks_per_group;  // chunks queued before s_src moves to the next group
     int issued = 0;
     auto issue = [&](int slot) {
-      uint32_t const base = ring + slot * kSlotBytes;
       int const dk = issued * kChunkK;
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kWeightCopies; ++j) {
         bool const ok = w_ok[j] && w_k[j] + dk < p.k;
-        cp_async16(base + w_dst[j], ok ? w_src[j] + int64_t(issued) * kWeightRowBytes : w_src[j],
-                   ok ? 16u : 0u);
+        cp_async16(ring + slot * kWeightStageBytes + w_dst[j],
+                   ok ? w_src[j] + int64_t(issued) * kWeightRowBytes : w_src[j], ok ? 16u : 0u);
       }
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kActCopies; ++j) {
         if (a_mine[j]) {
           bool const ok = a_ok[j] && a_k[j] + dk < p.x_stride;
-          cp_async16(base + a_dst[j], ok ? a_src[j] + dk : a_src[j], ok ? 16u : 0u);
+          cp_async16(ring + slot * kActSlotBytes + a_dst[j], ok ? a_src[j] + dk : a_src[j],
+                     ok ? 16u : 0u);
         }
       }
       if constexpr (kPerGroup) {
         if (tid < kScaleSegs) {
-          cp_async16(base + s_dst, s_src, s_ok ? 16u : 0u);
+          cp_async16(ring + slot * kScaleStageBytes + s_dst, s_src, s_ok ? 16u : 0u);
         }
         if (--s_left == 0) {
           s_left = p.chunks_per_group;
@@ -257,8 +271,8 @@ struct WgmmaGroupedGemm {
     }
 
     int const row_lo = 16 * warp + g;  // this lane's rows: row_lo and row_lo + 8 (tile-local)
-    uint32_t const weight_lane = ring + kActStageBytes + row_lo * kWeightRowBytes;
-    uint32_t const scale_lane = ring + kActStageBytes + kWeightStageBytes + row_lo * 4;
+    uint32_t const weight_lane = ring + kWeightsAt + row_lo * kWeightRowBytes;
+    uint32_t const scale_lane = ring + kScalesAt + row_lo * 4;
 
     // acc: the wgmma accumulators (per channel over all of K; per group over the group, from
     // zero at its first chunk). scaled: per group, Σ over finished groups of s_g · Σ_g.
@@ -301,10 +315,10 @@ struct WgmmaGroupedGemm {
         }
       }
       int const slot = kUnrolled ? u % kStages : read_slot;
-      uint32_t const weights = weight_lane + slot * kSlotBytes;
+      uint32_t const weights = weight_lane + slot * kWeightStageBytes;
       if constexpr (kPerGroup) {
-        scale[0] = lds32(scale_lane + slot * kSlotBytes);
-        scale[1] = lds32(scale_lane + slot * kSlotBytes + 8 * 4);
+        scale[0] = lds32(scale_lane + slot * kScaleStageBytes);
+        scale[1] = lds32(scale_lane + slot * kScaleStageBytes + 8 * 4);
       }
       read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
       // The lane's 16 bytes of each row; word j gives step j's slots 4q .. (low nibbles) and
@@ -347,8 +361,8 @@ struct WgmmaGroupedGemm {
       // in 16-byte units, never overflows its 14 bits in 227 KB)
       int const slot = kUnrolled ? u % kStages : (read_slot == 0 ? kStages - 1 : read_slot - 1);
       uint64_t const desc = kUnrolled
-                                ? desc_ring + uint64_t(slot * (kSlotBytes / 16))
-                                : smem::sw128_k_major_descriptor(ring + slot * kSlotBytes);
+                                ? desc_ring + uint64_t(slot * (kActSlotBytes / 16))
+                                : smem::sw128_k_major_descriptor(ring + slot * kActSlotBytes);
       bool const fresh = kPerGroup && group_left == p.chunks_per_group;
       cute::warpgroup_arrive();  // the fragments were just written
       CUTLASS_PRAGMA_UNROLL
