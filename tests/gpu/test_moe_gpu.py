@@ -605,16 +605,19 @@ def test_wgmma_row_tile_edges():
                             f"{kernel.name} K={k} group={group} rows {counts}")
 
 
-# A row of S split over a cluster of CTAs (swiglu_quant.cuh: swiglu_row_parts): N = 8200 gives
-# rows of 4100 values, 1025 vectors of 4, shared by 4 CTAs (257, 257, 257, 254) up to M = 33 and
-# by 2 up to M = 66 on a GPU of 132 SMs (one CTA a row from 67 on).
-SPLIT_ROWS_N = 8200
+# A row of S split over a cluster of CTAs (swiglu_quant.cuh: swiglu_row_parts), on a GPU of 132
+# SMs (H100, H200; with fewer SMs the splits start at fewer rows): N = 8200 gives rows of 4100
+# values, 1025 vectors of 4, shared by 4 CTAs (257, 257, 257, 254) up to M = 33 and by 2 up to
+# M = 66 (one CTA a row from 67 on); N = 16400 (2050 vectors) by 8 (257 each, the last 251) up to
+# M = 16. (N, M, routing); rows past the last group at M = 40.
+SPLIT_ROW_CASES = [(8200, 1, "uniform"), (8200, 5, "skewed"), (8200, 40, "short"),
+                   (8200, 100, "uniform"), (16400, 3, "uniform")]
 
 
 def test_long_rows_split_over_a_cluster():
     """Each built unfused kernel (the ones whose SwiGLU pass reads C), forced by name, on few long
-    rows: M in {1, 5, 40, 100} (rows past the last group at 40), K = 256, N = 8200, against the
-    reference: every part of a row must quantize with the row's max, not its own. Then a NaN
+    rows (SPLIT_ROW_CASES: 4, 2, 1 and 8 parts a row), K = 256, against the reference: every part
+    of a row must quantize with the row's max, not its own. Then, with 4 and 8 parts, a NaN
     weight scale in the last column of act (S's last value, which only the row's last part
     reads) must give every grouped row a NaN q_scale (written by part 0) and rows past the
     groups 0."""
@@ -622,36 +625,37 @@ def test_long_rows_split_over_a_cluster():
                if kn.spec.family == "moe" and not kn.spec.config.fused]
     if not kernels:
         pytest.skip(f"no built unfused {OP} kernel")
-    k, n = 256, SPLIT_ROWS_N
+    k, e = 256, 4
     for kernel in kernels:
         v = variant_of(kernel.spec)
-        e = 4
-        weight = random_weight((e, k, n), v)
-        weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
-        packed = pack(weight, weight_scale, v)
-        for m, routing in ((1, "uniform"), (5, "skewed"), (40, "short"), (100, "uniform")):
-            label = f"{kernel.name} N={n} M={m} {routing}"
+        for n in sorted({n for n, _, _ in SPLIT_ROW_CASES}):
+            weight = random_weight((e, k, n), v)
+            weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
+            packed = pack(weight, weight_scale, v)
+            for m, routing in ((m, r) for n_case, m, r in SPLIT_ROW_CASES if n_case == n):
+                label = f"{kernel.name} N={n} M={m} {routing}"
+                x = random_values((m, k), v.dtype)
+                x_scale = random_scales((m,), v.dtype)
+                group_list = group_list_of(routing_counts(routing, m, e), "count")
+                q, q_scale = gemmgen.grouped_matmul_swiglu_quant(
+                    x, packed, None, x_scale, group_list, kernel=kernel.name)
+                assert_quant_close(q, q_scale, x, weight, weight_scale, x_scale, group_list,
+                                   "count", kernel.spec.c, label, weight_bits=v.bits)
+            nan_scale = weight_scale.clone()
+            nan_scale[..., n // 2 - 1] = float("nan")
+            m = 5
+            counts = routing_counts("short", m, e)
+            total = sum(counts)
             x = random_values((m, k), v.dtype)
-            x_scale = random_scales((m,), v.dtype)
-            group_list = group_list_of(routing_counts(routing, m, e), "count")
-            q, q_scale = gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list,
-                                                             kernel=kernel.name)
-            assert_quant_close(q, q_scale, x, weight, weight_scale, x_scale, group_list, "count",
-                               kernel.spec.c, label, weight_bits=v.bits)
-        nan_scale = weight_scale.clone()
-        nan_scale[..., n // 2 - 1] = float("nan")
-        m = 5
-        counts = routing_counts("short", m, e)
-        total = sum(counts)
-        x = random_values((m, k), v.dtype)
-        q, q_scale = gemmgen.grouped_matmul_swiglu_quant(
-            x, pack(weight, nan_scale, v), None, random_scales((m,), v.dtype),
-            group_list_of(counts, "count"), kernel=kernel.name)
-        torch.cuda.synchronize()
-        assert bool(q_scale[:total].isnan().all()), \
-            f"{kernel.name}: a NaN in S's last value left q_scale {q_scale[:total].tolist()}"
-        assert bool((q_scale[total:] == 0).all() and (q[total:].float() == 0).all()), \
-            f"{kernel.name}: rows past the groups must stay q = 0, q_scale = 0 with a NaN scale"
+            q, q_scale = gemmgen.grouped_matmul_swiglu_quant(
+                x, pack(weight, nan_scale, v), None, random_scales((m,), v.dtype),
+                group_list_of(counts, "count"), kernel=kernel.name)
+            torch.cuda.synchronize()
+            assert bool(q_scale[:total].isnan().all()), (
+                f"{kernel.name} N={n}: a NaN in S's last value left q_scale "
+                f"{q_scale[:total].tolist()}")
+            assert bool((q_scale[total:] == 0).all() and (q[total:].float() == 0).all()), \
+                f"{kernel.name} N={n}: rows past the groups must stay q = 0, q_scale = 0 with a NaN"
 
 
 # ------------------------------------------------------------- 3. A8W4 forms, assist matrix

@@ -161,12 +161,11 @@ WGMMA_TOKENS_PER_GROUP = 64             # per group: float32 sums beside the acc
 
 def wgmma_smem_bytes(config: MoeTileConfig, per_group: bool) -> int:
     """The wgmma kernel's shared memory (mirrors WgmmaGroupedGemm::kSmemBytes): a ring of
-    `stages` slots, each the tile's tokens (128 bytes a row), weights (64 bytes a feature) and,
-    per group, the features' scales, rounded up to 1024 bytes; + 1024 for the ring's alignment;
-    + the inline group-list scan's allowance (as direct_smem_bytes)."""
+    `stages` slots in three regions, each slot's tokens (128 bytes a row, rounded up to 1024
+    bytes), weights (64 bytes a feature) and, per group, the features' scales; + 1024 for the
+    ring's alignment; + the inline group-list scan's allowance (as direct_smem_bytes)."""
     tm, tn, tk = config.tile
-    slot = tn * tk + tm * tk // 2 + (tm * 4 if per_group else 0)
-    slot = -(-slot // 1024) * 1024
+    slot = -(-(tn * tk) // 1024) * 1024 + tm * tk // 2 + (tm * 4 if per_group else 0)
     scan = 4096  # the static shared memory of the inline group-list scan (CUB), measured
     return config.wgmma_stages * slot + 1024 + scan
 

@@ -739,8 +739,9 @@ struct OwnSwigluQuant {
     cudaError_t launched = launch_swiglu_quant(
         static_cast<float const*>(p->c), static_cast<ElementQ*>(p->q), p->q_scale, p->m, p->n / 2,
         static_cast<int64_t const*>(rows_total), cuda_stream, pdl);
+    cudaError_t const pending = cudaGetLastError();  // read (and clear) on every path
     if (launched == cudaSuccess) {
-      launched = cudaGetLastError();
+      launched = pending;
     }
     if (launched != cudaSuccess) {
       return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));

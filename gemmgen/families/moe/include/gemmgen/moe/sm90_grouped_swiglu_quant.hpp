@@ -296,6 +296,7 @@ struct GroupedSwigluQuant {
           launch_swiglu_quant(static_cast<ElementC const*>(p->c), static_cast<ElementQ*>(p->q),
                               p->q_scale, p->m, p->n / 2, arrays.rows_total, cuda_stream, false);
       if (launched != cudaSuccess) {
+        cudaGetLastError();  // clear it: the next call must not fail on this launch's error
         return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
       }
     }

@@ -272,7 +272,9 @@ inline int swiglu_row_parts(int64_t m, int64_t n_half, int sm_count) {  // 1, 2,
 }
 
 // Rows grid-strided over clusters of `parts` CTAs (clusters along x: CTA x is part x % parts of
-// its cluster's rows), 4 values of S per thread and step over the part's share of the row. Pass 1
+// its cluster's rows; with parts > 1 swiglu_row_parts keeps m · parts within the SMs, so each
+// cluster has one row, but the loop holds for more), 4 values of S per thread and step over the
+// part's share of the row. Pass 1
 // reads it once (act and gate halves), computes S and its max |S|; the row's max is the max over
 // the parts (through distributed shared memory, order-independent: deterministic); pass 2
 // quantizes S from registers. Parts longer than the register budget recompute S from C (then
@@ -351,7 +353,7 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
     if constexpr (Split) {
       // The parts' maxima: lane r of each warp reads part r's. A part rewrites part_max[parity]
       // two rows later, after the next row's cluster barrier, which every part reaches only once
-      // it has read this row's.
+      // it has read this row's (rows past `total`, which skip the barrier, only come last).
       if (threadIdx.x == 0) {
         part_max[parity] = amax;
       }
@@ -394,12 +396,15 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
 }
 
 // The unfused kernels' SwiGLU + quant pass over C [m, 2·n_half] (after the GEMM on `stream`; a
-// programmatic dependent when `pdl`).
+// programmatic dependent when `pdl`). A cluster launch the device refuses (e.g. a context given
+// few SMs) falls back to one CTA a row.
 template <class ElementC, class ElementQ>
 cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m,
                                 int64_t n_half, int64_t const* rows_total, cudaStream_t stream,
-                                bool pdl) {
-  int const parts = swiglu_row_parts(m, n_half, hardware_info().sm_count);
+                                bool pdl, int parts = 0) {
+  if (parts == 0) {
+    parts = swiglu_row_parts(m, n_half, hardware_info().sm_count);
+  }
   int parts_log2 = 0;
   while ((1 << parts_log2) < parts) {
     ++parts_log2;
@@ -407,12 +412,16 @@ cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, 
   int64_t const vectors = n_half / 4;
   int const share = static_cast<int>((vectors + parts - 1) / parts);
   int64_t const clusters = m < 65535 * 4 ? m : 65535 * 4;
-  return launch_clustered_maybe_pdl(parts > 1 ? swiglu_quant<ElementC, ElementQ, true>
-                                              : swiglu_quant<ElementC, ElementQ, false>,
-                                    dim3(static_cast<unsigned>(clusters * parts)),
-                                    dim3(kQuantThreads), 0, stream, pdl,
-                                    dim3(static_cast<unsigned>(parts), 1, 1), c, q, q_scale, m,
-                                    n_half, rows_total, parts_log2, share);
+  cudaError_t const launched = launch_clustered_maybe_pdl(
+      parts > 1 ? swiglu_quant<ElementC, ElementQ, true> : swiglu_quant<ElementC, ElementQ, false>,
+      dim3(static_cast<unsigned>(clusters * parts)), dim3(kQuantThreads), 0, stream, pdl,
+      dim3(static_cast<unsigned>(parts), 1, 1), c, q, q_scale, m, n_half, rows_total, parts_log2,
+      share);
+  if (launched != cudaSuccess && parts > 1) {
+    cudaGetLastError();  // the refused cluster launch's error: not this call's result
+    return launch_swiglu_quant(c, q, q_scale, m, n_half, rows_total, stream, pdl, 1);
+  }
+  return launched;
 }
 
 // The fused kernels' light pass: q = quantize(S / scale), scale = max|S_row| / QMAX from the
