@@ -130,8 +130,8 @@ struct WgmmaGroupedGemm {
   static constexpr int kSmemBytes = kScalesAt + kStages * kScaleStageBytes + 1024;
   // A grid of up to three CTAs an SM launches with its dynamic shared memory padded so that
   // three fit an SM, not four: at one token of DeepSeek-V2-Lite (264 CTAs of the per-group
-  // [64, 16]) four an SM measured 11.7 µs against three's 10.5 (H200, in a CUDA graph with PDL,
-  // where a dependent grid's early CTAs take free slots), while grids of thousands gain from
+  // [64, 16]) four an SM measured 11.7 µs against three's 10.5 (H200, in a CUDA graph with PDL;
+  // likely the CTAs bunching onto fewer SMs, not profiled), while grids of thousands gain from
   // the fourth (16-64 tokens 4-9%). H100 / H200: 228 KB an SM, 1 KB of it reserved a CTA (the
   // scan's static shared memory, ~3 KB, only makes four fit less; three still fit).
   static constexpr int kSmemThreeAnSm = 228 * 1024 / 4 - 1024 + 1;  // four do not fit
