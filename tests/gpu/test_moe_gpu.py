@@ -616,11 +616,11 @@ SPLIT_ROW_CASES = [(8200, 1, "uniform"), (8200, 5, "skewed"), (8200, 40, "short"
 
 def test_long_rows_split_over_a_cluster():
     """Each built unfused kernel (the ones whose SwiGLU pass reads C), forced by name, on few long
-    rows (SPLIT_ROW_CASES: 4, 2, 1 and 8 parts a row), K = 256, against the reference: every part
-    of a row must quantize with the row's max, not its own. Then, with 4 and 8 parts, a NaN
-    weight scale in the last column of act (S's last value, which only the row's last part
-    reads) must give every grouped row a NaN q_scale (written by part 0) and rows past the
-    groups 0."""
+    rows (SPLIT_ROW_CASES: 4, 2, 1 and 8 parts a row), K = 256, against the reference
+    (check_forced_kernel): every part of a row must quantize with the row's max, not its own.
+    Then, with 4 and 8 parts, a NaN weight scale in the last column of act (S's last value,
+    which only the row's last part reads) must give every grouped row a NaN q_scale (written by
+    part 0) and rows past the groups 0."""
     kernels = [kn for kn in gemmgen.list_kernels()
                if kn.spec.family == "moe" and not kn.spec.config.fused]
     if not kernels:
@@ -628,19 +628,13 @@ def test_long_rows_split_over_a_cluster():
     k, e = 256, 4
     for kernel in kernels:
         v = variant_of(kernel.spec)
+        group = GROUP if v.per_group else 0
+        for n, m, routing in SPLIT_ROW_CASES:
+            check_forced_kernel(kernel, v, k, group, n, routing_counts(routing, m, e),
+                                f"{kernel.name} N={n} M={m} {routing}")
         for n in sorted({n for n, _, _ in SPLIT_ROW_CASES}):
             weight = random_weight((e, k, n), v)
             weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
-            packed = pack(weight, weight_scale, v)
-            for m, routing in ((m, r) for n_case, m, r in SPLIT_ROW_CASES if n_case == n):
-                label = f"{kernel.name} N={n} M={m} {routing}"
-                x = random_values((m, k), v.dtype)
-                x_scale = random_scales((m,), v.dtype)
-                group_list = group_list_of(routing_counts(routing, m, e), "count")
-                q, q_scale = gemmgen.grouped_matmul_swiglu_quant(
-                    x, packed, None, x_scale, group_list, kernel=kernel.name)
-                assert_quant_close(q, q_scale, x, weight, weight_scale, x_scale, group_list,
-                                   "count", kernel.spec.c, label, weight_bits=v.bits)
             nan_scale = weight_scale.clone()
             nan_scale[..., n // 2 - 1] = float("nan")
             m = 5

@@ -732,16 +732,15 @@ struct OwnSwigluQuant {
                         static_cast<int>(p->m), static_cast<int>(p->n), static_cast<int>(p->k),
                         static_cast<int>(p->k / group),
                         static_cast<int>((group + K::kChunkK - 1) / K::kChunkK), x_stride};
-    int const smem = K::launch_smem_bytes(int64_t(grid.x) * grid.y * grid.z,
-                                          hardware_info().sm_count);
+    int const sms = hardware_info().sm_count;
+    int const smem = K::launch_smem_bytes(int64_t(grid.x) * grid.y * grid.z, sms);
     launch_maybe_pdl(Kernel, grid, dim3(K::kThreads), smem, cuda_stream, pdl, params);
     using ElementQ = typename K::ElementQ;
     cudaError_t launched = launch_swiglu_quant(
         static_cast<float const*>(p->c), static_cast<ElementQ*>(p->q), p->q_scale, p->m, p->n / 2,
-        static_cast<int64_t const*>(rows_total), cuda_stream, pdl);
-    cudaError_t const pending = cudaGetLastError();  // read (and clear) on every path
+        static_cast<int64_t const*>(rows_total), cuda_stream, pdl, sms);
     if (launched == cudaSuccess) {
-      launched = pending;
+      launched = cudaGetLastError();  // the launches before it
     }
     if (launched != cudaSuccess) {
       return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));

@@ -292,11 +292,10 @@ struct GroupedSwigluQuant {
           static_cast<float const*>(p->c), arrays.row_max_bits, static_cast<ElementQ*>(p->q),
           p->q_scale, p->m, p->n / 2, arrays.rows_total);
     } else {
-      cudaError_t const launched =
-          launch_swiglu_quant(static_cast<ElementC const*>(p->c), static_cast<ElementQ*>(p->q),
-                              p->q_scale, p->m, p->n / 2, arrays.rows_total, cuda_stream, false);
+      cudaError_t const launched = launch_swiglu_quant(
+          static_cast<ElementC const*>(p->c), static_cast<ElementQ*>(p->q), p->q_scale, p->m,
+          p->n / 2, arrays.rows_total, cuda_stream, false, hardware_info().sm_count);
       if (launched != cudaSuccess) {
-        cudaGetLastError();  // clear it: the next call must not fail on this launch's error
         return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
       }
     }

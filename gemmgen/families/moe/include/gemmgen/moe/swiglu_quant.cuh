@@ -395,16 +395,11 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
   }
 }
 
-// The unfused kernels' SwiGLU + quant pass over C [m, 2·n_half] (after the GEMM on `stream`; a
-// programmatic dependent when `pdl`). A cluster launch the device refuses (e.g. a context given
-// few SMs) falls back to one CTA a row.
+// swiglu_quant over C [m, 2·n_half] in `parts` CTAs a row.
 template <class ElementC, class ElementQ>
-cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m,
-                                int64_t n_half, int64_t const* rows_total, cudaStream_t stream,
-                                bool pdl, int parts = 0) {
-  if (parts == 0) {
-    parts = swiglu_row_parts(m, n_half, hardware_info().sm_count);
-  }
+cudaError_t launch_swiglu_quant_parts(ElementC const* c, ElementQ* q, float* q_scale, int64_t m,
+                                      int64_t n_half, int64_t const* rows_total,
+                                      cudaStream_t stream, bool pdl, int parts) {
   int parts_log2 = 0;
   while ((1 << parts_log2) < parts) {
     ++parts_log2;
@@ -412,14 +407,30 @@ cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, 
   int64_t const vectors = n_half / 4;
   int const share = static_cast<int>((vectors + parts - 1) / parts);
   int64_t const clusters = m < 65535 * 4 ? m : 65535 * 4;
-  cudaError_t const launched = launch_clustered_maybe_pdl(
+  return launch_clustered_maybe_pdl(
       parts > 1 ? swiglu_quant<ElementC, ElementQ, true> : swiglu_quant<ElementC, ElementQ, false>,
       dim3(static_cast<unsigned>(clusters * parts)), dim3(kQuantThreads), 0, stream, pdl,
       dim3(static_cast<unsigned>(parts), 1, 1), c, q, q_scale, m, n_half, rows_total, parts_log2,
       share);
+}
+
+// The unfused kernels' SwiGLU + quant pass over C [m, 2·n_half] (after the GEMM on `stream`; a
+// programmatic dependent when `pdl`) on a GPU of `sm_count` SMs. A cluster launch the device
+// refuses (e.g. a context given few SMs) falls back to one CTA a row. A failed launch's error is
+// returned and cleared, so that it cannot fail the next call's check.
+template <class ElementC, class ElementQ>
+cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m,
+                                int64_t n_half, int64_t const* rows_total, cudaStream_t stream,
+                                bool pdl, int sm_count) {
+  int const parts = swiglu_row_parts(m, n_half, sm_count);
+  cudaError_t launched =
+      launch_swiglu_quant_parts(c, q, q_scale, m, n_half, rows_total, stream, pdl, parts);
   if (launched != cudaSuccess && parts > 1) {
     cudaGetLastError();  // the refused cluster launch's error: not this call's result
-    return launch_swiglu_quant(c, q, q_scale, m, n_half, rows_total, stream, pdl, 1);
+    launched = launch_swiglu_quant_parts(c, q, q_scale, m, n_half, rows_total, stream, pdl, 1);
+  }
+  if (launched != cudaSuccess) {
+    cudaGetLastError();
   }
   return launched;
 }
