@@ -434,8 +434,9 @@ def _parser() -> argparse.ArgumentParser:
     tuning.add_argument("--family", help="op family to tune (e.g. w8a8, mixed, moe): picks its library "
                                          "when several are built")
     tuning.add_argument("--dtypes", nargs="+", help="input dtypes (W8A8: int8 e4m3; MoE: x's, "
-                                                    "int8 e4m3; mixed-input: the activations', "
-                                                    "bf16 fp16; default: all built)")
+                                                    "int8 e4m3, or one class: a8w8 a8w4 a8w4g; "
+                                                    "mixed-input: the activations', bf16 fp16; "
+                                                    "default: all built)")
     tuning.add_argument("--out-dtype", default="bf16", choices=["bf16", "fp16"],
                         help="W8A8 only: output dtype measured (the table serves the other "
                              "through the same configs)")

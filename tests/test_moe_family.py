@@ -88,7 +88,7 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4, A8W4G}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 34
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 36
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
@@ -103,7 +103,7 @@ def test_shipped_manifest_expands_to_every_variant():
                                                  "small_fused_fa", "mid_fused_fa", "large_fused_fa",
                                                  "stream")} | {
         ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "stream", "stream_wide",
-                                                 "small_wgmma", "mid_wgmma")} | {
+                                                 "small_wgmma", "mid_wgmma", "wgmma16", "wgmma32")} | {
         ("int8", "int4", "group", c) for c in ("stream", "stream_wide", "stream32", "wgmma16",
                                                "wgmma32", "wgmma64")}
     # fused kernels: A8W8 only, never swap-AB, fp32 S; each has an unfused twin of its tile
@@ -615,8 +615,7 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
                                       "wide_fused"]),
     "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa", "large_fa_c2", "small_fused_fa",
                                        "mid_fused_fa", "large_fused_fa"]),
-    "moe_a8w4": (A8W4, INT8, 4, False, ["stream_wide", "stream", "small_wgmma", "small", "mid_wgmma",
-                                        "mid"]),
+    "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "small", "mid_wgmma", "mid"]),
     "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32", "wgmma64"]),
 }
 
@@ -644,11 +643,11 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     ("moe_e4m3", 28672, 49, "large_fa"), ("moe_e4m3", 28672, 128, "large_fa"),
     ("moe_e4m3", 28672, 129, "large_fa_c2"), ("moe_e4m3", 28672, 100_000, "large_fa_c2"),
     ("moe_e4m3", 28672, 3, "decode"),
-    # A8W4: <= 8 direct (stream_wide at N >= 8192), <= 32 small (the wgmma kernel at N >= 8192),
-    # <= 64 at N >= 8192 the wgmma kernel's 64-token tile, else mid (no large tile)
-    ("moe_a8w4", 4096, 1, "stream"), ("moe_a8w4", 4096, 8, "stream"), ("moe_a8w4", 28672, 8, "stream_wide"),
+    # A8W4: <= 8 the wgmma kernel's [64, 16] tile, <= 32 small (the wgmma kernel's [128, 32] at
+    # N >= 8192), <= 64 at N >= 8192 the wgmma kernel's 64-token tile, else mid (no large tile)
+    ("moe_a8w4", 4096, 1, "wgmma16"), ("moe_a8w4", 4096, 8, "wgmma16"), ("moe_a8w4", 28672, 8, "wgmma16"),
     ("moe_a8w4", 4096, 9, "small"), ("moe_a8w4", 4096, 32, "small"), ("moe_a8w4", 4096, 33, "mid"),
-    ("moe_a8w4", 8192, 9, "small_wgmma"), ("moe_a8w4", 28672, 32, "small_wgmma"),
+    ("moe_a8w4", 8192, 9, "wgmma32"), ("moe_a8w4", 28672, 32, "wgmma32"),
     ("moe_a8w4", 4096, 129, "mid"), ("moe_a8w4", 4096, 100_000, "mid"), ("moe_a8w4", 8192, 65, "mid"),
     ("moe_a8w4", 8192, 33, "mid_wgmma"), ("moe_a8w4", 28672, 64, "mid_wgmma"), ("moe_a8w4", 4096, 64, "mid"),
     ("moe_a8w4", 28672, 100_000, "mid"),
@@ -680,7 +679,7 @@ def test_no_tokens_is_served_like_one(fresh_dispatch, family):
     choice = dispatch.choose(OP, manifests=[SHIPPED], tuned=False, x_dtype=dtype, m=0, experts=64,
                              n=4096, k=7168, weight_bits=bits, per_group=per_group)
     # the few-tokens config at N < 8192
-    one = {"moe_a8w4_group": "wgmma16"}.get(family, "stream")
+    one = {"moe_a8w4_group": "wgmma16", "moe_a8w4": "wgmma16"}.get(family, "stream")
     assert (choice.kernel.spec.origin.family, choice.kernel.spec.origin.config) == (family, one)
 
 
@@ -1548,6 +1547,27 @@ def test_the_tuners_time_is_the_mean_over_both_routings(monkeypatch):
     monkeypatch.setattr(tuning, "graph_time_us", lambda call, n: (5.0, "eager (RuntimeError)"))
     with _pytest.raises(GemmgenError, match="could not be captured in a CUDA graph"):
         tuning.time_candidate(candidate, problem)
+
+
+def test_the_moe_tuners_dtypes_select_an_x_dtype_or_one_class():
+    """`gemmgen tune --dtypes`: int8 / e4m3 select every class of that x dtype; a8w8, a8w4 and
+    a8w4g one class each (re-tuning per-channel A8W4 alone after adding its configs)."""
+    from types import SimpleNamespace
+
+    from gemmgen.families.moe import tuning
+    op = "grouped_matmul_swiglu_quant"
+    built = {(op, "int8", "int8", "channel"), (op, "int8", "int4", "channel"),
+             (op, "int8", "int4", "group"), (op, "e4m3", "e4m3", "channel")}
+
+    def picked(*dtypes):
+        return [c[1:] for c in tuning.classes(built, SimpleNamespace(dtypes=dtypes))]
+    assert len(picked()) == 4
+    assert picked("int8") == [("int8", "int4", "channel"), ("int8", "int4", "group"),
+                              ("int8", "int8", "channel")]
+    assert picked("a8w4") == [("int8", "int4", "channel")]
+    assert picked("a8w4g", "e4m3") == [("e4m3", "e4m3", "channel"), ("int8", "int4", "group")]
+    assert picked("a8w8") == [("int8", "int8", "channel")]
+    assert picked("bf16") == []
 
 
 def test_the_moe_tuner_retimes_within_15_percent_and_names_its_method_in_the_store():

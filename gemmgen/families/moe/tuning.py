@@ -90,9 +90,18 @@ def grid_for(shape, m_grid) -> list[int]:
     return [m for m in m_grid if m >= shape.top_k]
 
 
+# `--dtypes` names of one class each, as bench_moe.py names its rows: (x, w, scales)
+CLASS_NAMES = {"a8w8": ("int8", "int8", "channel"), "a8w4": ("int8", "int4", "channel"),
+               "a8w4g": ("int8", "int4", "group")}
+
+
 def classes(built: set[tuple[str, ...]], options) -> list[tuple[str, ...]]:
-    """Every built (op, x, w, scales) class, filtered by `--dtypes` (x dtypes: int8, e4m3)."""
-    return sorted(c for c in built if not options.dtypes or c[1] in options.dtypes)
+    """Every built (op, x, w, scales) class, filtered by `--dtypes`: an x dtype (int8, e4m3)
+    selects every class of that x; a8w8, a8w4, a8w4g one class (e.g. after adding per-channel
+    A8W4 configs, re-tune that class alone)."""
+    def wanted(c: tuple[str, ...]) -> bool:
+        return c[1] in options.dtypes or any(CLASS_NAMES.get(d) == tuple(c[1:4]) for d in options.dtypes)
+    return sorted(c for c in built if not options.dtypes or wanted(c))
 
 
 def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
