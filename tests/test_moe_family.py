@@ -88,7 +88,7 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4, A8W4G}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 36
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 37
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
@@ -103,7 +103,8 @@ def test_shipped_manifest_expands_to_every_variant():
                                                  "small_fused_fa", "mid_fused_fa", "large_fused_fa",
                                                  "stream")} | {
         ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "stream", "stream_wide",
-                                                 "small_wgmma", "mid_wgmma", "wgmma16", "wgmma32")} | {
+                                                 "small_wgmma", "mid_wgmma", "wgmma16", "wgmma32",
+                                                 "wgmma64")} | {
         ("int8", "int4", "group", c) for c in ("stream", "stream_wide", "stream32", "wgmma16",
                                                "wgmma32", "wgmma64")}
     # fused kernels: A8W8 only, never swap-AB, fp32 S; each has an unfused twin of its tile
@@ -615,7 +616,7 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
                                       "wide_fused"]),
     "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa", "large_fa_c2", "small_fused_fa",
                                        "mid_fused_fa", "large_fused_fa"]),
-    "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "small", "mid_wgmma", "mid"]),
+    "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "small", "wgmma64", "mid"]),
     "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32", "wgmma64"]),
 }
 
@@ -649,7 +650,7 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     ("moe_a8w4", 4096, 9, "small"), ("moe_a8w4", 4096, 32, "small"), ("moe_a8w4", 4096, 33, "mid"),
     ("moe_a8w4", 8192, 9, "wgmma32"), ("moe_a8w4", 28672, 32, "wgmma32"),
     ("moe_a8w4", 4096, 129, "mid"), ("moe_a8w4", 4096, 100_000, "mid"), ("moe_a8w4", 8192, 65, "mid"),
-    ("moe_a8w4", 8192, 33, "mid_wgmma"), ("moe_a8w4", 28672, 64, "mid_wgmma"), ("moe_a8w4", 4096, 64, "mid"),
+    ("moe_a8w4", 8192, 33, "wgmma64"), ("moe_a8w4", 28672, 64, "wgmma64"), ("moe_a8w4", 4096, 64, "mid"),
     ("moe_a8w4", 28672, 100_000, "mid"),
     # A8W4 per group: the wgmma kernel from one token on, with wider row tiles as tokens grow
     ("moe_a8w4_group", 4096, 1, "wgmma16"), ("moe_a8w4_group", 1536, 2, "wgmma16"),
