@@ -342,6 +342,12 @@ def test_update_retunes_the_measured_classes_and_keeps_the_others(library, tmp_p
     assert "lists 28672x4096 for" in dropped and "would drop" in dropped
     assert "no such table" in refused(dtypes=("e4m3",), update=str(tmp_path / "missing.yaml"))
 
+    # a history line written by hand (a merge of two tables) is kept like the tool's own
+    first_text = Path(first.out).read_text().replace(
+        "# Command: gemmgen tune --dtypes int8 e4m3\n",
+        "# Command: gemmgen tune --dtypes int8 e4m3\n# Merged: by hand, for the test\n", 1)
+    assert "# Merged: by hand" in first_text
+    Path(first.out).write_text(first_text)
     options = _options(tmp_path, dtypes=("e4m3",), update=first.out, out=None,
                        command="gemmgen tune --dtypes e4m3 --update t")
     options.m_grid = ()  # the table's grid is taken
@@ -356,6 +362,7 @@ def test_update_retunes_the_measured_classes_and_keeps_the_others(library, tmp_p
     text = path.read_text()
     assert "# Command: gemmgen tune --dtypes int8 e4m3" in text
     assert "# Updated by: gemmgen tune --dtypes e4m3 --update t (re-tuned: " in text
+    assert text.index("# Merged: by hand, for the test") < text.index("# Updated by:")
     after = load_table(path, known_kernels=library.kernels)
     assert after.metadata["kernel_set"] == library.kernel_set
     assert set(after.metadata["kernels"]) == set(library.kernels)

@@ -649,7 +649,7 @@ def extend_table(library: Library, store: Store, options: TuneOptions, old: Tune
 
 
 # The header lines that say how a table came to be, kept when it is rewritten
-_HISTORY = ("Command:", "Extended by:", "Updated by:")
+_HISTORY = ("Command:", "Extended by:", "Updated by:", "Merged:")
 
 
 def _header_of(path: Path) -> list[str]:
