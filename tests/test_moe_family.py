@@ -88,7 +88,7 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4, A8W4G}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 37
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 38
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
@@ -106,7 +106,7 @@ def test_shipped_manifest_expands_to_every_variant():
                                                  "small_wgmma", "mid_wgmma", "wgmma16", "wgmma32",
                                                  "wgmma64")} | {
         ("int8", "int4", "group", c) for c in ("stream", "stream_wide", "stream32", "wgmma16",
-                                               "wgmma32", "wgmma64")}
+                                               "wgmma32", "wgmma32_s8", "wgmma64")}
     # fused kernels: A8W8 only, never swap-AB, fp32 S; each has an unfused twin of its tile
     fused = [k for k in kernels if k.config.fused]
     assert {k.origin.config for k in fused} == {"mid_fused", "large_fused", "wide_fused", "small_fused",
