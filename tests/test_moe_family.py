@@ -1360,6 +1360,10 @@ def test_the_tuner_measures_every_moe_class_on_expert_layers_only():
     assert classes == sorted({k.spec.dispatch_class for k in lib.kernels.values()})
     assert tuning.classes_of(lib, TuneOptions(shapes=[], m_grid=(1,), dtypes=("e4m3",))) == [
         ("grouped_matmul_swiglu_quant", "e4m3", "e4m3", "channel")]
+    # a --dtypes that selects nothing names what the library has, not "no tunable family"
+    with pytest.raises(GemmgenError, match=r"--dtypes a8w5 selects none of the classes library "
+                                           r"'moe' builds: .*int8 x int4 x channel.*--help"):
+        tuning.classes_of(lib, TuneOptions(shapes=[], m_grid=(1,), dtypes=("a8w5",)))
     shapes = load_many(["llama3_8b", "moe_qwen3_30b_a3b", "moe_mixtral_8x7b"])
     measured = tuning.shapes_for(classes[0], shapes)
     assert [(s.n, s.k, s.experts, s.top_k) for s in measured] == [(1536, 2048, 128, 8),

@@ -190,6 +190,7 @@ def classes_of(library: Library, options: TuneOptions) -> list[MeasuredClass]:
         by_family.setdefault(k.spec.family, set()).add(k.spec.dispatch_class)
     classes: list[MeasuredClass] = []
     untunable: list[str] = []
+    unselected: list[MeasuredClass] = []  # tunable classes that --dtypes left out
     for name, built in sorted(by_family.items()):
         family = registry.get(name)
         reasons = []
@@ -202,9 +203,16 @@ def classes_of(library: Library, options: TuneOptions) -> list[MeasuredClass]:
             untunable.append(f"{name} ({'; '.join(reasons)})")
             continue
         try:
-            classes += family.tuner.classes(built, options)
+            picked = family.tuner.classes(built, options)
         except GemmgenError as exc:
             raise GemmgenError(f"library {library.name!r} {exc}") from None
+        classes += picked
+        unselected += sorted(set(built) - set(picked))
+    if not classes and options.dtypes and unselected:
+        raise GemmgenError(f"--dtypes {' '.join(options.dtypes)} selects none of the classes library "
+                           f"{library.name!r} builds: "
+                           f"{'; '.join(' x '.join(c[1:]) for c in unselected)} (input dtypes "
+                           "first; `gemmgen tune --help` lists the names --dtypes takes)")
     if not classes:
         raise GemmgenError(f"library {library.name!r} has no kernels of a tunable op family: "
                            f"{'; '.join(untunable)}")
