@@ -652,6 +652,50 @@ def test_long_rows_split_over_a_cluster():
                 f"{kernel.name} N={n}: rows past the groups must stay q = 0, q_scale = 0 with a NaN"
 
 
+# Many short rows, several to a CTA of the SwiGLU pass (swiglu_quant.cuh: swiglu_rows_per_cta,
+# on a GPU of 132 SMs holding one pass CTA each): (N, M, routing) — 16 rows a CTA (a warp a row;
+# N = 16: two vectors a row, most lanes idle; Qwen3-30B-A3B's N at 2048 rows; DeepSeek-V2-Lite's
+# at 1536, 11 vectors a lane), 8 and 4 rows a CTA, rows past the last group in CTAs that also
+# hold grouped rows ("short").
+MULTI_ROW_CASES = [(16, 3000, "uniform"), (264, 1000, "short"), (776, 700, "skewed"),
+                   (520, 450, "skewed"), (1536, 2048, "uniform"), (2816, 1536, "short")]
+
+
+def test_short_rows_several_to_a_cta():
+    """Each built unfused kernel, forced by name, on MULTI_ROW_CASES (K = 256) against the
+    reference (check_forced_kernel: poisoned outputs, rows past the groups 0): every row of a CTA
+    that holds several must quantize with its own max. Then a NaN weight scale of one expert, whose
+    rows share CTAs with the other experts' rows, reaches that expert's rows only."""
+    kernels = [kn for kn in gemmgen.list_kernels()
+               if kn.spec.family == "moe" and not kn.spec.config.fused]
+    if not kernels:
+        pytest.skip(f"no built unfused {OP} kernel")
+    k, e = 256, 4
+    for kernel in kernels:
+        v = variant_of(kernel.spec)
+        group = GROUP if v.per_group else 0
+        for n, m, routing in MULTI_ROW_CASES:
+            check_forced_kernel(kernel, v, k, group, n, routing_counts(routing, m, e),
+                                f"{kernel.name} N={n} M={m} {routing}")
+        counts, n = [500, 400, 300], 512
+        m = sum(counts)
+        weight = random_weight((3, k, n), v)
+        weight_scale = random_weight_scales(v.scale_shape(3, k, n), v)
+        x = random_values((m, k), v.dtype)
+        x_scale = random_scales((m,), v.dtype)
+        group_list = group_list_of(counts, "count")
+        _, clean = gemmgen.grouped_matmul_swiglu_quant(x, pack(weight, weight_scale, v), None,
+                                                       x_scale, group_list, kernel=kernel.name)
+        poisoned = weight_scale.clone()
+        poisoned[1, ..., 7] = float("nan")
+        _, q_scale = gemmgen.grouped_matmul_swiglu_quant(x, pack(weight, poisoned, v), None,
+                                                         x_scale, group_list, kernel=kernel.name)
+        torch.cuda.synchronize()
+        assert bool(q_scale[500:900].isnan().all()), f"{kernel.name}: expert 1's rows not all NaN"
+        rest = torch.cat([torch.arange(0, 500), torch.arange(900, m)]).to(DEVICE)
+        assert same_bits(q_scale[rest], clean[rest]), f"{kernel.name}: other experts' rows changed"
+
+
 # ------------------------------------------------------------- 3. A8W4 forms, assist matrix
 
 def test_a8w4_weight_forms_and_assist_matrix():

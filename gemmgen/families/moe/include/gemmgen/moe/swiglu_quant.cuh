@@ -254,6 +254,11 @@ __device__ __forceinline__ void store4(ElementQ* q_row, int64_t vec, float const
 constexpr int kQuantThreads = 512;
 constexpr int kQuantVectorsPerThread = 8;  // a CTA's part of a row <= 512 * 4 * 8 = 16384 values
                                            // of S stays in registers
+// Several rows a CTA: up to 12 vectors a thread in registers (a warp holds a row of 1536 values,
+// DeepSeek-V2-Lite's 1408 included). That kernel holds one CTA an SM (92 registers a thread);
+// the one-row kernels keep 8 and at most 64 registers, two CTAs an SM (built as one kernel with
+// 73, one CTA an SM, Mixtral's 2048-8192 rows of 14336 values ran 8-10% slower, H200).
+constexpr int kMultiRowVectorsPerThread = 12;
 constexpr int kMaxRowParts = 8;            // CTAs a row (a cluster): the portable cluster size
 
 // How many CTAs share a row: one, unless the rows are few and long. One CTA a row leaves most SMs
@@ -271,51 +276,89 @@ inline int swiglu_row_parts(int64_t m, int64_t n_half, int sm_count) {  // 1, 2,
   return parts;
 }
 
+// Rows a CTA when the rows are many and short: 2^j rows, each by 512 / 2^j threads (whole warps),
+// as few as bring the grid within the CTAs the GPU holds at once (`resident`: one wave, each CTA
+// holding loads of several rows in flight), while a row's share still fits the register budget.
+// One CTA a row ran 2048 rows of Qwen3-30B-A3B (768 values) in 21 µs: ~8 waves of two CTAs an
+// SM, whose 512 threads had 192 vectors to read (H200, ncu; C's 12.6 MB take ~3 µs at the copy
+// bandwidth).
+constexpr int kMaxRowsPerCta = kQuantThreads / 32;  // a warp a row
+
+inline int swiglu_rows_per_cta(int64_t m, int64_t n_half, int64_t resident) {  // 1, 2, ..., 16
+  int64_t const vectors = n_half / 4;
+  int rows = 1;
+  while (rows < kMaxRowsPerCta && (m + rows - 1) / rows > resident &&
+         vectors <= int64_t(kQuantThreads / (2 * rows)) * kMultiRowVectorsPerThread) {
+    rows *= 2;
+  }
+  return rows;
+}
+
 // Rows grid-strided over clusters of `parts` CTAs (clusters along x: CTA x is part x % parts of
 // its cluster's rows; with parts > 1 swiglu_row_parts keeps m · parts within the SMs, so each
-// cluster has one row, but the loop holds for more), 4 values of S per thread and step over the
-// part's share of the row. Pass 1
-// reads it once (act and gate halves), computes S and its max |S|; the row's max is the max over
-// the parts (through distributed shared memory, order-independent: deterministic); pass 2
-// quantizes S from registers. Parts longer than the register budget recompute S from C (then
-// still in L2). Needs N/2 % 4 == 0 (the op checks N % 8 == 0).
-// Split: built for clusters (parts > 1); the one-part kernel is compiled without the cluster
-// code (with it, one token of Qwen3 and DeepSeek-V2-Lite ran 0.1-0.3 µs slower, H200).
-template <class ElementC, class ElementQ, bool Split>
+// cluster has one row, but the loop holds for more), or, unsplit, over CTAs of 2^rows_log2 rows
+// each (swiglu_rows_per_cta: a group of 512 / 2^rows_log2 threads a row), 4 values of S per
+// thread and step over the part's share of the row. Pass 1 reads it once (act and gate halves),
+// computes S and its max |S|; the row's max is the max over the group's warps (through shared
+// memory) and over the parts (through distributed shared memory; order-independent:
+// deterministic); pass 2 quantizes S from registers. Parts longer than the register budget
+// recompute S from C (then still in L2). Needs N/2 % 4 == 0 (the op checks N % 8 == 0).
+// Split: built for clusters (parts > 1, one row a CTA); the one-part kernel is compiled without
+// the cluster code (with it, one token of Qwen3 and DeepSeek-V2-Lite ran 0.1-0.3 µs slower, H200).
+// MultiRow: built for several rows a CTA; the one-row kernels keep a row's thread count a
+// compile-time constant.
+template <class ElementC, class ElementQ, bool Split, bool MultiRow>
 __global__ void __launch_bounds__(kQuantThreads)
 swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t n_half,
-             int64_t const* rows_total, int parts_log2, int share) {
+             int64_t const* rows_total, int parts_log2, int share, int rows_log2) {
   __shared__ float warp_max[kQuantThreads / 32];
   __shared__ float part_max[2];  // this part's max of the row, by row parity, read by the cluster
   pdl_wait();  // C and the row count come from the kernels before (see runtime_support.hpp)
   pdl_release();
-  // parts = 2^parts_log2 and share = ceil(vectors / parts) come from the host: no division here
-  // (a 64-bit one cost the one-part launch ~0.3 µs at one token, H200).
+  // parts = 2^parts_log2, share = ceil(vectors / parts) and rows = 2^rows_log2 come from the
+  // host: no division here (a 64-bit one cost the one-part launch ~0.3 µs at one token, H200).
   int64_t const total = *rows_total;
   int const vectors = static_cast<int>(n_half / 4);
   if constexpr (!Split) {
     parts_log2 = 0, share = vectors;
   }
+  if constexpr (!MultiRow) {
+    rows_log2 = 0;
+  }
   int const parts = 1 << parts_log2;
   int const part = Split ? static_cast<int>(blockIdx.x) & (parts - 1) : 0;
   int const begin = !Split ? 0 : part * share < vectors ? part * share : vectors;
   int const end = !Split ? vectors : begin + share < vectors ? begin + share : vectors;
-  bool const in_registers = share <= kQuantThreads * kQuantVectorsPerThread;
+  int const group = kQuantThreads >> rows_log2;  // threads a row: whole warps
+  int const slot = MultiRow ? static_cast<int>(threadIdx.x) / group : 0;
+  int const member = MultiRow ? static_cast<int>(threadIdx.x) & (group - 1)
+                              : static_cast<int>(threadIdx.x);
+  int const warps_a_row = group / 32;
+  constexpr int kKept = MultiRow ? kMultiRowVectorsPerThread : kQuantVectorsPerThread;
+  bool const in_registers = share <= group * kKept;
   int parity = 0;
-  for (int64_t row = blockIdx.x >> parts_log2; row < m;
-       row += gridDim.x >> parts_log2, parity ^= 1) {
+  int64_t const step = int64_t(gridDim.x >> parts_log2) << rows_log2;
+  for (int64_t first = int64_t(blockIdx.x >> parts_log2) << rows_log2; first < m;
+       first += step, parity ^= 1) {
+    // Every thread runs every step (the barriers below); rows past M or past the last group
+    // skip the work. With one row a CTA (and in a cluster) the whole CTA takes the same branch.
+    int64_t const row = first + slot;
+    bool const outside = row < m && row >= total;
     ElementQ* q_row = q + row * n_half;
-    if (row >= total) {  // outside every group: q = 0, q_scale = 0 (the same branch in every part)
-      for (int v = begin + threadIdx.x; v < end; v += kQuantThreads) {
+    if (outside) {  // outside every group: q = 0, q_scale = 0 (the same branch in every part)
+      for (int v = begin + member; v < end; v += group) {
         reinterpret_cast<uint32_t*>(q_row)[v] = 0u;
       }
-      if (part == 0 && threadIdx.x == 0) {
+      if (part == 0 && member == 0) {
         q_scale[row] = 0.0f;
       }
-      continue;
     }
+    if (!MultiRow && outside) {
+      continue;  // one row a CTA (a cluster): no thread (part) reaches a barrier for it
+    }
+    bool const mine = !MultiRow || (row < total && row < m);  // one row a CTA: inside, here
     ElementC const* c_row = c + row * 2 * n_half;
-    float s[kQuantVectorsPerThread][4];
+    float s[kKept][4];
     float amax = 0.0f;
     auto compute = [&](int64_t v, float out[4]) {
       float a[4], g[4];
@@ -325,31 +368,35 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
         amax = max_keep_nan(amax, fabsf(out[i]));
       }
     };
-    if (in_registers) {
+    if (mine) {
+      if (in_registers) {
 #pragma unroll
-      for (int j = 0; j < kQuantVectorsPerThread; ++j) {
-        int const v = begin + static_cast<int>(threadIdx.x) + j * kQuantThreads;
-        if (v < end) {
-          compute(v, s[j]);
+        for (int j = 0; j < kKept; ++j) {
+          int const v = begin + member + j * group;
+          if (v < end) {
+            compute(v, s[j]);
+          }
         }
-      }
-    } else {
-      for (int v = begin + threadIdx.x; v < end; v += kQuantThreads) {
-        compute(v, s[0]);
+      } else {
+        for (int v = begin + member; v < end; v += group) {
+          compute(v, s[0]);
+        }
       }
     }
     for (int offset = 16; offset > 0; offset /= 2) {
       amax = max_keep_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
     }
-    if (threadIdx.x % 32 == 0) {
-      warp_max[threadIdx.x / 32] = amax;
+    if (warps_a_row > 1) {  // the same for every thread of the CTA
+      if (threadIdx.x % 32 == 0) {
+        warp_max[threadIdx.x / 32] = amax;
+      }
+      __syncthreads();
+      amax = 0.0f;
+      for (int w = slot * warps_a_row; w < (slot + 1) * warps_a_row; ++w) {
+        amax = max_keep_nan(amax, warp_max[w]);  // max is order-independent: deterministic
+      }
+      __syncthreads();  // warp_max is rewritten by the next step
     }
-    __syncthreads();
-    amax = 0.0f;
-    for (int w = 0; w < kQuantThreads / 32; ++w) {  // max is order-independent: deterministic
-      amax = max_keep_nan(amax, warp_max[w]);
-    }
-    __syncthreads();  // warp_max is rewritten by the next row
     if constexpr (Split) {
       // The parts' maxima: lane r of each warp reads part r's. A part rewrites part_max[parity]
       // two rows later, after the next row's cluster barrier, which every part reaches only once
@@ -361,32 +408,35 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
       int const lane = static_cast<int>(threadIdx.x % 32);
       float other = 0.0f;
       if (lane < parts) {
-        uint32_t const mine = static_cast<uint32_t>(__cvta_generic_to_shared(&part_max[parity]));
-        other = smem::load_cluster_f32(smem::cluster_address(mine, static_cast<uint32_t>(lane)));
+        uint32_t const mine_at = static_cast<uint32_t>(__cvta_generic_to_shared(&part_max[parity]));
+        other = smem::load_cluster_f32(smem::cluster_address(mine_at, static_cast<uint32_t>(lane)));
       }
       for (int offset = 4; offset > 0; offset /= 2) {  // parts <= 8 lanes
         other = max_keep_nan(other, __shfl_xor_sync(0xffffffffu, other, offset));
       }
       amax = __shfl_sync(0xffffffffu, other, 0);  // lanes 0-7 hold the row's max
     }
+    if (!mine) {
+      continue;
+    }
     // A row whose S is all zero (or whose max underflows) gets q = 0, q_scale = 0: never NaN.
     // A row with a NaN in S gets q_scale NaN; with an infinite S, q_scale +inf (q unspecified).
     float const scale = amax / Quantizer<ElementQ>::kMax;
     if (in_registers) {
 #pragma unroll
-      for (int j = 0; j < kQuantVectorsPerThread; ++j) {
-        int const v = begin + static_cast<int>(threadIdx.x) + j * kQuantThreads;
+      for (int j = 0; j < kKept; ++j) {
+        int const v = begin + member + j * group;
         if (v < end) {
           store4(q_row, v, s[j], scale);
         }
       }
     } else {
-      for (int v = begin + threadIdx.x; v < end; v += kQuantThreads) {
+      for (int v = begin + member; v < end; v += group) {
         compute(v, s[0]);
         store4(q_row, v, s[0], scale);
       }
     }
-    if (part == 0 && threadIdx.x == 0) {
+    if (part == 0 && member == 0) {
       q_scale[row] = scale;
     }
   }
@@ -399,19 +449,25 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
 template <class ElementC, class ElementQ>
 cudaError_t launch_swiglu_quant_parts(ElementC const* c, ElementQ* q, float* q_scale, int64_t m,
                                       int64_t n_half, int64_t const* rows_total,
-                                      cudaStream_t stream, bool pdl, int parts) {
-  int parts_log2 = 0;
+                                      cudaStream_t stream, bool pdl, int parts, int rows) {
+  int parts_log2 = 0, rows_log2 = 0;
   while ((1 << parts_log2) < parts) {
     ++parts_log2;
   }
+  while ((1 << rows_log2) < rows) {
+    ++rows_log2;
+  }
   int64_t const vectors = n_half / 4;
   int const share = static_cast<int>((vectors + parts - 1) / parts);
-  int64_t const clusters = m < 65535 * 4 ? m : 65535 * 4;
+  int64_t const row_ctas = (m + rows - 1) / rows;
+  int64_t const clusters = row_ctas < 65535 * 4 ? row_ctas : 65535 * 4;
   return launch_clustered_maybe_pdl(
-      parts > 1 ? swiglu_quant<ElementC, ElementQ, true> : swiglu_quant<ElementC, ElementQ, false>,
+      parts > 1  ? swiglu_quant<ElementC, ElementQ, true, false>
+      : rows > 1 ? swiglu_quant<ElementC, ElementQ, false, true>
+                 : swiglu_quant<ElementC, ElementQ, false, false>,
       dim3(static_cast<unsigned>(clusters * parts)), dim3(kQuantThreads), 0, stream, pdl,
       dim3(static_cast<unsigned>(parts), 1, 1), c, q, q_scale, m, n_half, rows_total, parts_log2,
-      share);
+      share, rows_log2);
 }
 
 // The unfused kernels' SwiGLU + quant pass over C [m, 2·n_half] (after the GEMM on `stream`; a
@@ -423,11 +479,22 @@ cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, 
                                 int64_t n_half, int64_t const* rows_total, cudaStream_t stream,
                                 bool pdl, int sm_count) {
   int const parts = swiglu_row_parts(m, n_half, sm_count);
+  // CTAs of the several-rows kernel an SM holds (its registers decide: found once a process)
+  static int const per_sm = [] {
+    int ctas = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &ctas, swiglu_quant<ElementC, ElementQ, false, true>, kQuantThreads, 0) != cudaSuccess) {
+      cudaGetLastError();
+      ctas = 1;
+    }
+    return ctas > 0 ? ctas : 1;
+  }();
+  int const rows = parts > 1 ? 1 : swiglu_rows_per_cta(m, n_half, int64_t(per_sm) * sm_count);
   cudaError_t launched =
-      launch_swiglu_quant_parts(c, q, q_scale, m, n_half, rows_total, stream, pdl, parts);
+      launch_swiglu_quant_parts(c, q, q_scale, m, n_half, rows_total, stream, pdl, parts, rows);
   if (launched != cudaSuccess && parts > 1) {
     cudaGetLastError();  // the refused cluster launch's error: not this call's result
-    launched = launch_swiglu_quant_parts(c, q, q_scale, m, n_half, rows_total, stream, pdl, 1);
+    launched = launch_swiglu_quant_parts(c, q, q_scale, m, n_half, rows_total, stream, pdl, 1, 1);
   }
   if (launched != cudaSuccess) {
     cudaGetLastError();
