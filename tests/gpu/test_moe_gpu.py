@@ -605,6 +605,25 @@ def test_wgmma_row_tile_edges():
                             f"{kernel.name} K={k} group={group} rows {counts}")
 
 
+def unfused_kernels() -> list:
+    """The built unfused MoE kernels (the ones whose SwiGLU pass reads C); skips when none is."""
+    kernels = [kn for kn in gemmgen.list_kernels()
+               if kn.spec.family == "moe" and not kn.spec.config.fused]
+    if not kernels:
+        pytest.skip(f"no built unfused {OP} kernel")
+    return kernels
+
+
+def check_row_cases(kernel, cases, k: int, e: int) -> Variant:
+    """`kernel` forced on each (N, M, routing) of `cases` with K = k over e experts, against the
+    reference (check_forced_kernel); returns the kernel's variant."""
+    v = variant_of(kernel.spec)
+    for n, m, routing in cases:
+        check_forced_kernel(kernel, v, k, GROUP if v.per_group else 0, n,
+                            routing_counts(routing, m, e), f"{kernel.name} N={n} M={m} {routing}")
+    return v
+
+
 # A row of S split over a cluster of CTAs (swiglu_quant.cuh: swiglu_row_parts), on a GPU of 132
 # SMs (H100, H200; with fewer SMs the splits start at fewer rows): N = 8200 gives rows of 4100
 # values, 1025 vectors of 4, shared by 4 CTAs (257, 257, 257, 254) up to M = 33 and by 2 up to
@@ -621,17 +640,9 @@ def test_long_rows_split_over_a_cluster():
     Then, with 4 and 8 parts, a NaN weight scale in the last column of act (S's last value,
     which only the row's last part reads) must give every grouped row a NaN q_scale (written by
     part 0) and rows past the groups 0."""
-    kernels = [kn for kn in gemmgen.list_kernels()
-               if kn.spec.family == "moe" and not kn.spec.config.fused]
-    if not kernels:
-        pytest.skip(f"no built unfused {OP} kernel")
     k, e = 256, 4
-    for kernel in kernels:
-        v = variant_of(kernel.spec)
-        group = GROUP if v.per_group else 0
-        for n, m, routing in SPLIT_ROW_CASES:
-            check_forced_kernel(kernel, v, k, group, n, routing_counts(routing, m, e),
-                                f"{kernel.name} N={n} M={m} {routing}")
+    for kernel in unfused_kernels():
+        v = check_row_cases(kernel, SPLIT_ROW_CASES, k, e)
         for n in sorted({n for n, _, _ in SPLIT_ROW_CASES}):
             weight = random_weight((e, k, n), v)
             weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
@@ -666,17 +677,9 @@ def test_short_rows_several_to_a_cta():
     reference (check_forced_kernel: poisoned outputs, rows past the groups 0): every row of a CTA
     that holds several must quantize with its own max. Then a NaN weight scale of one expert, whose
     rows share CTAs with the other experts' rows, reaches that expert's rows only."""
-    kernels = [kn for kn in gemmgen.list_kernels()
-               if kn.spec.family == "moe" and not kn.spec.config.fused]
-    if not kernels:
-        pytest.skip(f"no built unfused {OP} kernel")
-    k, e = 256, 4
-    for kernel in kernels:
-        v = variant_of(kernel.spec)
-        group = GROUP if v.per_group else 0
-        for n, m, routing in MULTI_ROW_CASES:
-            check_forced_kernel(kernel, v, k, group, n, routing_counts(routing, m, e),
-                                f"{kernel.name} N={n} M={m} {routing}")
+    k = 256
+    for kernel in unfused_kernels():
+        v = check_row_cases(kernel, MULTI_ROW_CASES, k, 4)
         counts, n = [500, 400, 300], 512
         m = sum(counts)
         weight = random_weight((3, k, n), v)
