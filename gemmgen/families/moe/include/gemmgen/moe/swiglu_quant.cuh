@@ -7,7 +7,8 @@
  *                 cost nothing);
  *   swiglu_quant  (unfused kernels) SwiGLU of the GEMM result C and dynamic per-row
  *                 quantization (int8 or e4m3), a row split over a cluster of CTAs when the rows
- *                 are few and long (launch_swiglu_quant);
+ *                 are few and long, several rows a CTA when they are many and short
+ *                 (launch_swiglu_quant);
  *   quantize_rows (fused kernels) quantization of S, whose row maxima the GEMM's epilogue
  *                 already reduced (sm90_swiglu_rowmax_store.hpp);
  *
