@@ -99,8 +99,10 @@ def classes(built: set[tuple[str, ...]], options) -> list[tuple[str, ...]]:
     """Every built (op, x, w, scales) class, filtered by `--dtypes`: an x dtype (int8, e4m3)
     selects every class of that x; a8w8, a8w4, a8w4g one class (e.g. after adding per-channel
     A8W4 configs, re-tune that class alone)."""
-    named = {CLASS_NAMES.get(d) for d in options.dtypes}
-    return sorted(c for c in built if not options.dtypes or c[1] in options.dtypes or tuple(c[1:4]) in named)
+    if not options.dtypes:
+        return sorted(built)
+    named = {CLASS_NAMES[d] for d in options.dtypes if d in CLASS_NAMES}
+    return sorted(c for c in built if c[1] in options.dtypes or tuple(c[1:4]) in named)
 
 
 def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
