@@ -989,9 +989,11 @@ def fused_pairs() -> list[tuple]:
 
 
 # (E, M, K, N, routing): N not a multiple of any tile N (partial last N tiles: 520 = 2·256 + 8,
-# 1416 = 5·256 + 136), K not one of the tile K, many M tiles, rows past the last group.
+# 1416 = 5·256 + 136), K not one of the tile K, many M tiles, rows past the last group, groups
+# ending inside an M tile; the last case gives every persistent CTA several M tiles of 8 groups.
 FUSED_CASES = [(8, 300, 256, 520, "skewed"), (4, 2048, 272, 1416, "short"),
-               (1, 3000, 128, 2064, "uniform"), (16, 33, 1024, 256, "empty"), (64, 1000, 512, 768, "skewed")]
+               (1, 3000, 128, 2064, "uniform"), (16, 33, 1024, 256, "empty"), (64, 1000, 512, 768, "skewed"),
+               (8, 9000, 128, 2056, "short")]
 
 
 def test_fused_kernels_equal_unfused_bit_for_bit():
