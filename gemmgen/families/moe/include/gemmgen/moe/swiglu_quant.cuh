@@ -26,6 +26,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "cute/layout.hpp"
+#include "cutlass/fast_math.h"
 #include "cutlass/float8.h"
 #include "cutlass/numeric_types.h"
 
@@ -451,13 +452,7 @@ template <class ElementC, class ElementQ>
 cudaError_t launch_swiglu_quant_parts(ElementC const* c, ElementQ* q, float* q_scale, int64_t m,
                                       int64_t n_half, int64_t const* rows_total,
                                       cudaStream_t stream, bool pdl, int parts, int rows) {
-  int parts_log2 = 0, rows_log2 = 0;
-  while ((1 << parts_log2) < parts) {
-    ++parts_log2;
-  }
-  while ((1 << rows_log2) < rows) {
-    ++rows_log2;
-  }
+  int const parts_log2 = cutlass::find_log2(parts), rows_log2 = cutlass::find_log2(rows);
   int64_t const vectors = n_half / 4;
   int const share = static_cast<int>((vectors + parts - 1) / parts);
   int64_t const row_ctas = (m + rows - 1) / rows;
