@@ -285,9 +285,8 @@ struct GroupedSwigluQuant {
       return status;
     }
     if constexpr (Fused) {
-      int64_t const vectors = p->n / 8;  // 4 values of S each
-      dim3 const grid(static_cast<unsigned>((vectors + kQuantizeThreads - 1) / kQuantizeThreads),
-                      static_cast<unsigned>(p->m < 65535 ? p->m : 65535));
+      int64_t const ctas = (p->m + kQuantizeRowsPerCta - 1) / kQuantizeRowsPerCta;
+      unsigned const grid = static_cast<unsigned>(ctas < (1 << 20) ? ctas : (1 << 20));
       quantize_rows<<<grid, kQuantizeThreads, 0, cuda_stream>>>(
           static_cast<float const*>(p->c), arrays.row_max_bits, static_cast<ElementQ*>(p->q),
           p->q_scale, p->m, p->n / 2, arrays.rows_total);

@@ -499,33 +499,52 @@ cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, 
 }
 
 // The fused kernels' light pass: q = quantize(S / scale), scale = max|S_row| / QMAX from the
-// row maxima the epilogue reduced (bits of |S|). Element-wise, 4 values per thread: blockIdx.x
-// runs over a row's vectors, blockIdx.y over rows (grid-stride). Rows past the last group get
-// q = 0, q_scale = 0 (the GEMM wrote nothing there).
-constexpr int kQuantizeThreads = 128;
+// row maxima the epilogue reduced (bits of |S|). A warp a row (grid-stride over rows): the row's
+// scale once a lane, then kQuantizeBatch of its 16-byte vectors of S loaded by each lane before
+// it quantizes them (lane + 32·u). Rows past the last group get q = 0, q_scale = 0 (the GEMM
+// wrote nothing there).
+constexpr int kQuantizeThreads = 256;
+constexpr int kQuantizeRowsPerCta = kQuantizeThreads / 32;
+constexpr int kQuantizeBatch = 4;
 
 template <class ElementQ>
 __global__ void __launch_bounds__(kQuantizeThreads)
 quantize_rows(float const* s, uint32_t const* row_max_bits, ElementQ* q, float* q_scale,
               int64_t m, int64_t n_half, int64_t const* rows_total) {
   int64_t const total = *rows_total;
-  int64_t const vectors = n_half / 4;
-  int64_t const v = int64_t(blockIdx.x) * kQuantizeThreads + threadIdx.x;
-  if (v >= vectors) {
-    return;
-  }
-  for (int64_t row = blockIdx.y; row < m; row += gridDim.y) {
+  int const vectors = static_cast<int>(n_half / 4);  // N < 2^31: the op checks
+  int const lane = static_cast<int>(threadIdx.x % 32);
+  int64_t const stride = int64_t(gridDim.x) * kQuantizeRowsPerCta;
+  for (int64_t row = int64_t(blockIdx.x) * kQuantizeRowsPerCta + threadIdx.x / 32; row < m;
+       row += stride) {
     ElementQ* q_row = q + row * n_half;
-    float scale = 0.0f;
     if (row >= total) {
-      reinterpret_cast<uint32_t*>(q_row)[v] = 0u;
-    } else {
-      scale = __uint_as_float(row_max_bits[row]) / Quantizer<ElementQ>::kMax;
-      float values[4];
-      load4(s + row * n_half, v, values);
-      store4(q_row, v, values, scale);
+      for (int v = lane; v < vectors; v += 32) {
+        reinterpret_cast<uint32_t*>(q_row)[v] = 0u;
+      }
+      if (lane == 0) {
+        q_scale[row] = 0.0f;
+      }
+      continue;
     }
-    if (v == 0) {
+    float const scale = __uint_as_float(row_max_bits[row]) / Quantizer<ElementQ>::kMax;
+    float const* s_row = s + row * n_half;
+    for (int first = lane; first < vectors; first += 32 * kQuantizeBatch) {
+      float values[kQuantizeBatch][4];
+#pragma unroll
+      for (int u = 0; u < kQuantizeBatch; ++u) {
+        if (first + 32 * u < vectors) {
+          load4(s_row, first + 32 * u, values[u]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kQuantizeBatch; ++u) {
+        if (first + 32 * u < vectors) {
+          store4(q_row, first + 32 * u, values[u], scale);
+        }
+      }
+    }
+    if (lane == 0) {
       q_scale[row] = scale;
     }
   }
