@@ -285,6 +285,7 @@ struct GroupedSwigluQuant {
       return status;
     }
     if constexpr (Fused) {
+      // A warp a row; past 2^20 CTAs (8M rows) the CTAs stride over the rest.
       int64_t const ctas = (p->m + kQuantizeRowsPerCta - 1) / kQuantizeRowsPerCta;
       unsigned const grid = static_cast<unsigned>(ctas < (1 << 20) ? ctas : (1 << 20));
       quantize_rows<<<grid, kQuantizeThreads, 0, cuda_stream>>>(
