@@ -119,11 +119,11 @@ struct Params {
 __device__ __forceinline__ void permute_tokens(int8_t const* x, int8_t* x_perm, int64_t m, int k,
                                                int k_pad, cutlass::FastDivmodU64 by_groups,
                                                int64_t block, int64_t blocks) {
-  int64_t const groups_per_row = k_pad / 8;
-  for (int64_t i = block * blockDim.x + threadIdx.x; i < m * groups_per_row;
-       i += blocks * blockDim.x) {
-    int64_t const row = static_cast<int64_t>(by_groups.divide(static_cast<uint64_t>(i)));
-    int const k0 = static_cast<int>(i - row * groups_per_row) * 8;
+  int64_t const pieces = m * static_cast<int64_t>(by_groups.divisor);
+  for (int64_t i = block * blockDim.x + threadIdx.x; i < pieces; i += blocks * blockDim.x) {
+    uint64_t piece;
+    int64_t const row = static_cast<int64_t>(by_groups.divmod(piece, static_cast<uint64_t>(i)));
+    int const k0 = static_cast<int>(piece) * 8;
     uint2 v = make_uint2(0u, 0u);
     if (k0 < k) {
       v = *reinterpret_cast<uint2 const*>(x + row * k + k0);
