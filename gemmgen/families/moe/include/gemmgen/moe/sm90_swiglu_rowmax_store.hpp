@@ -9,8 +9,13 @@
  * The weights are packed with act and gate interleaved (packing.py: packed row 2j is act column
  * j, row 2j+1 gate column j), so each (act, gate) pair is two adjacent columns of C. The wgmma
  * accumulator gives every thread its columns in adjacent pairs (2j, 2j+1), and the epilogue
- * hands them to visit() as adjacent fragment elements (i, i+1), i even: that is what visit()
- * relies on (the GPU tests compare fused and unfused kernels bit for bit).
+ * hands them to visit() as adjacent fragment elements (i, i+1), i even. visit() relies on more of
+ * that layout: a 16-element fragment (a 32-column subtile) holds pair 2·k + h at row r + 8·h and
+ * columns c + 8·k, so a subtile needs one address and two bounds, its pairs' offsets being
+ * compile-time constants; ncu put the per-pair coordinates, bounds and 64-bit addresses at about
+ * 85M of the epilogue's 223M warp instructions (Mixtral, 4096 tokens), and hoisting them made
+ * the GEMM 2-7% faster (benchmarks/RESULTS.md, session 40). The GPU tests compare every fused
+ * kernel with an unfused one bit for bit, which checks the layout.
  *
  * The row max is kept as the bits of |S| (non-negative floats order like unsigned integers, and
  * a NaN's bits exceed +inf's, so a NaN anywhere in a row wins, as in the unfused kernel), per
@@ -104,20 +109,30 @@ struct Sm90SwigluRowMaxStore {
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v,
                               int epi_m, int epi_n,
                               cutlass::Array<ElementInput, FragmentSize> const& c) {
-      static_assert(FragmentSize % 2 == 0, "act/gate pairs need an even fragment");
+      static_assert(FragmentSize == 16, "the epilogue subtile is 32 columns of the wgmma tile");
       using cute::_;
       auto coords_mn = coords(_, _, _, epi_m, epi_n);
       auto max_mn = reg_max(_, _, _, epi_m, epi_n);
+      // Pair p = 2·k + h of the fragment is row r + 8·h, columns 8·k + 2·q and the next (q the
+      // thread's place in its quad): S column 4·k of the pair (k = 0, h = 0)'s. One address
+      // and two bounds a subtile; the pairs' offsets are compile-time constants.
+      auto const first = coords_mn(epi_v * FragmentSize);
+      int const rows_left = static_cast<int>(cute::get<0>(residue) - cute::get<0>(first));
+      int const cols_left = static_cast<int>(cute::get<1>(residue) - cute::get<1>(first));
+      float* const s_first = s + (first_row + cute::get<0>(first)) * ld_s +
+                             ((first_col + cute::get<1>(first)) >> 1);
+      int64_t const eight_rows = 8 * ld_s;
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < FragmentSize; i += 2) {
-        auto const coord = coords_mn(epi_v * FragmentSize + i);
-        if (cute::elem_less(coord, residue)) {  // N is even: the pair's gate is in bounds too
+      for (int k = 0; k < 4; ++k) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          int const i = 2 * (2 * k + h);
           float const value = swiglu(static_cast<float>(c[i]), static_cast<float>(c[i + 1]));
-          int64_t const row = first_row + cute::get<0>(coord);
-          int64_t const col = (first_col + cute::get<1>(coord)) >> 1;
-          s[row * ld_s + col] = value;
-          uint32_t& held = max_mn(epi_v * FragmentSize + i);
-          held = max(held, __float_as_uint(fabsf(value)));
+          if (8 * h < rows_left && 8 * k < cols_left) {  // N is even: the gate is in too
+            s_first[h * eight_rows + 4 * k] = value;
+            uint32_t& held = max_mn(epi_v * FragmentSize + i);
+            held = max(held, __float_as_uint(fabsf(value)));
+          }
         }
       }
       return c;
