@@ -664,12 +664,14 @@ def test_long_rows_split_over_a_cluster():
 
 
 # Many short rows, several to a CTA of the SwiGLU pass (swiglu_quant.cuh: swiglu_rows_per_cta,
-# on a GPU of 132 SMs holding one pass CTA each): (N, M, routing) — 16 rows a CTA (a warp a row;
-# N = 16: two vectors a row, most lanes idle; Qwen3-30B-A3B's N at 2048 rows; DeepSeek-V2-Lite's
-# at 1536, 11 vectors a lane), 8 and 4 rows a CTA, rows past the last group in CTAs that also
-# hold grouped rows ("short").
+# on a GPU of 132 SMs holding one several-rows CTA each): (N, M, routing). From M > 1056 a warp a
+# row (swiglu_quant_warp_rows), each Kept of kWarpRowKept: N = 16 (two vectors a row, most lanes
+# idle; Kept 4), Qwen3-30B-A3B's N (Kept 6), N = 2048 (8), DeepSeek-V2-Lite's N (11 vectors a
+# lane: Kept 12); below, 8 and 4 rows a CTA of the several-rows kernel; rows past the last group
+# in CTAs that also hold grouped rows ("short").
 MULTI_ROW_CASES = [(16, 3000, "uniform"), (264, 1000, "short"), (776, 700, "skewed"),
-                   (520, 450, "skewed"), (1536, 2048, "uniform"), (2816, 1536, "short")]
+                   (520, 450, "skewed"), (1536, 2048, "uniform"), (2048, 1200, "short"),
+                   (2816, 1536, "short")]
 
 
 def test_short_rows_several_to_a_cta():

@@ -7,8 +7,8 @@
  *                 cost nothing);
  *   swiglu_quant  (unfused kernels) SwiGLU of the GEMM result C and dynamic per-row
  *                 quantization (int8 or e4m3), a row split over a cluster of CTAs when the rows
- *                 are few and long, several rows a CTA when they are many and short
- *                 (launch_swiglu_quant);
+ *                 are few and long, several rows a CTA when they are many and short, a warp a
+ *                 row (swiglu_quant_warp_rows) when they are more (launch_swiglu_quant);
  *   quantize_rows (fused kernels) quantization of S, whose row maxima the GEMM's epilogue
  *                 already reduced (sm90_swiglu_rowmax_store.hpp);
  *
@@ -256,8 +256,9 @@ __device__ __forceinline__ void store4(ElementQ* q_row, int64_t vec, float const
 constexpr int kQuantThreads = 512;
 constexpr int kQuantVectorsPerThread = 8;  // a CTA's part of a row <= 512 * 4 * 8 = 16384 values
                                            // of S stays in registers
-// Several rows a CTA: up to 12 vectors a thread in registers (a warp holds a row of 1536 values,
-// DeepSeek-V2-Lite's 1408 included). That kernel holds one CTA an SM (92 registers a thread);
+// Several rows a CTA: up to 12 vectors a thread in registers (64 threads hold a row of 3072
+// values; 16 rows a CTA, a warp a row, go to swiglu_quant_warp_rows). That kernel holds one CTA
+// an SM (92 registers a thread);
 // the one-row kernels keep 8 and at most 64 registers, two CTAs an SM (built as one kernel with
 // 73, one CTA an SM, Mixtral's 2048-8192 rows of 14336 values ran 8-10% slower, H200).
 constexpr int kMultiRowVectorsPerThread = 12;
@@ -447,6 +448,110 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
   }
 }
 
+// Many short rows (where swiglu_rows_per_cta would put 16 in a CTA): a warp a row, grid-strided
+// over one wave of CTAs of kWarpRowThreads, lane l holding vectors l + 32·u (u < Kept) of S in
+// registers, Kept the smallest of kWarpRowKept that holds the row. The several-rows kernel ran
+// these rows 16 to a CTA of 512 threads with registers for 12 vectors a thread whatever the row
+// needed: one CTA an SM, ~16 waves of CTAs whose loads and math hardly overlapped. Sized to the
+// row, a thread's registers leave room for 2-7 CTAs an SM (H200 ncu, int8, the pass alone:
+// Qwen3-30B-A3B 1024 / 4096 tokens 31 / 119 -> 22 / 61 µs, DeepSeek-V2-Lite 38 / 149 -> 30 /
+// 101; benchmarks/RESULTS.md, session 40). Same functions and the same order-independent max as
+// swiglu_quant: bit for bit its results.
+constexpr int kWarpRowThreads = 256;
+constexpr int kWarpRowKept[] = {4, 6, 8, 12};  // vectors of 4 values a lane: rows up to 1536 values
+
+template <class ElementC, class ElementQ, int Kept>
+__global__ void __launch_bounds__(kWarpRowThreads)
+swiglu_quant_warp_rows(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t n_half,
+                       int64_t const* rows_total) {
+  pdl_wait();  // C and the row count come from the kernels before (see runtime_support.hpp)
+  pdl_release();
+  int64_t const total = *rows_total;
+  int const vectors = static_cast<int>(n_half / 4);  // <= 32 · Kept: the launch chose Kept so
+  int const lane = static_cast<int>(threadIdx.x % 32);
+  constexpr int kRowsPerCta = kWarpRowThreads / 32;
+  int64_t const stride = int64_t(gridDim.x) * kRowsPerCta;
+  for (int64_t row = int64_t(blockIdx.x) * kRowsPerCta + threadIdx.x / 32; row < m;
+       row += stride) {
+    ElementQ* q_row = q + row * n_half;
+    if (row >= total) {  // outside every group: q = 0, q_scale = 0
+      for (int v = lane; v < vectors; v += 32) {
+        reinterpret_cast<uint32_t*>(q_row)[v] = 0u;
+      }
+      if (lane == 0) {
+        q_scale[row] = 0.0f;
+      }
+      continue;
+    }
+    ElementC const* c_row = c + row * 2 * n_half;
+    float act[Kept][4], s[Kept][4];
+#pragma unroll
+    for (int u = 0; u < Kept; ++u) {  // every load first: Kept vectors in flight a lane
+      if (lane + 32 * u < vectors) {
+        load_pairs(c_row, lane + 32 * u, act[u], s[u]);  // s holds the gates until SwiGLU
+      }
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int u = 0; u < Kept; ++u) {
+      if (lane + 32 * u < vectors) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          s[u][i] = swiglu(act[u][i], s[u][i]);
+          amax = max_keep_nan(amax, fabsf(s[u][i]));
+        }
+      }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      amax = max_keep_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    }
+    float const scale = amax / Quantizer<ElementQ>::kMax;  // as swiglu_quant: 0 rows give q = 0
+#pragma unroll
+    for (int u = 0; u < Kept; ++u) {
+      if (lane + 32 * u < vectors) {
+        store4(q_row, lane + 32 * u, s[u], scale);
+      }
+    }
+    if (lane == 0) {
+      q_scale[row] = scale;
+    }
+  }
+}
+
+constexpr int kWarpRowKeptCount = sizeof(kWarpRowKept) / sizeof(kWarpRowKept[0]);
+constexpr int64_t kWarpRowMaxVectors = 32 * kWarpRowKept[kWarpRowKeptCount - 1];
+
+// The warp-a-row pass over C [m, 2·n_half] (n_half / 4 <= kWarpRowMaxVectors), with the smallest
+// Kept from kWarpRowKept[Index] on that holds a row: one wave of CTAs (as many as the GPU holds
+// at once, found once a process and kernel), fewer when the rows are fewer.
+template <class ElementC, class ElementQ, int Index = 0>
+cudaError_t launch_swiglu_quant_warp_rows(ElementC const* c, ElementQ* q, float* q_scale,
+                                          int64_t m, int64_t n_half, int64_t const* rows_total,
+                                          cudaStream_t stream, bool pdl, int sm_count) {
+  constexpr int kKept = kWarpRowKept[Index];
+  if constexpr (Index + 1 < kWarpRowKeptCount) {
+    if (n_half / 4 > 32 * kKept) {
+      return launch_swiglu_quant_warp_rows<ElementC, ElementQ, Index + 1>(
+          c, q, q_scale, m, n_half, rows_total, stream, pdl, sm_count);
+    }
+  }
+  auto* const kernel = swiglu_quant_warp_rows<ElementC, ElementQ, kKept>;
+  static int const per_sm = [kernel] {
+    int ctas = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kWarpRowThreads, 0) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      ctas = 1;
+    }
+    return ctas > 0 ? ctas : 1;
+  }();
+  int64_t const resident = int64_t(per_sm) * sm_count;
+  int64_t const ctas = (m + kWarpRowThreads / 32 - 1) / (kWarpRowThreads / 32);
+  return launch_maybe_pdl(kernel, dim3(static_cast<unsigned>(ctas < resident ? ctas : resident)),
+                          dim3(kWarpRowThreads), 0, stream, pdl, c, q, q_scale, m, n_half,
+                          rows_total);
+}
+
 // swiglu_quant over C [m, 2·n_half] in `parts` CTAs a row.
 template <class ElementC, class ElementQ>
 cudaError_t launch_swiglu_quant_parts(ElementC const* c, ElementQ* q, float* q_scale, int64_t m,
@@ -487,7 +592,11 @@ cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, 
   }();
   int const rows = parts > 1 ? 1 : swiglu_rows_per_cta(m, n_half, int64_t(per_sm) * sm_count);
   cudaError_t launched =
-      launch_swiglu_quant_parts(c, q, q_scale, m, n_half, rows_total, stream, pdl, parts, rows);
+      rows == kMaxRowsPerCta && n_half / 4 <= kWarpRowMaxVectors
+          ? launch_swiglu_quant_warp_rows(c, q, q_scale, m, n_half, rows_total, stream, pdl,
+                                          sm_count)
+          : launch_swiglu_quant_parts(c, q, q_scale, m, n_half, rows_total, stream, pdl, parts,
+                                      rows);
   if (launched != cudaSuccess && parts > 1) {
     cudaGetLastError();  // the refused cluster launch's error: not this call's result
     launched = launch_swiglu_quant_parts(c, q, q_scale, m, n_half, rows_total, stream, pdl, 1, 1);
