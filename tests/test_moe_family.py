@@ -88,16 +88,16 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4, A8W4G}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 38
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 39
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
     # fp8's accurate configs stop at 128x128 tiles (promoted accumulation spills a 128x256
     # cooperative tile); its fast-accumulation ones go to 128x256
     assert {(k.x, k.w, k.scales, k.origin.config) for k in kernels} == {
-        ("int8", "int8", "channel", c) for c in ("decode", "small", "mid", "large", "mid_fused",
-                                                 "large_fused", "wide_fused", "stream",
-                                                 "stream_wide")} | {
+        ("int8", "int8", "channel", c) for c in ("decode", "small", "mid", "large", "wide",
+                                                 "mid_fused", "large_fused", "wide_fused",
+                                                 "stream", "stream_wide")} | {
         ("e4m3", "e4m3", "channel", c) for c in ("decode", "small", "mid", "small_fused", "mid_fused",
                                                  "small_fa", "large_fa", "large_fa_c2",
                                                  "small_fused_fa", "mid_fused_fa", "large_fused_fa",
