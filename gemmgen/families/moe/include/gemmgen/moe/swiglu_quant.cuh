@@ -253,6 +253,26 @@ __device__ __forceinline__ void store4(ElementQ* q_row, int64_t vec, float const
   reinterpret_cast<uint32_t*>(q_row)[vec] = packed;
 }
 
+// q = 0 for vectors first, first + step, ... < end of a row outside every group (4 bytes each).
+template <class ElementQ>
+__device__ __forceinline__ void zero_vectors(ElementQ* q_row, int first, int end, int step) {
+  for (int v = first; v < end; v += step) {
+    reinterpret_cast<uint32_t*>(q_row)[v] = 0u;
+  }
+}
+
+// CTAs of `kernel` (no dynamic shared memory) an SM holds, at least 1; callers keep it in a
+// function-local static, so the query runs once a process and kernel.
+template <class Kernel>
+inline int ctas_per_sm(Kernel kernel, int threads) {
+  int ctas = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, threads, 0) != cudaSuccess) {
+    cudaGetLastError();
+    ctas = 1;
+  }
+  return ctas > 0 ? ctas : 1;
+}
+
 constexpr int kQuantThreads = 512;
 constexpr int kQuantVectorsPerThread = 8;  // a CTA's part of a row <= 512 * 4 * 8 = 16384 values
                                            // of S stays in registers
@@ -349,9 +369,7 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
     bool const outside = row < m && row >= total;
     ElementQ* q_row = q + row * n_half;
     if (outside) {  // outside every group: q = 0, q_scale = 0 (the same branch in every part)
-      for (int v = begin + member; v < end; v += group) {
-        reinterpret_cast<uint32_t*>(q_row)[v] = 0u;
-      }
+      zero_vectors(q_row, begin + member, end, group);
       if (part == 0 && member == 0) {
         q_scale[row] = 0.0f;
       }
@@ -475,9 +493,7 @@ swiglu_quant_warp_rows(ElementC const* c, ElementQ* q, float* q_scale, int64_t m
        row += stride) {
     ElementQ* q_row = q + row * n_half;
     if (row >= total) {  // outside every group: q = 0, q_scale = 0
-      for (int v = lane; v < vectors; v += 32) {
-        reinterpret_cast<uint32_t*>(q_row)[v] = 0u;
-      }
+      zero_vectors(q_row, lane, vectors, 32);
       if (lane == 0) {
         q_scale[row] = 0.0f;
       }
@@ -536,15 +552,7 @@ cudaError_t launch_swiglu_quant_warp_rows(ElementC const* c, ElementQ* q, float*
     }
   }
   auto* const kernel = swiglu_quant_warp_rows<ElementC, ElementQ, kKept>;
-  static int const per_sm = [kernel] {
-    int ctas = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kWarpRowThreads, 0) !=
-        cudaSuccess) {
-      cudaGetLastError();
-      ctas = 1;
-    }
-    return ctas > 0 ? ctas : 1;
-  }();
+  static int const per_sm = ctas_per_sm(kernel, kWarpRowThreads);
   int64_t const resident = int64_t(per_sm) * sm_count;
   int64_t const ctas = (m + kWarpRowThreads / 32 - 1) / (kWarpRowThreads / 32);
   return launch_maybe_pdl(kernel, dim3(static_cast<unsigned>(ctas < resident ? ctas : resident)),
@@ -581,15 +589,8 @@ cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, 
                                 bool pdl, int sm_count) {
   int const parts = swiglu_row_parts(m, n_half, sm_count);
   // CTAs of the several-rows kernel an SM holds (its registers decide: found once a process)
-  static int const per_sm = [] {
-    int ctas = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &ctas, swiglu_quant<ElementC, ElementQ, false, true>, kQuantThreads, 0) != cudaSuccess) {
-      cudaGetLastError();
-      ctas = 1;
-    }
-    return ctas > 0 ? ctas : 1;
-  }();
+  static int const per_sm = ctas_per_sm(swiglu_quant<ElementC, ElementQ, false, true>,
+                                         kQuantThreads);
   int const rows = parts > 1 ? 1 : swiglu_rows_per_cta(m, n_half, int64_t(per_sm) * sm_count);
   cudaError_t launched =
       rows == kMaxRowsPerCta && n_half / 4 <= kWarpRowMaxVectors
@@ -628,9 +629,7 @@ quantize_rows(float const* s, uint32_t const* row_max_bits, ElementQ* q, float* 
        row += stride) {
     ElementQ* q_row = q + row * n_half;
     if (row >= total) {
-      for (int v = lane; v < vectors; v += 32) {
-        reinterpret_cast<uint32_t*>(q_row)[v] = 0u;
-      }
+      zero_vectors(q_row, lane, vectors, 32);
       if (lane == 0) {
         q_scale[row] = 0.0f;
       }
