@@ -10,18 +10,19 @@
  * j, row 2j+1 gate column j), so each (act, gate) pair is two adjacent columns of C. The wgmma
  * accumulator gives every thread its columns in adjacent pairs (2j, 2j+1), and the epilogue
  * hands them to visit() as adjacent fragment elements (i, i+1), i even. visit() relies on more of
- * that layout: a 16-element fragment (a 32-column subtile) holds pair 2·k + h at row r + 8·h and
- * columns c + 8·k, so a subtile needs one address and two bounds, its pairs' offsets being
- * compile-time constants; ncu put the per-pair coordinates, bounds and 64-bit addresses at about
- * 85M of the epilogue's 223M warp instructions (Mixtral, 4096 tokens), and hoisting them made
- * the GEMM 2-7% faster (benchmarks/RESULTS.md, session 40). The GPU tests compare every fused
- * kernel with an unfused one bit for bit, which checks the layout.
+ * that layout: each 16 elements of a fragment (a 32-column block) hold pair 2·k + h at row r + 8·h
+ * and columns c + 8·k, r and c the thread's first, the four lanes of a quad holding the same
+ * rows; so a block needs one address and two bounds, its pairs' offsets being compile-time
+ * constants (hoisting them made the GEMM 2-7% faster, benchmarks/RESULTS.md, session 40). When a
+ * fragment is the whole tile (sm90_grouped_swiglu_quant.hpp: tiles up to 128 columns) the quad
+ * transposes each row's 4 x 4 block of S so that every lane stores 4 adjacent floats, a warp
+ * 8 rows of 64 contiguous bytes where pair by pair it stored 8 rows of 16. The GPU tests
+ * compare every fused kernel with an unfused one bit for bit, which checks the layout.
  *
  * The row max is kept as the bits of |S| (non-negative floats order like unsigned integers, and
  * a NaN's bits exceed +inf's, so a NaN anywhere in a row wins, as in the unfused kernel), per
- * thread in registers across the tile's subtiles, then per warp (lanes holding the same row
- * combine with __match_any_sync / __reduce_max_sync) and one atomicMax per row and warp. Max is
- * order-independent: the result is deterministic.
+ * thread in registers across the tile's blocks, then per quad (two butterfly shuffles) and one
+ * atomicMax per row and quad. Max is order-independent: the result is deterministic.
  */
 #pragma once
 
@@ -34,6 +35,35 @@
 #include "gemmgen/moe/swiglu_quant.cuh"
 
 namespace gemmgen::moe::sm90 {
+
+// The bits of |v|: non-negative floats order like unsigned integers, a NaN above +inf.
+__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(fabsf(v)); }
+
+// A 4 x 4 block M spread over the four lanes of a quad (lanes 4·j .. 4·j + 3, q = lane % 4):
+// lane q holds x[k] = M[k][q] on entry and x[k] = M[q][k] on return. Two butterfly steps, one
+// index bit each: over lane bit 0 (partner q ^ 1) and then bit 1 (q ^ 2), each lane sends the
+// two values its partner needs and puts the two it gets where they belong. Every lane of the
+// warp must call it (the shuffles take the whole warp).
+__device__ __forceinline__ void transpose_quad(float (&x)[4], int q) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int bit = 0; bit < 2; ++bit) {
+    int const step = 1 << bit;            // the index bit exchanged: 1, then 2
+    bool const upper = (q & step) != 0;   // this lane keeps the entries whose bit is set
+    CUTLASS_PRAGMA_UNROLL
+    for (int other = 0; other < 2; ++other) {
+      // the pair of entries differing only in `bit`; `other` numbers the remaining bit
+      int const lo = bit == 0 ? 2 * other : other;
+      int const hi = lo + step;
+      float const sent = upper ? x[lo] : x[hi];
+      float const got = __shfl_xor_sync(0xffffffffu, sent, step);
+      if (upper) {
+        x[lo] = got;
+      } else {
+        x[hi] = got;
+      }
+    }
+  }
+}
 
 struct Sm90SwigluRowMaxStore {
   // No D: the collective sizes its (unused) D staging with this type, as for an aux store.
@@ -109,29 +139,53 @@ struct Sm90SwigluRowMaxStore {
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v,
                               int epi_m, int epi_n,
                               cutlass::Array<ElementInput, FragmentSize> const& c) {
-      static_assert(FragmentSize == 16, "the epilogue subtile is 32 columns of the wgmma tile");
+      static_assert(FragmentSize % 16 == 0, "the fragment is whole 32-column blocks of wgmma");
+      // Several blocks a fragment (a whole-tile subtile): their stores are vectors, the quad's
+      // shuffles hidden behind the other blocks' math; one block (a 32-column subtile between
+      // the collective's barriers): a pair at a time, which measured faster there.
+      constexpr bool VectorStores = FragmentSize >= 64;
       using cute::_;
       auto coords_mn = coords(_, _, _, epi_m, epi_n);
       auto max_mn = reg_max(_, _, _, epi_m, epi_n);
-      // Pair p = 2·k + h of the fragment is row r + 8·h, columns 8·k + 2·q and the next (q the
-      // thread's place in its quad): S column 4·k of the pair (k = 0, h = 0)'s. One address
-      // and two bounds a subtile; the pairs' offsets are compile-time constants.
-      auto const first = coords_mn(epi_v * FragmentSize);
-      int const rows_left = static_cast<int>(cute::get<0>(residue) - cute::get<0>(first));
-      int const cols_left = static_cast<int>(cute::get<1>(residue) - cute::get<1>(first));
-      float* const s_first = s + (first_row + cute::get<0>(first)) * ld_s +
-                             ((first_col + cute::get<1>(first)) >> 1);
-      int64_t const eight_rows = 8 * ld_s;
+      int const q = static_cast<int>(threadIdx.x % 4);  // the thread's place in its quad
       CUTLASS_PRAGMA_UNROLL
-      for (int k = 0; k < 4; ++k) {
+      for (int block = 0; block < FragmentSize / 16; ++block) {
+        int const e = epi_v * FragmentSize + 16 * block;  // the block's first element
+        auto const first = coords_mn(e);
+        int const rows_left = static_cast<int>(cute::get<0>(residue) - cute::get<0>(first));
+        int const cols_left = static_cast<int>(cute::get<1>(residue) - cute::get<1>(first));
+        // The thread's first S column: pair (k, h) is S column 4·k of it, 8·h rows down.
+        float* const s_first = s + (first_row + cute::get<0>(first)) * ld_s +
+                               ((first_col + cute::get<1>(first)) >> 1);
         CUTLASS_PRAGMA_UNROLL
         for (int h = 0; h < 2; ++h) {
-          int const i = 2 * (2 * k + h);
-          float const value = swiglu(static_cast<float>(c[i]), static_cast<float>(c[i + 1]));
-          if (8 * h < rows_left && 8 * k < cols_left) {  // N is even: the gate is in too
-            s_first[h * eight_rows + 4 * k] = value;
-            uint32_t& held = max_mn(epi_v * FragmentSize + i);
-            held = max(held, __float_as_uint(fabsf(value)));
+          float row[4];  // S columns 4·k of the thread's first, k = 0..3
+          CUTLASS_PRAGMA_UNROLL
+          for (int k = 0; k < 4; ++k) {
+            int const i = 16 * block + 2 * (2 * k + h);
+            row[k] = swiglu(static_cast<float>(c[i]), static_cast<float>(c[i + 1]));
+          }
+          uint32_t& held = max_mn(e + 2 * h);
+          if constexpr (VectorStores) {
+            // The quad's 4 x 4 block of this row transposed: lane q then holds S columns
+            // 4·q .. 4·q + 3 of lane 0's first, 16-byte aligned (the block starts at a multiple
+            // of 32 columns of C, N at a multiple of 8), whose 8 columns of C start 6·q past
+            // the thread's own first and are all in or all out (N a multiple of 8).
+            transpose_quad(row, q);
+            if (8 * h < rows_left && 6 * q < cols_left) {
+              *reinterpret_cast<float4*>(s_first + h * 8 * ld_s + 3 * q) =
+                  make_float4(row[0], row[1], row[2], row[3]);
+              held = max(held, max(max(abs_bits(row[0]), abs_bits(row[1])),
+                                   max(abs_bits(row[2]), abs_bits(row[3]))));
+            }
+          } else {
+            CUTLASS_PRAGMA_UNROLL
+            for (int k = 0; k < 4; ++k) {
+              if (8 * h < rows_left && 8 * k < cols_left) {  // N is even: the gate is in too
+                s_first[h * 8 * ld_s + 4 * k] = row[k];
+                held = max(held, abs_bits(row[k]));
+              }
+            }
           }
         }
       }
@@ -145,16 +199,17 @@ struct Sm90SwigluRowMaxStore {
       auto addresses = cute::filter_zeros(gmem_max);
       auto row_coords =
           cute::make_tensor(coords.data(), cute::make_layout(regs.shape(), coords.stride()));
-      int const lane = static_cast<int>(threadIdx.x % 32);
+      // A row's four holders are the lanes of a quad (the wgmma layout visit() relies on):
+      // two butterfly steps give each its max, and the quad's first lane sends it.
+      bool const quad_leader = threadIdx.x % 4 == 0;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < cute::size(regs); ++i) {
+        uint32_t bits = regs(i);
+        bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, 1));
+        bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, 2));
         bool const valid = cute::get<0>(row_coords(i)) < cute::get<0>(residue);
-        uint32_t* address = &addresses(i);
-        unsigned long long const key = valid ? reinterpret_cast<uintptr_t>(address) : 0ull;
-        unsigned const same_row = __match_any_sync(0xffffffffu, key);
-        uint32_t const bits = __reduce_max_sync(same_row, regs(i));
-        if (valid && bits != 0u && lane == __ffs(same_row) - 1) {
-          atomicMax(address, bits);
+        if (valid && bits != 0u && quad_leader) {
+          atomicMax(&addresses(i), bits);
         }
       }
     }
