@@ -97,11 +97,12 @@ def test_shipped_manifest_expands_to_every_variant():
     assert {(k.x, k.w, k.scales, k.origin.config) for k in kernels} == {
         ("int8", "int8", "channel", c) for c in ("decode", "small", "mid", "large", "wide",
                                                  "mid_fused", "large_fused", "wide_fused",
+                                                 "mid_pp_fused", "wide_pp_fused",
                                                  "stream", "stream_wide")} | {
         ("e4m3", "e4m3", "channel", c) for c in ("decode", "small", "mid", "small_fused", "mid_fused",
                                                  "small_fa", "large_fa", "large_fa_c2",
                                                  "small_fused_fa", "mid_fused_fa", "large_fused_fa",
-                                                 "stream")} | {
+                                                 "mid_pp_fused_fa", "wide_pp_fused_fa", "stream")} | {
         ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "stream", "stream_wide",
                                                  "small_wgmma", "mid_wgmma", "wgmma16", "wgmma32",
                                                  "wgmma64")} | {
@@ -110,8 +111,10 @@ def test_shipped_manifest_expands_to_every_variant():
     # fused kernels: A8W8 only, never swap-AB, fp32 S; each has an unfused twin of its tile
     fused = [k for k in kernels if k.config.fused]
     assert {k.origin.config for k in fused} == {"mid_fused", "large_fused", "wide_fused", "small_fused",
-                                                "small_fused_fa", "mid_fused_fa", "large_fused_fa"}
-    assert len(fused) == 8 and all(k.name.endswith(("_fused", "_fused_fa")) for k in fused)
+                                                "mid_pp_fused", "wide_pp_fused", "small_fused_fa",
+                                                "mid_fused_fa", "large_fused_fa", "mid_pp_fused_fa",
+                                                "wide_pp_fused_fa"}
+    assert len(fused) == 12 and all(k.name.endswith(("_fused", "_fused_fa")) for k in fused)
     assert all(k.w != "int4" and not k.config.swap_ab and k.c == "fp32" for k in fused)
     # A8W4 kernels, and only they, are named `_i8w4_` (per group `_i8w4g_`); every one is swap-AB
     # or the family's own (direct, wgmma); per-group kernels are the family's own
@@ -441,7 +444,8 @@ def test_render_shipped_manifest_spells_every_variant():
         (w, c) for w in ("int8", "e4m3") for c in ("decode", "small")} | {
         ("int4", c) for c in ("decode", "small", "mid")} | {("e4m3", "small_fa")}
     assert {k.origin.config for k in kernels if k.config.fast_accum} == {
-        "small_fa", "large_fa", "large_fa_c2", "small_fused_fa", "mid_fused_fa", "large_fused_fa"}
+        "small_fa", "large_fa", "large_fa_c2", "small_fused_fa", "mid_fused_fa", "large_fused_fa",
+        "mid_pp_fused_fa", "wide_pp_fused_fa"}
     assert sum("int8_t, cutlass::int4b_t, float, /*swap_ab=*/true" in u.source for u in units) == 3
     namespace: dict = {}
     exec(compile(render_bindings(manifest, kernels, "f" * 16, "lib.so"), "bindings.py", "exec"), namespace)
