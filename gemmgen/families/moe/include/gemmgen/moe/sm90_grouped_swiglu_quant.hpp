@@ -145,10 +145,11 @@ struct GroupedSwigluQuant {
   // fused kernel stores nothing through it (no D, no shared memory sized by the subtile), so a
   // fused tile at most 128 columns wide is one subtile (a warpgroup's 64 rows for pingpong):
   // two barriers a tile instead of eight, and visit() gets the whole tile at once, whose blocks
-  // the compiler interleaves. H200, ncu, 4096 tokens: int8 128x128 cooperative 140.2 -> 133.1
-  // µs (Qwen3-30B-A3B), e4m3 64x128 pingpong 454.8 -> 443.7 (DeepSeek-V2-Lite). A 128 x 256 tile
-  // keeps 32-column subtiles: whole (or 128 columns), it ran 25% slower (its accumulators and
-  // the tile's C do not fit in registers together); 64 columns was level.
+  // the compiler interleaves. H200, ncu, the GEMM alone: int8 128x128 cooperative 140.2 ->
+  // 133.1 µs (Qwen3-30B-A3B, 1024 tokens), e4m3 64x128 pingpong 454.8 -> 443.7 (DeepSeek-V2-Lite,
+  // 4096 tokens; benchmarks/RESULTS.md, session 41). A 128 x 256 tile keeps 32-column subtiles:
+  // whole (or 128 columns) it ran 25% slower, likely its 128 accumulators and 128 scaled values
+  // a thread in registers at once; 64 columns was level.
   static constexpr int TileN = cute::tuple_element_t<1, TileShape>::value;
   using EpilogueTile = cute::conditional_t<
       Fused && TileN <= 128,
