@@ -616,8 +616,8 @@ def fresh_dispatch():
 
 # each shipped family: (its class, x_dtype, weight_bits, its rules' configs in order)
 _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' configs in order)
-    "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "wide", "mid_pp_fused",
-                                      "large", "wide_fused"]),
+    "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "wide", "wide_pp_fused",
+                                      "mid_pp_fused", "large", "wide_fused"]),
     "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa", "large_fa_c2", "small_fused_fa",
                                        "mid_pp_fused_fa", "large_fused_fa"]),
     "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "small", "wgmma64", "mid"]),
@@ -626,13 +626,14 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
 
 
 @pytest.mark.parametrize("family,n,tokens,config", [
-    # int8: <= 8 direct (stream_wide at N >= 8192); <= 16 decode; <= 32 (<= 64 at N >= 8192)
-    # small; <= 128 wide (unfused) at N >= 8192, else mid_pp_fused; then large (unfused) at
-    # N >= 8192, else wide_fused
+    # int8: <= 8 direct (stream_wide at N >= 8192); <= 16 decode; at N >= 8192 <= 64 small,
+    # <= 128 wide (unfused), then large (unfused); else <= 64 wide_pp_fused, <= 128 mid_pp_fused,
+    # then wide_fused
     ("moe_int8", 4096, 1, "stream"), ("moe_int8", 4096, 8, "stream"), ("moe_int8", 8192, 8, "stream_wide"),
     ("moe_int8", 28672, 1, "stream_wide"), ("moe_int8", 4096, 9, "decode"),
-    ("moe_int8", 4096, 16, "decode"), ("moe_int8", 4096, 17, "small"),
-    ("moe_int8", 4096, 32, "small"), ("moe_int8", 4096, 33, "mid_pp_fused"), ("moe_int8", 8192, 64, "small"),
+    ("moe_int8", 4096, 16, "decode"), ("moe_int8", 4096, 17, "wide_pp_fused"),
+    ("moe_int8", 4096, 32, "wide_pp_fused"), ("moe_int8", 4096, 64, "wide_pp_fused"),
+    ("moe_int8", 4096, 65, "mid_pp_fused"), ("moe_int8", 8192, 17, "small"), ("moe_int8", 8192, 64, "small"),
     ("moe_int8", 8192, 65, "wide"), ("moe_int8", 28672, 128, "wide"), ("moe_int8", 4096, 128, "mid_pp_fused"),
     ("moe_int8", 4096, 129, "wide_fused"), ("moe_int8", 8192, 129, "large"),
     ("moe_int8", 28672, 100_000, "large"), ("moe_int8", 1536, 100_000, "wide_fused"),
