@@ -260,7 +260,8 @@ def read_config(reader, node: Any, index: int, line: int,
         raise reader.error(c, "fused", "not with int4 weights (A8W4 kernels are swap-AB only)")
     if fused and config.tile[1] % 32:
         raise reader.error(c, "tile", "a fused config's tile N is a multiple of 32 (its epilogue "
-                                      f"takes the wgmma tile 32 columns at a time); got {config.tile[1]}")
+                                      "takes the wgmma tile 32 columns at a time); "
+                                      f"got {config.tile[1]}")
     for key, message in check_config(config, variants or ()):
         raise reader.error(c, key, message)
     if not swap_ab and int4:

@@ -188,6 +188,16 @@ __device__ __forceinline__ float max_keep_nan(float a, float b) {
   return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
 }
 
+// max_keep_nan over each aligned group of `Lanes` lanes (a power of two up to 32), by butterfly
+// shuffles of the whole warp: every lane ends with its group's max.
+template <int Lanes = 32>
+__device__ __forceinline__ float warp_max_keep_nan(float value) {
+  for (int offset = Lanes / 2; offset > 0; offset /= 2) {
+    value = max_keep_nan(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  return value;
+}
+
 // swish(act) · gate within a few ulps: expf (not __expf, whose error grows with |act|) and the
 // fast reciprocal division (__fdividef, 2 ulps; the IEEE division's slow path cost the fused
 // epilogue, which runs on the math warps). act < -87.3: the denominator passes 2^126, and the
@@ -404,9 +414,7 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
         }
       }
     }
-    for (int offset = 16; offset > 0; offset /= 2) {
-      amax = max_keep_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    }
+    amax = warp_max_keep_nan(amax);
     if (warps_a_row > 1) {  // the same for every thread of the CTA
       if (threadIdx.x % 32 == 0) {
         warp_max[threadIdx.x / 32] = amax;
@@ -432,9 +440,7 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
         uint32_t const mine_at = static_cast<uint32_t>(__cvta_generic_to_shared(&part_max[parity]));
         other = smem::load_cluster_f32(smem::cluster_address(mine_at, static_cast<uint32_t>(lane)));
       }
-      for (int offset = 4; offset > 0; offset /= 2) {  // parts <= 8 lanes
-        other = max_keep_nan(other, __shfl_xor_sync(0xffffffffu, other, offset));
-      }
+      other = warp_max_keep_nan<8>(other);  // parts <= 8 lanes
       amax = __shfl_sync(0xffffffffu, other, 0);  // lanes 0-7 hold the row's max
     }
     if (!mine) {
@@ -518,9 +524,7 @@ swiglu_quant_warp_rows(ElementC const* c, ElementQ* q, float* q_scale, int64_t m
         }
       }
     }
-    for (int offset = 16; offset > 0; offset /= 2) {
-      amax = max_keep_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    }
+    amax = warp_max_keep_nan(amax);
     float const scale = amax / Quantizer<ElementQ>::kMax;  // as swiglu_quant: 0 rows give q = 0
 #pragma unroll
     for (int u = 0; u < Kept; ++u) {
