@@ -323,9 +323,11 @@ def test_wgmma_config_renders(tmp_path, scales, per_group):
 
 
 @pytest.mark.parametrize("old,new,key,message", [
-    ("tile: [128, 64, 128]", "tile: [128, 48, 128]", "tile",
-     r"the wgmma kernel's tile is \[64 or 128 features .* tokens \(16, 32, 64, 96, 128: the int8 "
-     r"wgmma's N\), 128\]; got \[128, 48, 128\]"),
+    ("tile: [128, 64, 128]", "tile: [128, 40, 128]", "tile",
+     r"the wgmma kernel's tile is \[64 or 128 features .* tokens \(16, 32, 48, 64, 80, 96, 112, "
+     r"128: the int8 wgmma's N\), 128\]; got \[128, 40, 128\]"),
+    ("tile: [128, 64, 128]", "tile: [128, 80, 128]", None, None),  # valid: the wgmma has N = 80
+    ("tile: [128, 64, 128]", "tile: [128, 48, 128]", None, None),  # and 48
     ("tile: [128, 64, 128]", "tile: [256, 64, 128]", "tile", "got \\[256, 64, 128\\]"),
     ("tile: [128, 64, 128]", "tile: [128, 64, 256]", "tile", "got \\[128, 64, 256\\]"),
     ("w: int4}", "w: int4, scales: group}", None, None),  # valid: per group at 64 tokens

@@ -59,6 +59,7 @@
 #include "cute/arch/copy_sm80.hpp"
 #include "cute/arch/mma_sm90.hpp"
 #include "cute/arch/mma_sm90_desc.hpp"
+#include "cute/arch/mma_sm90_gmma_ext.hpp"  // the wgmmas of N = 48, 80, 112 (Int8RsWgmma)
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_types.h"
 
@@ -140,21 +141,38 @@ struct WgmmaGroupedGemm {
     return ctas <= 3 * int64_t(sms) ? kSmemSmallGrid : kSmemBytes;
   }
   static constexpr int kAccRegs = kTokens / 2;  // 64 × Tokens int32 over a warpgroup's 128 threads
-  // Two CTAs an SM (at most 128 registers a thread with two warpgroups) up to 64 tokens a tile,
-  // per channel and per group (its float32 sums beside the accumulators: measured 441 vs 563 µs
+  // Two CTAs an SM (at most 128 registers a thread with two warpgroups) up to 80 tokens a tile
+  // per channel, 64 per group (its float32 sums beside the accumulators: measured 441 vs 563 µs
   // at 64 tokens, Mixtral, 256 tokens, H100, over one CTA an SM).
-  static constexpr int kMinBlocks = kTokens <= 64 ? 2 : 1;
+  static constexpr int kMinBlocks = kTokens <= (kPerGroup ? 64 : 80) ? 2 : 1;
   static constexpr int kWeightCopies = kWeightStageBytes / 16 / kThreads;  // 2 a thread and chunk
   static constexpr int kActSegs = kActStageBytes / 16;
   static constexpr int kActCopies = (kActSegs + kThreads - 1) / kThreads;
   static constexpr int kScaleSegs = kScaleStageBytes / 16;  // copied by threads 0 .. segs − 1
   static_assert(kWeightStageBytes / 16 % kThreads == 0 && kScaleSegs <= kThreads);
 
-  using Mma = decltype(cute::SM90::GMMA::rs_op_selector<
-                       int8_t, int8_t, int32_t, cute::Shape<cute::_64, cute::Int<kTokens>, cute::_32>,
-                       cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>());
-  static_assert(sizeof(typename Mma::CRegisters) == kAccRegs * sizeof(uint32_t),
-                "no int8 wgmma of N = Tokens");
+  // The int8 wgmma of N = Tokens, A (the weights) from registers. Named, not chosen by CUTE's
+  // rs_op_selector: CUTE declares (and the selector offers) N = 48, 80 and 112 only with
+  // CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, which would change CUTLASS's own choices too; the
+  // header of those shapes stands alone.
+  static_assert(kTokens % 16 == 0 && kTokens >= 16 && kTokens <= 128,
+                "an expert's rows a tile: 16, 32, 48, ... 128 (the int8 wgmma's N)");
+  using Mma = cute::conditional_t<
+      kTokens == 16, cute::SM90::GMMA::MMA_64x16x32_S32S8S8_RS_TN,
+      cute::conditional_t<
+          kTokens == 32, cute::SM90::GMMA::MMA_64x32x32_S32S8S8_RS_TN,
+          cute::conditional_t<
+              kTokens == 48, cute::SM90::GMMA::MMA_64x48x32_S32S8S8_RS_TN,
+              cute::conditional_t<
+                  kTokens == 64, cute::SM90::GMMA::MMA_64x64x32_S32S8S8_RS_TN,
+                  cute::conditional_t<
+                      kTokens == 80, cute::SM90::GMMA::MMA_64x80x32_S32S8S8_RS_TN,
+                      cute::conditional_t<
+                          kTokens == 96, cute::SM90::GMMA::MMA_64x96x32_S32S8S8_RS_TN,
+                          cute::conditional_t<kTokens == 112,
+                                              cute::SM90::GMMA::MMA_64x112x32_S32S8S8_RS_TN,
+                                              cute::SM90::GMMA::MMA_64x128x32_S32S8S8_RS_TN>>>>>>>;
+  static_assert(sizeof(typename Mma::CRegisters) == kAccRegs * sizeof(uint32_t));
 
   template <size_t... I>
   static __device__ void mma(uint32_t const (&a)[4], uint64_t desc, uint32_t (&acc)[kAccRegs],
