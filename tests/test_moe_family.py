@@ -88,7 +88,7 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4, A8W4G}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 43
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 44
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
@@ -105,7 +105,7 @@ def test_shipped_manifest_expands_to_every_variant():
                                                  "mid_pp_fused_fa", "wide_pp_fused_fa", "stream")} | {
         ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "stream", "stream_wide",
                                                  "small_wgmma", "mid_wgmma", "wgmma16", "wgmma32",
-                                                 "wgmma64")} | {
+                                                 "wgmma64", "wgmma80")} | {
         ("int8", "int4", "group", c) for c in ("stream", "stream_wide", "stream32", "wgmma16",
                                                "wgmma32", "wgmma32_s8", "wgmma64")}
     # fused kernels: A8W8 only, never swap-AB, fp32 S; each has an unfused twin of its tile
@@ -622,7 +622,7 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
                                       "mid_pp_fused", "large", "wide_fused"]),
     "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa", "large_fa_c2", "small_fused_fa",
                                        "mid_pp_fused_fa", "large_fused_fa"]),
-    "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "small", "wgmma64", "mid"]),
+    "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "small", "wgmma64", "wgmma80", "mid"]),
     "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32", "wgmma64"]),
 }
 
@@ -653,13 +653,15 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     ("moe_e4m3", 28672, 129, "large_fa_c2"), ("moe_e4m3", 28672, 100_000, "large_fa_c2"),
     ("moe_e4m3", 28672, 3, "decode"),
     # A8W4: <= 8 the wgmma kernel's [64, 16] tile, <= 32 small (the wgmma kernel's [128, 32] at
-    # N >= 8192), <= 64 at N >= 8192 the wgmma kernel's 64-token tile, else mid (no large tile)
+    # N >= 8192); at N >= 8192 <= 48 the wgmma kernel's 64-row tile, <= 160 its 80-row tile;
+    # else mid (no large tile)
     ("moe_a8w4", 4096, 1, "wgmma16"), ("moe_a8w4", 4096, 8, "wgmma16"), ("moe_a8w4", 28672, 8, "wgmma16"),
     ("moe_a8w4", 4096, 9, "small"), ("moe_a8w4", 4096, 32, "small"), ("moe_a8w4", 4096, 33, "mid"),
     ("moe_a8w4", 8192, 9, "wgmma32"), ("moe_a8w4", 28672, 32, "wgmma32"),
-    ("moe_a8w4", 4096, 129, "mid"), ("moe_a8w4", 4096, 100_000, "mid"), ("moe_a8w4", 8192, 65, "mid"),
-    ("moe_a8w4", 8192, 33, "wgmma64"), ("moe_a8w4", 28672, 64, "wgmma64"), ("moe_a8w4", 4096, 64, "mid"),
-    ("moe_a8w4", 28672, 100_000, "mid"),
+    ("moe_a8w4", 4096, 129, "mid"), ("moe_a8w4", 4096, 100_000, "mid"), ("moe_a8w4", 8192, 65, "wgmma80"),
+    ("moe_a8w4", 8192, 33, "wgmma64"), ("moe_a8w4", 28672, 48, "wgmma64"), ("moe_a8w4", 28672, 49, "wgmma80"),
+    ("moe_a8w4", 28672, 64, "wgmma80"), ("moe_a8w4", 4096, 64, "mid"), ("moe_a8w4", 28672, 160, "wgmma80"),
+    ("moe_a8w4", 28672, 161, "mid"), ("moe_a8w4", 28672, 100_000, "mid"),
     # A8W4 per group: the wgmma kernel from one token on, with wider row tiles as tokens grow
     ("moe_a8w4_group", 4096, 1, "wgmma16"), ("moe_a8w4_group", 1536, 2, "wgmma16"),
     ("moe_a8w4_group", 28672, 1, "wgmma16"), ("moe_a8w4_group", 4096, 3, "wgmma16"),
