@@ -231,6 +231,22 @@ def test_the_shipped_moe_tables_serve_their_layers_and_the_rules_the_rest(no_bui
     assert unlisted.source == "rule" and (unlisted.kernel, unlisted.knobs) == (rules.kernel, rules.knobs)
 
 
+def test_moe_rows_between_the_tuned_points_take_the_bucket_that_covers_them(no_built_library):
+    """Dispatch rounds rows up to MOE_M_GRID, which has points between those the shipped tables
+    were tuned on (640 between 512 and 768: routed batches are ragged, and a tune's --m may ask
+    for them); a table's buckets end on its own points, so rows in between still take the bucket
+    that covers them."""
+    import torch
+    from gemmgen.families.moe import rows_key
+    assert [rows_key(m) for m in (2, 257, 320, 600, 641, 8193)] == [2, 320, 320, 640, 768, 16384]
+    problem = dict(x_dtype=torch.int8, experts=8, n=28672, k=4096, source="manifests")
+    at = {m: dispatch.choose("grouped_matmul_swiglu_quant", m=m, **problem) for m in (600, 640, 768)}
+    assert {c.source for c in at.values()} == {"table"}
+    buckets = {m: int(re.search(r"bucket rows <= (\d+)", c.reason).group(1)) for m, c in at.items()}
+    assert buckets[600] == buckets[640] == buckets[768] >= 768
+    assert at[600].kernel == at[640].kernel == at[768].kernel
+
+
 def test_a_problem_description_with_a_wrong_argument_is_refused_by_name():
     """choose / explain name an unknown or missing argument and the op's problem arguments
     (not a TypeError from inside the family)."""
