@@ -54,6 +54,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <tuple>
 #include <utility>
 
 #include "cute/arch/copy_sm80.hpp"
@@ -157,21 +158,16 @@ struct WgmmaGroupedGemm {
   // header of those shapes stands alone.
   static_assert(kTokens % 16 == 0 && kTokens >= 16 && kTokens <= 128,
                 "an expert's rows a tile: 16, 32, 48, ... 128 (the int8 wgmma's N)");
-  using Mma = cute::conditional_t<
-      kTokens == 16, cute::SM90::GMMA::MMA_64x16x32_S32S8S8_RS_TN,
-      cute::conditional_t<
-          kTokens == 32, cute::SM90::GMMA::MMA_64x32x32_S32S8S8_RS_TN,
-          cute::conditional_t<
-              kTokens == 48, cute::SM90::GMMA::MMA_64x48x32_S32S8S8_RS_TN,
-              cute::conditional_t<
-                  kTokens == 64, cute::SM90::GMMA::MMA_64x64x32_S32S8S8_RS_TN,
-                  cute::conditional_t<
-                      kTokens == 80, cute::SM90::GMMA::MMA_64x80x32_S32S8S8_RS_TN,
-                      cute::conditional_t<
-                          kTokens == 96, cute::SM90::GMMA::MMA_64x96x32_S32S8S8_RS_TN,
-                          cute::conditional_t<kTokens == 112,
-                                              cute::SM90::GMMA::MMA_64x112x32_S32S8S8_RS_TN,
-                                              cute::SM90::GMMA::MMA_64x128x32_S32S8S8_RS_TN>>>>>>>;
+  using Mma = std::tuple_element_t<  // N = 16, 32, ... 128
+      kTokens / 16 - 1,
+      std::tuple<cute::SM90::GMMA::MMA_64x16x32_S32S8S8_RS_TN,
+                 cute::SM90::GMMA::MMA_64x32x32_S32S8S8_RS_TN,
+                 cute::SM90::GMMA::MMA_64x48x32_S32S8S8_RS_TN,
+                 cute::SM90::GMMA::MMA_64x64x32_S32S8S8_RS_TN,
+                 cute::SM90::GMMA::MMA_64x80x32_S32S8S8_RS_TN,
+                 cute::SM90::GMMA::MMA_64x96x32_S32S8S8_RS_TN,
+                 cute::SM90::GMMA::MMA_64x112x32_S32S8S8_RS_TN,
+                 cute::SM90::GMMA::MMA_64x128x32_S32S8S8_RS_TN>>;
   static_assert(sizeof(typename Mma::CRegisters) == kAccRegs * sizeof(uint32_t));
 
   template <size_t... I>
