@@ -232,19 +232,27 @@ def test_the_shipped_moe_tables_serve_their_layers_and_the_rules_the_rest(no_bui
 
 
 def test_moe_rows_between_the_tuned_points_take_the_bucket_that_covers_them(no_built_library):
-    """Dispatch rounds rows up to MOE_M_GRID, which has points between those the shipped tables
-    were tuned on (640 between 512 and 768: routed batches are ragged, and a tune's --m may ask
-    for them); a table's buckets end on its own points, so rows in between still take the bucket
-    that covers them."""
+    """Dispatch rounds rows up to MOE_M_GRID before it reads a table. A table tuned on fewer of
+    its points (the shipped H100 table: 512 and 768, not 640) buckets at its own points, so rows
+    in between take the bucket that covers them; and through dispatch, whichever shipped table
+    this machine's GPU takes, a problem gets the bucket of its rounded rows."""
     import torch
     from gemmgen.families.moe import rows_key
+    from gemmgen.tuning.shapes import SHAPES_DIR
+    from gemmgen.tuning.table import load_table
     assert [rows_key(m) for m in (2, 257, 320, 600, 641, 8193)] == [2, 320, 320, 640, 768, 16384]
+    key = ("grouped_matmul_swiglu_quant", "int8", "int8", "channel")
+    coarse = load_table(SHAPES_DIR.parent / "moe_sm90.tuned.h100-80gb-hbm3.yaml")
+    assert 512 in coarse.metadata["m_grid"] and 640 not in coarse.metadata["m_grid"]
+    at = {m: coarse.classes[key].lookup(rows_key(m), 28672, 4096).bucket for m in (600, 640, 768)}
+    assert at[600] == at[640] == at[768] and at[768].m_max == 768
     problem = dict(x_dtype=torch.int8, experts=8, n=28672, k=4096, source="manifests")
-    at = {m: dispatch.choose("grouped_matmul_swiglu_quant", m=m, **problem) for m in (600, 640, 768)}
-    assert {c.source for c in at.values()} == {"table"}
-    buckets = {m: int(re.search(r"bucket rows <= (\d+)", c.reason).group(1)) for m, c in at.items()}
-    assert buckets[600] == buckets[640] == buckets[768] >= 768
-    assert at[600].kernel == at[640].kernel == at[768].kernel
+    for m in (600, 640, 768, 1000):
+        choice = dispatch.choose("grouped_matmul_swiglu_quant", m=m, **problem)
+        assert choice.source == "table"
+        path = re.search(r"tuned table \((\S+\.yaml):\d+", choice.reason).group(1)
+        bucket = load_table(path).classes[key].lookup(rows_key(m), 28672, 4096).bucket
+        assert choice.kernel.name == bucket.kernel, (m, path)
 
 
 def test_a_problem_description_with_a_wrong_argument_is_refused_by_name():

@@ -1379,13 +1379,13 @@ def test_the_tuner_measures_every_moe_class_on_expert_layers_only():
     assert [(s.n, s.k, s.experts, s.top_k) for s in measured] == [(1536, 2048, 128, 8),
                                                                    (28672, 4096, 8, 2)]
     assert tuning.grid_for(classes[0], measured[0], (2, 6, 8, 16)) == (8, 16)  # top-8
-    # without --m the MoE library is tuned on its tune grid, whatever other shapes are given;
-    # dispatch rounds rows up to its rows grid (a superset) before reading a table, so a point off
-    # that would make a bucket nothing reaches (rows 3-4 look up 6): the plan is refused before
-    # anything runs; the points in between (640 rows) may be asked for
-    from gemmgen.tuning.shapes import MOE_M_GRID, MOE_TUNE_M_GRID
-    assert tuning.default_m_grid(lib, TuneOptions(shapes=shapes, m_grid=())) == MOE_TUNE_M_GRID
-    assert set(MOE_TUNE_M_GRID) < set(MOE_M_GRID)
+    # without --m the MoE library is tuned on its rows grid (640 rows included: ragged experts),
+    # whatever other shapes are given; dispatch rounds rows up to that grid before reading a
+    # table, so a point off it would make a bucket nothing reaches (rows 3-4 look up 6): the plan
+    # is refused before anything runs; a subset of it, or points past it, may be asked for
+    from gemmgen.tuning.shapes import MOE_M_GRID
+    assert tuning.default_m_grid(lib, TuneOptions(shapes=shapes, m_grid=())) == MOE_M_GRID
+    assert {320, 640, 7168} < set(MOE_M_GRID)
     tuning.check_plan(lib, TuneOptions(shapes=shapes, m_grid=(2, 6, 8, 16384, 24576)))
     tuning.check_plan(lib, TuneOptions(shapes=shapes, m_grid=(256, 320, 512, 640, 768)))
     with pytest.raises(GemmgenError, match=r"--m: the MoE family's dispatch rounds rows up to its "

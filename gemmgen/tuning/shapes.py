@@ -22,18 +22,17 @@ DEFAULT_M_GRID: tuple[int, ...] = (
     1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512,
     640, 768, 896, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 
-# The rows a MoE tune measures without --m (an m of rows: tokens x top-k): the decode steps of
-# top-2, top-6 and top-8 models, then batches up to 8192 rows. The shipped tables were tuned on
-# these.
-MOE_TUNE_M_GRID: tuple[int, ...] = (2, 6, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512,
-                                    768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
-# The grid MoE dispatch rounds rows up to: the tune grid plus points at 1.25x and 1.75x the powers
-# of two from 256 on (320, 448, 640, ... 7168). Routed batches are ragged (each expert gets its
-# own row count), so the fastest kernel can change between two tuned points (Mixtral-8x7B at 640
-# rows: the 768-row bucket's kernel ran 30% behind the 512-row one's, H200,
-# benchmarks/RESULTS.md, session 42); a tune's --m may name the points in between.
-MOE_M_GRID: tuple[int, ...] = tuple(sorted(
-    set(MOE_TUNE_M_GRID) | {p * f // 4 for p in (256, 512, 1024, 2048, 4096) for f in (5, 7)}))
+# The MoE family's rows grid (an m of rows: tokens x top-k), which its dispatch rounds rows up to
+# and a MoE tune measures without --m: the decode steps of top-2, top-6 and top-8 models, the
+# powers of two and their midpoints to 256, then points at 1.25x, 1.5x and 1.75x the powers of
+# two up to 8192 rows. Routed batches are ragged (each expert gets its own row count), so the
+# fastest kernel changes between the powers of two: Mixtral-8x7B at 640 rows ran 1.28-1.33x
+# faster from a table tuned at 640 than from one that only knew 512 and 768 (H200,
+# benchmarks/RESULTS.md, session 43). Tables tuned on fewer of these points still work: rows
+# between them take the bucket that covers them.
+MOE_M_GRID: tuple[int, ...] = (2, 6, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 320, 384, 448,
+                               512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072,
+                               3584, 4096, 5120, 6144, 7168, 8192)
 
 _TOP_KEYS = ("model", "shapes")
 _SHAPE_KEYS = ("name", "n", "k")

@@ -44,7 +44,7 @@ def rows_key(m: int) -> int:
     """The `rows` dispatch variable of M rows: M rounded up to the next point of the family's rows
     grid (gemmgen.tuning.shapes.MOE_M_GRID; past its last point, to a multiple of it, at most
     2^31 - 1, the largest value a dispatch variable takes). A table tuned on points of that grid
-    (the default tune grid, MOE_TUNE_M_GRID, or a tune's --m) buckets at its points, so the
+    (all of them, a tune's default, or those a tune's --m names) buckets at its points, so the
     rounding never moves a problem to another bucket; and a process that sees every prefill
     length memoizes a few dozen decisions an expert layer, not one per length."""
     if m > MOE_M_GRID[-1]:

@@ -23,7 +23,7 @@ import torch
 
 from ...errors import GemmgenError
 from ...tuning.measure import Candidate, graph_time_us
-from ...tuning.shapes import MOE_M_GRID as MOE_ROWS, MOE_TUNE_M_GRID
+from ...tuning.shapes import MOE_M_GRID as MOE_ROWS
 from . import ops
 from .packing import pack_moe_weights
 
@@ -68,7 +68,7 @@ def accepts_shape(shape) -> bool:
     return shape.experts > 0
 
 
-M_GRID = MOE_TUNE_M_GRID  # a tune's rows grid without --m (on MOE_ROWS, dispatch's grid)
+M_GRID = MOE_ROWS  # a tune's rows grid without --m: every point dispatch rounds rows to
 
 
 def check_m_grid(m_grid) -> str | None:
