@@ -79,6 +79,7 @@ if str(_HERE) not in sys.path:
 from bench_mixed_mm import copy_bandwidth, geomean  # noqa: E402  (helpers only: no side effects)
 from gemmgen.families.moe import tuning as moe_tuning  # noqa: E402
 from gemmgen.tuning.measure import graph_time_us  # noqa: E402
+from gemmgen.tuning.shapes import SHAPES_DIR, available_stems, load_shapes  # noqa: E402
 
 OP = "grouped_matmul_swiglu_quant"
 
@@ -91,9 +92,22 @@ class Model:
     topk: int
 
 
-MODELS = {"mixtral-8x7b": Model(8, 4096, 2 * 14336, 2),
-          "qwen3-30b-a3b": Model(128, 2048, 2 * 768, 8),
-          "deepseek-v2-lite": Model(64, 2048, 2 * 1408, 6)}
+def _shipped_models() -> dict[str, Model]:
+    """Every MoE expert layer of gemmgen/manifests/shapes/moe_*.yaml, named by its file's stem
+    without `moe_`, with dashes (moe_qwen3_30b_a3b.yaml: qwen3-30b-a3b)."""
+    models = {}
+    for stem in available_stems():
+        for shape in load_shapes(SHAPES_DIR / f"{stem}.yaml") if stem.startswith("moe_") else ():
+            if shape.experts:
+                models[stem.removeprefix("moe_").replace("_", "-")] = Model(
+                    shape.experts, shape.k, shape.n, shape.top_k)
+    return models
+
+
+MODELS = _shipped_models()
+# The three the shipped tables list and issues 11 and 12 name their floors on; the others
+# (--models) are held out: dispatch takes the manifest's rules for them.
+DEFAULT_MODELS = ["mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite"]
 # a row's dtype -> x's (and q's) element type, the weight's element type, its packed bits
 DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn, "a8w4": torch.int8, "a8w4g": torch.int8}
 X_TYPE = {"int8": "int8", "e4m3": "e4m3", "a8w4": "int8", "a8w4g": "int8"}  # kernel spec.x
@@ -143,7 +157,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         f"a8w4g (a8w4 with group-{GROUP} scales) "
                         f"(default {','.join(DTYPES)}; --quick: {','.join(QUICK['dtypes'])})")
     p.add_argument("--models", nargs="+", metavar="LIST", type=_list_arg(str, MODELS),
-                   help=f"models (default all: {','.join(MODELS)}; --quick: {','.join(QUICK['models'])})")
+                   help=f"models (default {','.join(DEFAULT_MODELS)}; --quick: {','.join(QUICK['models'])}; "
+                        f"any of {','.join(MODELS)})")
     p.add_argument("--tokens", nargs="+", metavar="LIST", type=_list_arg(int),
                    help=f"token counts T (default {','.join(map(str, DEFAULT_TOKENS))}; --quick: "
                         f"{','.join(map(str, QUICK['tokens']))}); rows M = T x top-k")
@@ -163,7 +178,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="append the results section (device, torch, date, command) to PATH, "
                         "e.g. benchmarks/RESULTS.md")
     args = p.parse_args(argv)
-    for name, default in (("dtypes", list(DTYPES)), ("models", list(MODELS)),
+    for name, default in (("dtypes", list(DTYPES)), ("models", DEFAULT_MODELS),
                           ("tokens", DEFAULT_TOKENS), ("routing", list(ROUTINGS))):
         given = [v for values in getattr(args, name) or [] for v in values]
         setattr(args, name, list(dict.fromkeys(given)) or (QUICK[name] if args.quick else default))

@@ -70,7 +70,12 @@ shapes:
 # MoE expert layers: (model, n, k, experts, top_k) of each file's one layer (w13: gate and up)
 EXPECTED_MOE = {"moe_mixtral_8x7b": ("Mixtral-8x7B (MoE)", 28672, 4096, 8, 2),
                 "moe_qwen3_30b_a3b": ("Qwen3-30B-A3B (MoE)", 1536, 2048, 128, 8),
-                "moe_deepseek_v2_lite": ("DeepSeek-V2-Lite (MoE)", 2816, 2048, 64, 6)}
+                "moe_deepseek_v2_lite": ("DeepSeek-V2-Lite (MoE)", 2816, 2048, 64, 6),
+                # held out of the shipped tables (dispatch on layers nobody tuned)
+                "moe_deepseek_v3": ("DeepSeek-V3 (MoE)", 4096, 7168, 256, 8),
+                "moe_qwen3_235b_a22b": ("Qwen3-235B-A22B (MoE)", 3072, 4096, 128, 8),
+                "moe_mixtral_8x22b": ("Mixtral-8x22B (MoE)", 32768, 6144, 8, 2),
+                "moe_llama4_scout": ("Llama-4-Scout-17B-16E (MoE)", 16384, 5120, 16, 1)}
 
 
 def test_shipped_files_are_exactly_the_expected_models():
