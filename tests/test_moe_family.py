@@ -521,7 +521,7 @@ def test_fast_accum_on_the_family_s_own_kernels_is_refused(tmp_path):
     expand(load_manifest(_write(tmp_path, text)))  # false is the default: accepted
     fast = text.replace("fast_accum: false", "fast_accum: true")
     with pytest.raises(ManifestError, match="not with schedule direct .it sums int8 exactly and "
-                                            "e4m3 always as fast_accum does") as info:
+                                            "e4m3 in float32 accumulators") as info:
         expand(load_manifest(_write(tmp_path, fast)))
     assert info.value.key == "fast_accum" and info.value.line == _line(fast, "fast_accum")
     with pytest.raises(ManifestError, match="e4m3 families only") as info:
@@ -622,58 +622,65 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
                                       "mid_pp_fused", "large", "wide_fused"]),
     "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa", "large_fa_c2", "small_fused_fa",
                                        "mid_pp_fused_fa", "large_fused_fa"]),
-    "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "small", "wgmma64", "wgmma80", "mid"]),
+    "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "wgmma64", "wgmma80", "wgmma80", "mid"]),
     "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32", "wgmma64"]),
 }
+K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
 
 
-@pytest.mark.parametrize("family,n,tokens,config", [
-    # int8: <= 8 direct (stream_wide at N >= 8192); <= 16 decode; at N >= 8192 <= 64 small,
-    # <= 128 wide (unfused), then large (unfused); else <= 64 wide_pp_fused, <= 128 mid_pp_fused,
-    # then wide_fused
-    ("moe_int8", 4096, 1, "stream"), ("moe_int8", 4096, 8, "stream"), ("moe_int8", 8192, 8, "stream_wide"),
-    ("moe_int8", 28672, 1, "stream_wide"), ("moe_int8", 4096, 9, "decode"),
-    ("moe_int8", 4096, 16, "decode"), ("moe_int8", 4096, 17, "wide_pp_fused"),
-    ("moe_int8", 4096, 32, "wide_pp_fused"), ("moe_int8", 4096, 64, "wide_pp_fused"),
-    ("moe_int8", 4096, 65, "mid_pp_fused"), ("moe_int8", 8192, 17, "small"), ("moe_int8", 8192, 64, "small"),
-    ("moe_int8", 8192, 65, "wide"), ("moe_int8", 28672, 128, "wide"), ("moe_int8", 4096, 128, "mid_pp_fused"),
-    ("moe_int8", 4096, 129, "wide_fused"), ("moe_int8", 8192, 129, "large"),
-    ("moe_int8", 28672, 100_000, "large"), ("moe_int8", 1536, 100_000, "wide_fused"),
+@pytest.mark.parametrize("family,n,tokens,config,k", [
+    # int8: one token an expert direct (stream_wide at N >= 8192); <= 16 decode; at N >= 8192 <= 64
+    # small, <= 128 wide (unfused), then large (unfused); else <= 32 wide_pp_fused (<= 64 and
+    # <= 128 mid_pp_fused below K 4096), then wide_fused
+    ("moe_int8", 4096, 1, "stream", K_DEEP), ("moe_int8", 4096, 2, "decode", K_DEEP),
+    ("moe_int8", 8192, 1, "stream_wide", K_DEEP), ("moe_int8", 8192, 8, "decode", K_DEEP),
+    ("moe_int8", 28672, 1, "stream_wide", K_DEEP), ("moe_int8", 4096, 9, "decode", K_DEEP),
+    ("moe_int8", 4096, 16, "decode", K_DEEP), ("moe_int8", 4096, 17, "wide_pp_fused", K_DEEP),
+    ("moe_int8", 4096, 32, "wide_pp_fused", K_DEEP), ("moe_int8", 4096, 33, "wide_fused", K_DEEP),
+    ("moe_int8", 4096, 64, "wide_pp_fused", K_SHALLOW), ("moe_int8", 4096, 65, "mid_pp_fused", K_SHALLOW),
+    ("moe_int8", 4096, 128, "mid_pp_fused", K_SHALLOW), ("moe_int8", 4096, 129, "wide_fused", K_SHALLOW),
+    ("moe_int8", 4096, 128, "wide_fused", K_DEEP), ("moe_int8", 8192, 17, "small", K_DEEP),
+    ("moe_int8", 8192, 64, "small", K_SHALLOW), ("moe_int8", 8192, 65, "wide", K_DEEP),
+    ("moe_int8", 28672, 128, "wide", K_DEEP), ("moe_int8", 8192, 129, "large", K_DEEP),
+    ("moe_int8", 28672, 100_000, "large", K_DEEP), ("moe_int8", 1536, 100_000, "wide_fused", K_DEEP),
     # e4m3: the direct kernel up to 16 rows (8 experts: 2 tokens an expert); <= 8 decode (<= 16 at
     # N >= 8192); then the fast-accumulation configs: at N >= 8192
     # small_fa to 48, large_fa to 128, large_fa_c2 beyond; else small_fused_fa to 64,
     # mid_pp_fused_fa to 128, large_fused_fa beyond
-    ("moe_e4m3", 4096, 1, "stream"), ("moe_e4m3", 28672, 2, "stream"),
-    ("moe_e4m3", 4096, 8, "decode"), ("moe_e4m3", 4096, 9, "small_fused_fa"),
-    ("moe_e4m3", 4096, 64, "small_fused_fa"), ("moe_e4m3", 4096, 65, "mid_pp_fused_fa"),
-    ("moe_e4m3", 4096, 128, "mid_pp_fused_fa"), ("moe_e4m3", 4096, 129, "large_fused_fa"),
-    ("moe_e4m3", 4096, 100_000, "large_fused_fa"), ("moe_e4m3", 8192, 16, "decode"),
-    ("moe_e4m3", 8192, 17, "small_fa"), ("moe_e4m3", 28672, 48, "small_fa"),
-    ("moe_e4m3", 28672, 49, "large_fa"), ("moe_e4m3", 28672, 128, "large_fa"),
-    ("moe_e4m3", 28672, 129, "large_fa_c2"), ("moe_e4m3", 28672, 100_000, "large_fa_c2"),
-    ("moe_e4m3", 28672, 3, "decode"),
-    # A8W4: <= 8 the wgmma kernel's [64, 16] tile, <= 32 small (the wgmma kernel's [128, 32] at
-    # N >= 8192); at N >= 8192 <= 48 the wgmma kernel's 64-row tile, <= 160 its 80-row tile;
-    # else mid (no large tile)
-    ("moe_a8w4", 4096, 1, "wgmma16"), ("moe_a8w4", 4096, 8, "wgmma16"), ("moe_a8w4", 28672, 8, "wgmma16"),
-    ("moe_a8w4", 4096, 9, "small"), ("moe_a8w4", 4096, 32, "small"), ("moe_a8w4", 4096, 33, "mid"),
-    ("moe_a8w4", 8192, 9, "wgmma32"), ("moe_a8w4", 28672, 32, "wgmma32"),
-    ("moe_a8w4", 4096, 129, "mid"), ("moe_a8w4", 4096, 100_000, "mid"), ("moe_a8w4", 8192, 65, "wgmma80"),
-    ("moe_a8w4", 8192, 33, "wgmma64"), ("moe_a8w4", 28672, 48, "wgmma64"), ("moe_a8w4", 28672, 49, "wgmma80"),
-    ("moe_a8w4", 28672, 64, "wgmma80"), ("moe_a8w4", 4096, 64, "mid"), ("moe_a8w4", 28672, 160, "wgmma80"),
-    ("moe_a8w4", 28672, 161, "mid"), ("moe_a8w4", 28672, 100_000, "mid"),
+    ("moe_e4m3", 4096, 1, "stream", K_DEEP), ("moe_e4m3", 28672, 2, "stream", K_DEEP),
+    ("moe_e4m3", 4096, 8, "decode", K_DEEP), ("moe_e4m3", 4096, 9, "small_fused_fa", K_DEEP),
+    ("moe_e4m3", 4096, 64, "small_fused_fa", K_DEEP), ("moe_e4m3", 4096, 65, "mid_pp_fused_fa", K_DEEP),
+    ("moe_e4m3", 4096, 128, "mid_pp_fused_fa", K_DEEP), ("moe_e4m3", 4096, 129, "large_fused_fa", K_DEEP),
+    ("moe_e4m3", 4096, 100_000, "large_fused_fa", K_DEEP), ("moe_e4m3", 8192, 16, "decode", K_DEEP),
+    ("moe_e4m3", 8192, 17, "small_fa", K_DEEP), ("moe_e4m3", 28672, 48, "small_fa", K_DEEP),
+    ("moe_e4m3", 28672, 49, "large_fa", K_DEEP), ("moe_e4m3", 28672, 128, "large_fa", K_DEEP),
+    ("moe_e4m3", 28672, 129, "large_fa_c2", K_DEEP), ("moe_e4m3", 28672, 100_000, "large_fa_c2", K_DEEP),
+    ("moe_e4m3", 28672, 3, "decode", K_DEEP),
+    # A8W4: the wgmma kernel's tiles by rows an expert: [64, 16] to 8, [128, 32] to 32, 64 rows to
+    # 48, 80 rows to 80 (to 160 at N >= 8192); then CUTLASS's mid (no large tile)
+    ("moe_a8w4", 4096, 1, "wgmma16", K_DEEP), ("moe_a8w4", 4096, 8, "wgmma16", K_DEEP),
+    ("moe_a8w4", 28672, 8, "wgmma16", K_DEEP), ("moe_a8w4", 4096, 9, "wgmma32", K_SHALLOW),
+    ("moe_a8w4", 4096, 32, "wgmma32", K_DEEP), ("moe_a8w4", 4096, 33, "wgmma64", K_DEEP),
+    ("moe_a8w4", 4096, 48, "wgmma64", K_DEEP), ("moe_a8w4", 4096, 49, "wgmma80", K_DEEP),
+    ("moe_a8w4", 4096, 80, "wgmma80", K_SHALLOW), ("moe_a8w4", 4096, 81, "mid", K_DEEP),
+    ("moe_a8w4", 8192, 9, "wgmma32", K_DEEP), ("moe_a8w4", 28672, 32, "wgmma32", K_DEEP),
+    ("moe_a8w4", 4096, 129, "mid", K_DEEP), ("moe_a8w4", 4096, 100_000, "mid", K_DEEP),
+    ("moe_a8w4", 8192, 65, "wgmma80", K_DEEP), ("moe_a8w4", 8192, 33, "wgmma64", K_DEEP),
+    ("moe_a8w4", 28672, 48, "wgmma64", K_DEEP), ("moe_a8w4", 28672, 49, "wgmma80", K_DEEP),
+    ("moe_a8w4", 28672, 81, "wgmma80", K_DEEP), ("moe_a8w4", 28672, 160, "wgmma80", K_DEEP),
+    ("moe_a8w4", 28672, 161, "mid", K_DEEP), ("moe_a8w4", 28672, 100_000, "mid", K_DEEP),
     # A8W4 per group: the wgmma kernel from one token on, with wider row tiles as tokens grow
-    ("moe_a8w4_group", 4096, 1, "wgmma16"), ("moe_a8w4_group", 1536, 2, "wgmma16"),
-    ("moe_a8w4_group", 28672, 1, "wgmma16"), ("moe_a8w4_group", 4096, 3, "wgmma16"),
-    ("moe_a8w4_group", 4096, 8, "wgmma16"), ("moe_a8w4_group", 4096, 9, "wgmma32"),
-    ("moe_a8w4_group", 28672, 32, "wgmma32"), ("moe_a8w4_group", 4096, 33, "wgmma64"),
-    ("moe_a8w4_group", 1536, 100_000, "wgmma64")])
-def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, tokens, config):
+    ("moe_a8w4_group", 4096, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 1536, 2, "wgmma16", K_DEEP),
+    ("moe_a8w4_group", 28672, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 4096, 3, "wgmma16", K_DEEP),
+    ("moe_a8w4_group", 4096, 8, "wgmma16", K_DEEP), ("moe_a8w4_group", 4096, 9, "wgmma32", K_DEEP),
+    ("moe_a8w4_group", 28672, 32, "wgmma32", K_DEEP), ("moe_a8w4_group", 4096, 33, "wgmma64", K_DEEP),
+    ("moe_a8w4_group", 1536, 100_000, "wgmma64", K_DEEP)])
+def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, tokens, config, k):
     experts = 8
     cls, dtype, bits, per_group, order = _SHIPPED_FAMILIES[family]
     for m in (tokens * experts, (tokens - 1) * experts + 1):  # ceil(m / e) == tokens
         choice = dispatch.choose(OP, manifests=[SHIPPED], tuned=False, x_dtype=dtype, m=m,
-                                 experts=experts, n=n, k=7168, weight_bits=bits, per_group=per_group)
+                                 experts=experts, n=n, k=k, weight_bits=bits, per_group=per_group)
         spec = choice.kernel.spec
         assert choice.source == "rule" and spec.origin.config == config
         assert spec.origin.family == family and spec.dispatch_class == cls
@@ -681,7 +688,7 @@ def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, toke
         assert ("_i8w4g_" in spec.name) == per_group
         assert spec.config.is_direct == config.startswith("stream")
         assert spec.config.is_wgmma == ("wgmma" in config)
-        assert choice.rule_index == order.index(config)
+        assert order[choice.rule_index] == config  # the rule that fired names this config
 
 
 @pytest.mark.parametrize("family", list(_SHIPPED_FAMILIES))
