@@ -270,9 +270,9 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     max|S_row| / 127 (round to nearest, ties to even), or e4m3 with q_scale = max|S_row| / 448.
     Where the kernels round differently from the reference: C = w_scale · (x_scale · acc) is
     two float32 multiplies (int32 acc converted to float32 first), swish uses float32 expf, fp8
-    accumulates in float32 promoted every 4 wgmmas (128 K), or with a `fast_accum` config and in
-    the direct kernel in the tensor cores' own accumulation over the whole K (the direct
-    kernel: over each warp's K range; as torch._scaled_mm with use_fast_accum), and a
+    accumulates in float32 promoted every 4 wgmmas (128 K), in the direct kernel's float32
+    accumulators, or with a `fast_accum` config in the tensor cores' own accumulation over the
+    whole K (as torch._scaled_mm with use_fast_accum: ~1% in q_scale at K 4096-7168), and a
     bf16-intermediate config rounds C
     to bf16; the shipped configs use float32 C. So q may differ from the reference by one step
     where S / q_scale lies within rounding distance of a tie, and q_scale by a few float32 ulps.

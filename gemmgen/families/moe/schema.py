@@ -119,8 +119,8 @@ def direct_smem_bytes(config: MoeTileConfig, w: str) -> int:
 
 
 # Why `fast_accum` means nothing to the family's own kernels
-_NO_FAST_ACCUM = {"direct": "it sums int8 exactly and e4m3 always as fast_accum does, in the tensor "
-                            "cores' own accumulation: there is nothing to choose",
+_NO_FAST_ACCUM = {"direct": "it sums int8 exactly and e4m3 in float32 accumulators: there is nothing "
+                            "to choose",
                   "wgmma": "it serves A8W4, whose int8 MMAs sum exactly"}
 
 
