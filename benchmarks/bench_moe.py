@@ -432,24 +432,14 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
     except Exception as exc:  # noqa: BLE001
         row["per_expert_error"] = first_line(exc)
         row["notes"].append(f"torch per-expert n/a: {row['per_expert_error']}")
-    # per group the check's reference is gemmgen.reference in float64, computed after the row's
-    # timings, the q_scales it checks kept until then: computed first, its float64 GEMMs of every
+    # the q_scales to check against the reference, when the row's timings are done: per group the
+    # reference is gemmgen.reference in float64, and computed first its float64 GEMMs of every
     # expert left the impl timed right after them up to 10% slower than the same kernel forced
     # later in the row (held-out models, H200, session 43; likely the clocks, not profiled)
-    deferred = {}
-
-    def check(what: str, q_scale: torch.Tensor, rtol: float) -> float | None:
-        if SCALES[dtype] == "group":
-            deferred[what] = (q_scale.clone(), rtol)
-            return None
-        err = None if ref is None else rel_mismatch(q_scale, ref)
-        if err is not None and not err <= rtol:
-            print(f"  WARNING {label}: {what} q_scale differs from the check's reference by up to {err:.2e} "
-                  f"(relative; rtol {rtol})", flush=True)
-        return err
+    to_check = {}
     try:
         fn = grouped_fn(dtype, weights, inp)
-        check("torch grouped", fn(0)[1], GROUPED_RTOL[dtype])
+        to_check["torch grouped"] = (fn(0)[1].clone(), GROUPED_RTOL[dtype])
         row["grouped"], how = timer(fn, rotations)
         if how != "graph":
             row["notes"].append(f"grouped {how}")
@@ -471,9 +461,7 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
     try:
         _, s = gemmgen.grouped_matmul_swiglu_quant(inp.x[0], weights.packed[0], None, inp.x_scale[0],
                                                    inp.group_list, check=True)
-        err = check("gemmgen", s, CHECK_RTOL)
-        if err is not None:
-            row["check"] = err
+        to_check["gemmgen"] = (s.clone(), CHECK_RTOL)
         row["gemmgen"], how = timer(gemmgen_fn(weights.packed, inp), rotations)
         if how != "graph":
             row["notes"].append(f"gemmgen {how}")
@@ -510,7 +498,7 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
         kind = "fused" if kernel.spec.config.fused else "unfused"
         if us < row.get(kind, math.inf):
             row[kind], row[kind + "_kernel"] = us, short_kernel(kernel)
-    if deferred:
+    if SCALES[dtype] == "group" and to_check:
         try:
             w, w_scale = weights.logical[0]
             ref = gemmgen.reference.grouped_matmul_swiglu_quant(
@@ -518,14 +506,13 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
         except Exception as exc:  # noqa: BLE001 - e.g. out of memory at the largest points
             row["notes"].append(f"reference n/a (no q_scale check): {first_line(exc)}")
             torch.cuda.empty_cache()
-        if ref is not None:
-            for what, (q_scale, rtol) in deferred.items():
-                err = rel_mismatch(q_scale, ref)
-                if what == "gemmgen":
-                    row["check"] = err
-                if not err <= rtol:
-                    print(f"  WARNING {label}: {what} q_scale differs from the check's reference by up to "
-                          f"{err:.2e} (relative; rtol {rtol})", flush=True)
+    for what, (q_scale, rtol) in to_check.items() if ref is not None else ():
+        err = rel_mismatch(q_scale, ref)
+        if what == "gemmgen":
+            row["check"] = err
+        if not err <= rtol:
+            print(f"  WARNING {label}: {what} q_scale differs from the check's reference by up to "
+                  f"{err:.2e} (relative; rtol {rtol})", flush=True)
     del inp
     return row
 
