@@ -13,8 +13,7 @@ gemmgen.pack_moe_weights(..., weight_bits=4)) and a8w4g (the same with per-group
                     per-row quant; counts known on the host (the straightforward loop).
                     a8w4 rows: torch has no int4 x int8 GEMM, so this is the int8 pipeline on the
                     int4 values held as int8 (one per byte: 2x the int4 weight bytes; exactly
-                    A8W4's math); a8w4g rows: n/a (no torch int GEMM takes per-group scales;
-                    gemmgen's q_scale is checked against gemmgen.reference instead)
+                    A8W4's math); a8w4g rows: n/a (no torch int GEMM takes per-group scales)
   torch grouped     int8 and a8w4(g) rows: bf16 torch._grouped_mm on x and W dequantized to bf16
                     outside the timed region (2x the int8 weight bytes); e4m3 rows:
                     torch._scaled_grouped_mm (row-wise x_scale [M], weight_scale [E, N], bf16
@@ -42,9 +41,12 @@ kernel hides the host, a warm-up batch, then --reps batches of ~300 µs back to 
 and divided by R. R and the number of weight
 copies are chosen so that the bytes one replay reads (active experts' weights as gemmgen reads
 them, int4 at half a byte, + x) exceed twice the L2 (Mixtral's experts are 117 MB each: one
-copy). Before timing a point, gemmgen's q_scale is compared with the torch per-expert pipeline's
-(rtol 1e-2; a8w4: the int8 pipeline on the int4 values held as int8, the same math): a warning
-line if they disagree.
+copy). After a point's timings its q_scales are checked: int8 and a8w4 rows against the torch
+per-expert pipeline's (the same exact math; a8w4: the int8 pipeline on the int4 values held as
+int8), e4m3 and a8w4g rows against gemmgen.reference in float64 (e4m3: torch's fp8 pipeline,
+fast accumulation, is itself ~1.5% off float64 at K ~7000, so it cannot referee; its own error
+is reported beside gemmgen's); rtol 1e-2, e4m3 2e-2 (fast accumulation: ~1% at K 7168); a
+warning line if they disagree.
 
     python benchmarks/bench_moe.py [--quick] [--dtypes int8,e4m3,a8w4] [--models qwen3-30b-a3b]
                                    [--tokens 1,256] [--routing uniform] [--markdown benchmarks/RESULTS.md]
@@ -125,9 +127,13 @@ DEFAULT_TOKENS = [1, 16, 64, 256, 1024, 4096]
 QUICK = {"dtypes": ["int8", "a8w4"], "models": ["mixtral-8x7b", "qwen3-30b-a3b"], "tokens": [16, 256, 4096],
          "routing": ["uniform"]}
 MAX_ROTATIONS = 8
-CHECK_RTOL = 1e-2
+# q_scale check bounds (relative, the largest over a row's tokens); e4m3 against float64: its
+# fast-accumulation kernels measured 0.9-1.2% off at K 6144-7168 (session 43)
+CHECK_RTOL = {"int8": 1e-2, "e4m3": 2e-2, "a8w4": 1e-2, "a8w4g": 1e-2}
+# the dtypes whose check's reference is gemmgen.reference in float64 (no exact torch pipeline)
+FLOAT64_CHECKED = ("e4m3", "a8w4g")
 # int8 / a8w4: the bf16 pipeline rounds x·scale and W·scale to bf16
-GROUPED_RTOL = {"int8": 3e-2, "e4m3": 1e-2, "a8w4": 3e-2, "a8w4g": 3e-2}
+GROUPED_RTOL = {"int8": 3e-2, "e4m3": 2e-2, "a8w4": 3e-2, "a8w4g": 3e-2}
 TARGETS = ("(1) gemmgen >= 2.5x torch per-expert at >= 256 tokens (A8W8: int8 and e4m3 rows)",
            "(2) gemmgen faster than torch's fp8 grouped pipeline at every shape (e4m3 rows)",
            "(3) gemmgen <= 1.5x the weight-read floor at <= 1024 tokens (A8W8: int8 and e4m3 rows)",
@@ -420,23 +426,25 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
     timer = ctx["timer"]
     label = f"{dtype} {name} T={tokens} {routing}"
 
-    # the torch per-expert pipeline (its q_scale is the check's reference), torch grouped
-    ref = None
+    # the q_scales to check, once the row's timings are done, against the reference: the torch
+    # per-expert pipeline's (int8, a8w4; for e4m3 it is checked too) or gemmgen.reference in
+    # float64 (e4m3, a8w4g), computed after the timings (computed first, its float64 GEMMs left
+    # the impl timed right after them up to 10% slower than the same kernel forced later in the
+    # row: held-out models, H200, session 43; likely the clocks, not profiled)
+    to_check, ref = {}, None
     try:
         if SCALES[dtype] != "group":  # per group: no torch pipeline (said once, in the report)
             fn = per_expert_fn(dtype, weights, inp)
-            ref = fn(0)[1].clone()
+            if dtype in FLOAT64_CHECKED:
+                to_check["torch per-expert"] = (fn(0)[1].clone(), None)  # reported, not bounded
+            else:
+                ref = fn(0)[1].clone()
             row["per_expert"], how = timer(fn, rotations)
             if how != "graph":
                 row["notes"].append(f"per-expert {how}")
     except Exception as exc:  # noqa: BLE001
         row["per_expert_error"] = first_line(exc)
         row["notes"].append(f"torch per-expert n/a: {row['per_expert_error']}")
-    # the q_scales to check against the reference, when the row's timings are done: per group the
-    # reference is gemmgen.reference in float64, and computed first its float64 GEMMs of every
-    # expert left the impl timed right after them up to 10% slower than the same kernel forced
-    # later in the row (held-out models, H200, session 43; likely the clocks, not profiled)
-    to_check = {}
     try:
         fn = grouped_fn(dtype, weights, inp)
         to_check["torch grouped"] = (fn(0)[1].clone(), GROUPED_RTOL[dtype])
@@ -461,7 +469,7 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
     try:
         _, s = gemmgen.grouped_matmul_swiglu_quant(inp.x[0], weights.packed[0], None, inp.x_scale[0],
                                                    inp.group_list, check=True)
-        to_check["gemmgen"] = (s.clone(), CHECK_RTOL)
+        to_check["gemmgen"] = (s.clone(), CHECK_RTOL[dtype])
         row["gemmgen"], how = timer(gemmgen_fn(weights.packed, inp), rotations)
         if how != "graph":
             row["notes"].append(f"gemmgen {how}")
@@ -498,19 +506,20 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
         kind = "fused" if kernel.spec.config.fused else "unfused"
         if us < row.get(kind, math.inf):
             row[kind], row[kind + "_kernel"] = us, short_kernel(kernel)
-    if SCALES[dtype] == "group" and to_check:
+    if dtype in FLOAT64_CHECKED and to_check:
         try:
             w, w_scale = weights.logical[0]
             ref = gemmgen.reference.grouped_matmul_swiglu_quant(
-                inp.x[0], w.transpose(1, 2), w_scale, inp.x_scale[0], inp.group_list, weight_bits=4)[1]
+                inp.x[0], w.transpose(1, 2), w_scale, inp.x_scale[0], inp.group_list,
+                weight_bits=WEIGHT_BITS[dtype])[1]
         except Exception as exc:  # noqa: BLE001 - e.g. out of memory at the largest points
             row["notes"].append(f"reference n/a (no q_scale check): {first_line(exc)}")
             torch.cuda.empty_cache()
     for what, (q_scale, rtol) in to_check.items() if ref is not None else ():
         err = rel_mismatch(q_scale, ref)
-        if what == "gemmgen":
-            row["check"] = err
-        if not err <= rtol:
+        if what in ("gemmgen", "torch per-expert"):
+            row["check" if what == "gemmgen" else "check_torch"] = err
+        if rtol is not None and not err <= rtol:
             print(f"  WARNING {label}: {what} q_scale differs from the check's reference by up to "
                   f"{err:.2e} (relative; rtol {rtol})", flush=True)
     del inp
@@ -613,11 +622,14 @@ def targets(rows: list[dict]) -> list[str]:
     for dtype in DTYPES:
         checked = [r for r in rows if "check" in r and r["dtype"] == dtype]
         if checked:
-            bad = sum(1 for r in checked if not r["check"] <= CHECK_RTOL)
-            versus = {"a8w4": "torch per-expert on the int4 values held as int8",
-                      "a8w4g": "gemmgen.reference (float64)"}.get(dtype, "torch per-expert")
+            bad = sum(1 for r in checked if not r["check"] <= CHECK_RTOL[dtype])
+            versus = {"a8w4": "torch per-expert on the int4 values held as int8"}.get(
+                dtype, "gemmgen.reference (float64)" if dtype in FLOAT64_CHECKED else "torch per-expert")
+            torch_errors = [r["check_torch"] for r in checked if "check_torch" in r]
+            beside = (f"; torch's per-expert pipeline: max {max(torch_errors):.1e}" if torch_errors else "")
             out.append(f"- q_scale check ({dtype}), gemmgen vs {versus}: max relative difference "
-                       f"{max(r['check'] for r in checked):.1e} ({bad} of {len(checked)} rows over rtol {CHECK_RTOL})")
+                       f"{max(r['check'] for r in checked):.1e} ({bad} of {len(checked)} rows over rtol "
+                       f"{CHECK_RTOL[dtype]}){beside}")
     sources = sorted({r.get("a8w8_from", "missing") for r in rows if r["dtype"] in A8W4_ROWS})
     if sources:
         how = {"int8 row": "the int8 row's gemmgen µs of the same (model, T, routing)",
@@ -641,8 +653,9 @@ def report(rows: list[dict], args, meta: dict) -> str:
              "(`_int_mm`, rows padded to 17 when <= 16 / `_scaled_mm` row-wise, bf16 out) + dequant + "
              f"SwiGLU + per-row quant; {HELD} a8w4 rows: the int8 `_int_mm` pipeline on the int4 values "
              "held as int8 (torch has no int4 x int8 GEMM; 2x the int4 weight bytes, the same math); "
-             "a8w4g rows: n/a (no torch int8 GEMM applies per-group weight scales; q_scale checked "
-             "against gemmgen.reference instead). "
+             "a8w4g rows: n/a (no torch int8 GEMM applies per-group weight scales). q_scale checked "
+             "against the per-expert pipeline's (int8, a8w4) or gemmgen.reference in float64 (e4m3, "
+             "a8w4g). "
              "torch grouped: int8 and a8w4 rows = bf16 `_grouped_mm` on dequantized x and W (2x int8 "
              "weight bytes); e4m3 rows = `_scaled_grouped_mm` (row-wise, bf16 out); both + torch SwiGLU "
              "+ quant. gemmgen: dispatch as shipped (a8w4: int4 weights packed two per byte, bits=4); "
