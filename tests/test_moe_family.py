@@ -629,9 +629,9 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
 
 
 @pytest.mark.parametrize("family,n,tokens,config,k", [
-    # int8: one token an expert direct (stream_wide at N >= 8192); <= 16 decode; at N >= 8192 <= 64
-    # small, <= 128 wide (unfused), then large (unfused); else <= 32 wide_pp_fused (<= 64 and
-    # <= 128 mid_pp_fused below K 4096), then wide_fused
+    # int8: one token an expert direct (stream_wide at N >= 8192); <= 16 decode; at N >= 8192 <= 48
+    # small; at N >= 24576 small to 64, <= 128 wide (unfused), then large (unfused); else <= 32
+    # wide_pp_fused (<= 64 and <= 128 mid_pp_fused below K 4096), then wide_fused
     ("moe_int8", 4096, 1, "stream", K_DEEP), ("moe_int8", 4096, 2, "decode", K_DEEP),
     ("moe_int8", 8192, 1, "stream_wide", K_DEEP), ("moe_int8", 8192, 8, "decode", K_DEEP),
     ("moe_int8", 28672, 1, "stream_wide", K_DEEP), ("moe_int8", 4096, 9, "decode", K_DEEP),
@@ -640,17 +640,21 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     ("moe_int8", 4096, 64, "wide_pp_fused", K_SHALLOW), ("moe_int8", 4096, 65, "mid_pp_fused", K_SHALLOW),
     ("moe_int8", 4096, 128, "mid_pp_fused", K_SHALLOW), ("moe_int8", 4096, 129, "wide_fused", K_SHALLOW),
     ("moe_int8", 4096, 128, "wide_fused", K_DEEP), ("moe_int8", 8192, 17, "small", K_DEEP),
-    ("moe_int8", 8192, 64, "small", K_SHALLOW), ("moe_int8", 8192, 65, "wide", K_DEEP),
-    ("moe_int8", 28672, 128, "wide", K_DEEP), ("moe_int8", 8192, 129, "large", K_DEEP),
+    ("moe_int8", 8192, 48, "small", K_SHALLOW), ("moe_int8", 28672, 64, "small", K_DEEP),
+    ("moe_int8", 16384, 49, "wide_fused", K_DEEP), ("moe_int8", 16384, 64, "wide_pp_fused", K_SHALLOW),
+    ("moe_int8", 16384, 256, "wide_fused", K_DEEP), ("moe_int8", 28672, 65, "wide", K_DEEP),
+    ("moe_int8", 28672, 128, "wide", K_DEEP), ("moe_int8", 24576, 129, "large", K_DEEP),
     ("moe_int8", 28672, 100_000, "large", K_DEEP), ("moe_int8", 1536, 100_000, "wide_fused", K_DEEP),
     # e4m3: the direct kernel up to 16 rows (8 experts: 2 tokens an expert); <= 8 decode (<= 16 at
-    # N >= 8192); then the fast-accumulation configs: at N >= 8192
-    # small_fa to 48, large_fa to 128, large_fa_c2 beyond; else small_fused_fa to 64,
-    # mid_pp_fused_fa to 128, large_fused_fa beyond
+    # N >= 8192); then the fast-accumulation configs: at N >= 8192 small_fa to 48 (at N >= 24576
+    # then large_fa to 128, large_fa_c2 beyond); else small_fused_fa to 32 (64 below K 4096),
+    # mid_pp_fused_fa to 128 below K 4096, large_fused_fa beyond
     ("moe_e4m3", 4096, 1, "stream", K_DEEP), ("moe_e4m3", 28672, 2, "stream", K_DEEP),
     ("moe_e4m3", 4096, 8, "decode", K_DEEP), ("moe_e4m3", 4096, 9, "small_fused_fa", K_DEEP),
-    ("moe_e4m3", 4096, 64, "small_fused_fa", K_DEEP), ("moe_e4m3", 4096, 65, "mid_pp_fused_fa", K_DEEP),
-    ("moe_e4m3", 4096, 128, "mid_pp_fused_fa", K_DEEP), ("moe_e4m3", 4096, 129, "large_fused_fa", K_DEEP),
+    ("moe_e4m3", 4096, 32, "small_fused_fa", K_DEEP), ("moe_e4m3", 4096, 33, "large_fused_fa", K_DEEP),
+    ("moe_e4m3", 4096, 64, "small_fused_fa", K_SHALLOW), ("moe_e4m3", 4096, 65, "mid_pp_fused_fa", K_SHALLOW),
+    ("moe_e4m3", 4096, 128, "mid_pp_fused_fa", K_SHALLOW), ("moe_e4m3", 4096, 129, "large_fused_fa", K_SHALLOW),
+    ("moe_e4m3", 16384, 48, "small_fa", K_DEEP), ("moe_e4m3", 16384, 49, "large_fused_fa", K_DEEP),
     ("moe_e4m3", 4096, 100_000, "large_fused_fa", K_DEEP), ("moe_e4m3", 8192, 16, "decode", K_DEEP),
     ("moe_e4m3", 8192, 17, "small_fa", K_DEEP), ("moe_e4m3", 28672, 48, "small_fa", K_DEEP),
     ("moe_e4m3", 28672, 49, "large_fa", K_DEEP), ("moe_e4m3", 28672, 128, "large_fa", K_DEEP),
