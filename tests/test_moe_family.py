@@ -623,7 +623,7 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa", "large_fa_c2", "small_fused_fa",
                                        "mid_pp_fused_fa", "large_fused_fa"]),
     "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "wgmma64", "wgmma80", "wgmma80", "mid"]),
-    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32", "wgmma64"]),
+    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32_s8", "wgmma64"]),
 }
 K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
 
@@ -676,8 +676,8 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     # A8W4 per group: the wgmma kernel from one token on, with wider row tiles as tokens grow
     ("moe_a8w4_group", 4096, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 1536, 2, "wgmma16", K_DEEP),
     ("moe_a8w4_group", 28672, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 4096, 3, "wgmma16", K_DEEP),
-    ("moe_a8w4_group", 4096, 8, "wgmma16", K_DEEP), ("moe_a8w4_group", 4096, 9, "wgmma32", K_DEEP),
-    ("moe_a8w4_group", 28672, 32, "wgmma32", K_DEEP), ("moe_a8w4_group", 4096, 33, "wgmma64", K_DEEP),
+    ("moe_a8w4_group", 4096, 8, "wgmma16", K_DEEP), ("moe_a8w4_group", 4096, 9, "wgmma32_s8", K_DEEP),
+    ("moe_a8w4_group", 28672, 32, "wgmma32_s8", K_DEEP), ("moe_a8w4_group", 4096, 33, "wgmma64", K_DEEP),
     ("moe_a8w4_group", 1536, 100_000, "wgmma64", K_DEEP)])
 def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, tokens, config, k):
     experts = 8
