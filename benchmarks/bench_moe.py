@@ -51,6 +51,7 @@ warning line if they disagree.
     python benchmarks/bench_moe.py [--quick] [--dtypes int8,e4m3,a8w4] [--models qwen3-30b-a3b]
                                    [--tokens 1,256] [--routing uniform] [--markdown benchmarks/RESULTS.md]
                                    [--kernels direct --show-kernels]   # every direct kernel's µs
+                                   [--rules-from edited_moe_sm90.yaml]  # rules A/B in one run
 """
 
 from __future__ import annotations
@@ -179,6 +180,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="gemmgen best: only the built kernels whose name matches (re.search)")
     p.add_argument("--show-kernels", action="store_true",
                    help="print every forced kernel's µs under its row (A/B of configs in one run)")
+    p.add_argument("--rules-from", type=Path, metavar="MANIFEST",
+                   help="also time the kernel that this manifest's rules pick (forced by name: its "
+                        "configs must be the built library's), beside the library's own rules: an "
+                        "A/B of dispatch rules in one run, with no second build")
     p.add_argument("--mem-gib", type=float, default=20.0, help="cap on the weight copies' memory (GiB)")
     p.add_argument("--markdown", type=Path, metavar="PATH",
                    help="append the results section (device, torch, date, command) to PATH, "
@@ -191,6 +196,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.tokens = sorted(args.tokens)
     args.dtypes = [d for d in DTYPES if d in args.dtypes]  # int8 rows before a8w4 (A8W8 / A8W4)
     args.reps = args.reps or (10 if args.quick else 20)
+    if args.rules_from is not None and not args.rules_from.is_file():
+        p.error(f"--rules-from: no manifest at {args.rules_from}")
     if min(args.tokens) < 1 or args.reps < 1 or args.mem_gib <= 0:
         p.error("--tokens, --reps and --mem-gib must be positive")
     return args
@@ -466,6 +473,14 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
     except Exception as exc:  # noqa: BLE001
         row.setdefault("dispatched", f"? ({first_line(exc)})")
         row["notes"].append(f"dispatch: {first_line(exc)}")
+    other = None
+    if ctx.get("rules_from") is not None:  # --rules-from: that manifest's rules, from its text
+        try:
+            other = gemmgen.dispatch.choose(OP, tuned=False, source="manifests",
+                                            manifests=[ctx["rules_from"]], **problem).kernel
+            row["rules_from_kernel"] = short_kernel(other)
+        except Exception as exc:  # noqa: BLE001
+            row["notes"].append(f"--rules-from: {first_line(exc)}")
     try:
         _, s = gemmgen.grouped_matmul_swiglu_quant(inp.x[0], weights.packed[0], None, inp.x_scale[0],
                                                    inp.group_list, check=True)
@@ -484,6 +499,14 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
                             else timer(gemmgen_fn(weights.packed, inp, rules.name), rotations)[0])
         except Exception as exc:  # noqa: BLE001
             row["notes"].append(f"rules only ({short_kernel(rules)}): {first_line(exc)}")
+    if other is not None and row.get("gemmgen") is not None:
+        # the other manifest's pick: a time already taken when it names the same kernel
+        known = {dispatched.name: row["gemmgen"], **({rules.name: row["rules"]} if "rules" in row else {})}
+        try:
+            row["rules_from"] = (known[other.name] if other.name in known
+                                 else timer(gemmgen_fn(weights.packed, inp, other.name), rotations)[0])
+        except Exception as exc:  # noqa: BLE001 - e.g. a config the built library lacks
+            row["notes"].append(f"--rules-from ({short_kernel(other)}): {first_line(exc)}")
     if dtype in A8W4_ROWS and ctx["time_a8w8"]:
         # no int8 rows in this run: gemmgen's A8W8 op on the same values (int4 held as int8), same x
         try:
@@ -550,6 +573,17 @@ def ratio(a, b):
 def fused_gain(r: dict):
     """unfused best µs / fused best µs (None without a fused or an unfused kernel)."""
     return ratio(r.get("unfused"), r.get("fused"))
+
+
+def rules_from_moved(rows: list[dict]) -> str:
+    """The rows whose --rules-from kernel differs from the library's rules' pick: how many, and
+    the geomean of rules µs / --rules-from µs over them."""
+    moved = [r for r in rows if r.get("rules_from_kernel") not in (None, r.get("rules_kernel"))
+             and r.get("rules") is not None and r.get("rules_from") is not None]
+    if not moved:
+        return "no row"
+    return (f"geomean {geomean(ratio(r['rules'], r['rules_from']) for r in moved):.3f} over {len(moved)} "
+            f"row{'s' if len(moved) > 1 else ''} (< 1: the library's rules faster)")
 
 
 def tokens_per_expert(r: dict) -> int:
@@ -675,7 +709,10 @@ def report(rows: list[dict], args, meta: dict) -> str:
                          f"{geomean(ratio(r['gemmgen'], r['floor']) for r in sel):.2f} x floor"
                          + (f", {geomean(a8w8_ratio(r) for r in sel):.2f}x A8W8" if dtype in A8W4_ROWS else "")
                          + (f"; rules only / gemmgen {geomean(ratio(r.get('rules'), r['gemmgen']) for r in sel):.3f}"
-                            if any(r.get("rules") is not None for r in sel) else ""))
+                            if any(r.get("rules") is not None for r in sel) else "")
+                         + (f"; rules only µs / --rules-from's µs where they pick differently: "
+                            f"{rules_from_moved(sel)}"
+                            if any(r.get("rules_from") is not None for r in sel) else ""))
     notes = [f"{r['dtype']} {r['model']} T={r['tokens']} {r['routing']}: {'; '.join(r['notes'])}"
              for r in rows if r["notes"]]
     if notes:
@@ -699,7 +736,8 @@ def main(argv=None) -> int:
           f"torch {torch.__version__}", flush=True)
     all_kernels = [kern for kern in gemmgen.list_kernels() if kern.spec.family == "moe"]
     # a8w4 rows' A8W8 / A8W4 ratio: from the int8 rows, or timed in the a8w4 rows without them
-    ctx = {"l2": l2, "bandwidth": bandwidth, "timer": Timer(args.reps), "time_a8w8": "int8" not in args.dtypes}
+    ctx = {"l2": l2, "bandwidth": bandwidth, "timer": Timer(args.reps), "time_a8w8": "int8" not in args.dtypes,
+           "rules_from": args.rules_from}
     rows = []
     for dtype in args.dtypes:
         # best: only the kernels of the row's (x, w) types (forcing another one is refused)
@@ -735,6 +773,8 @@ def main(argv=None) -> int:
                           f"gemmgen {fmt(r['gemmgen']):>7s} [{r['dispatched']}]  "
                           + (f"rules {fmt(r.get('rules')):>7s} [{r['rules_kernel']}]  "
                              if r.get("rules_kernel") not in (None, r["dispatched"]) else "")
+                          + (f"rules-from {fmt(r.get('rules_from')):>7s} [{r['rules_from_kernel']}]  "
+                             if "rules_from_kernel" in r else "")
                           + f"best {fmt(r.get('best')):>7s} "
                           f"[{r.get('best_kernel', '-')}]  unfused/fused {fmt(fused_gain(r), 2, 'x')}  "
                           f"floor {fmt(r['floor']):>7s} µs{a8w8}"
