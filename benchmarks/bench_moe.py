@@ -501,7 +501,8 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
             row["notes"].append(f"rules only ({short_kernel(rules)}): {first_line(exc)}")
     if other is not None and row.get("gemmgen") is not None:
         # the other manifest's pick: a time already taken when it names the same kernel
-        known = {dispatched.name: row["gemmgen"], **({rules.name: row["rules"]} if "rules" in row else {})}
+        known = {kern.name: us for kern, us in ((dispatched, row["gemmgen"]), (rules, row.get("rules")))
+                 if kern is not None and us is not None}
         try:
             row["rules_from"] = (known[other.name] if other.name in known
                                  else timer(gemmgen_fn(weights.packed, inp, other.name), rotations)[0])
@@ -540,8 +541,9 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
             torch.cuda.empty_cache()
     for what, (q_scale, rtol) in to_check.items() if ref is not None else ():
         err = rel_mismatch(q_scale, ref)
-        if what in ("gemmgen", "torch per-expert"):
-            row["check" if what == "gemmgen" else "check_torch"] = err
+        kept_as = {"gemmgen": "check", "torch per-expert": "check_torch"}.get(what)
+        if kept_as:
+            row[kept_as] = err
         if rtol is not None and not err <= rtol:
             print(f"  WARNING {label}: {what} q_scale differs from the check's reference by up to "
                   f"{err:.2e} (relative; rtol {rtol})", flush=True)
