@@ -88,7 +88,7 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4, A8W4G}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 44
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 46
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
@@ -101,7 +101,7 @@ def test_shipped_manifest_expands_to_every_variant():
                                                  "stream", "stream_wide")} | {
         ("e4m3", "e4m3", "channel", c) for c in ("decode", "small", "mid", "small_fused", "mid_fused",
                                                  "small_fa", "large_fa", "large_fa_c2",
-                                                 "small_fused_fa", "mid_fused_fa", "large_fused_fa",
+                                                 "large_fa_bf16", "large_fa_c2_bf16", "small_fused_fa", "mid_fused_fa", "large_fused_fa",
                                                  "mid_pp_fused_fa", "wide_pp_fused_fa", "stream")} | {
         ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "stream", "stream_wide",
                                                  "small_wgmma", "mid_wgmma", "wgmma16", "wgmma32",
@@ -127,8 +127,10 @@ def test_shipped_manifest_expands_to_every_variant():
     assert {k.origin.config for k in kernels if k.config.is_direct and k.x == "e4m3"} == {"stream"}
     assert all(k.w == "int4" for k in kernels if k.config.is_wgmma)
     assert all(k.d == k.x for k in kernels)  # q is always x's type, int8 for A8W4
-    # the defaults the shipped manifest relies on: fp32 intermediate, stages auto (CUTLASS)
-    assert all(k.c == "fp32" for k in kernels)
+    # the defaults the shipped manifest relies on: fp32 intermediate (but fp8's two unfused
+    # 128x256 bf16-C tiles), stages auto (CUTLASS)
+    assert {k.origin.config for k in kernels if k.c != "fp32"} == {"large_fa_bf16", "large_fa_c2_bf16"}
+    assert all(k.c == "bf16" and k.x == "e4m3" for k in kernels if k.c != "fp32")
     assert all(k.config.stages == 0 for k in kernels if not k.config.is_own)
     assert "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t64x8x128_direct_wk2_s4" in names
     assert "sm90a_grouped_matmul_swiglu_quant_i8_f32_t128x16x128_c1x1x1_pp_sauto_swap" in names
@@ -428,7 +430,8 @@ def test_render_shipped_manifest_spells_every_variant():
             assert f"family '{k.origin.family}', config '{k.origin.config}'" in unit.source
             continue
         swap = "true" if k.config.swap_ab else "false"
-        assert f"MoeConfig<\n    {element[k.x]}, {element[k.w]}, float, /*swap_ab=*/{swap}" in unit.source
+        c_element = {"fp32": "float", "bf16": "cutlass::bfloat16_t"}[k.config.intermediate]
+        assert f"MoeConfig<\n    {element[k.x]}, {element[k.w]}, {c_element}, /*swap_ab=*/{swap}" in unit.source
         assert "direct_grouped_gemm.cuh" not in unit.source
         fast = " (fp8 fast accumulation)" if k.config.fast_accum else ""
         assert k.config.fast_accum == k.name.endswith("_fa") and (not fast or k.x == "e4m3")
@@ -437,7 +440,7 @@ def test_render_shipped_manifest_spells_every_variant():
             assert f"{k.x} x {k.w}{fast} -> SwiGLU in the epilogue -> fp32 S + row max -> {k.x} q" in unit.source
             assert "/*fused=*/true," in unit.source
         else:
-            assert f"{k.x} x {k.w}{fast} -> fp32 C -> SwiGLU -> {k.x} q" in unit.source
+            assert f"{k.x} x {k.w}{fast} -> {k.config.intermediate} C -> SwiGLU -> {k.x} q" in unit.source
             assert "/*fused=*/false," in unit.source
         assert f"family '{k.origin.family}', config '{k.origin.config}'" in unit.source
         assert "gemmgen::device_supports(9, 0, 9, 0)" in unit.source
@@ -446,8 +449,12 @@ def test_render_shipped_manifest_spells_every_variant():
         (w, c) for w in ("int8", "e4m3") for c in ("decode", "small")} | {
         ("int4", c) for c in ("decode", "small", "mid")} | {("e4m3", "small_fa")}
     assert {k.origin.config for k in kernels if k.config.fast_accum} == {
-        "small_fa", "large_fa", "large_fa_c2", "small_fused_fa", "mid_fused_fa", "large_fused_fa",
-        "mid_pp_fused_fa", "wide_pp_fused_fa"}
+        "small_fa", "large_fa", "large_fa_c2", "large_fa_bf16", "large_fa_c2_bf16", "small_fused_fa",
+        "mid_fused_fa", "large_fused_fa", "mid_pp_fused_fa", "wide_pp_fused_fa"}
+    # fp8's unfused 128x256 tiles also come with C in bf16 (the rules' picks); every other
+    # config keeps fp32 C (int8 and A8W4 q stay exact to the float32 pipeline)
+    assert {k.origin.config for k in kernels if k.config.intermediate == "bf16"} == {
+        "large_fa_bf16", "large_fa_c2_bf16"}
     assert sum("int8_t, cutlass::int4b_t, float, /*swap_ab=*/true" in u.source for u in units) == 3
     namespace: dict = {}
     exec(compile(render_bindings(manifest, kernels, "f" * 16, "lib.so"), "bindings.py", "exec"), namespace)
@@ -620,8 +627,8 @@ def fresh_dispatch():
 _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' configs in order)
     "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "wide", "wide_pp_fused",
                                       "mid_pp_fused", "large", "wide_fused"]),
-    "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa", "large_fa_c2", "small_fused_fa",
-                                       "mid_pp_fused_fa", "large_fused_fa"]),
+    "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa_bf16", "large_fa_c2_bf16",
+                                       "small_fused_fa", "mid_pp_fused_fa", "large_fused_fa"]),
     "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "wgmma64", "wgmma80", "wgmma80", "mid"]),
     "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32_s8", "wgmma64"]),
 }
@@ -647,7 +654,7 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     ("moe_int8", 28672, 100_000, "large", K_DEEP), ("moe_int8", 1536, 100_000, "wide_fused", K_DEEP),
     # e4m3: the direct kernel up to 16 rows (8 experts: 2 tokens an expert); <= 8 decode (<= 16 at
     # N >= 8192); then the fast-accumulation configs: at N >= 8192 small_fa to 48 (at N >= 24576
-    # then large_fa to 128, large_fa_c2 beyond); else small_fused_fa to 32 (64 below K 4096),
+    # then large_fa_bf16 to 128, large_fa_c2_bf16 beyond); else small_fused_fa to 32 (64 below K 4096),
     # mid_pp_fused_fa to 128 below K 4096, large_fused_fa beyond
     ("moe_e4m3", 4096, 1, "stream", K_DEEP), ("moe_e4m3", 28672, 2, "stream", K_DEEP),
     ("moe_e4m3", 4096, 8, "decode", K_DEEP), ("moe_e4m3", 4096, 9, "small_fused_fa", K_DEEP),
@@ -657,8 +664,9 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     ("moe_e4m3", 16384, 48, "small_fa", K_DEEP), ("moe_e4m3", 16384, 49, "large_fused_fa", K_DEEP),
     ("moe_e4m3", 4096, 100_000, "large_fused_fa", K_DEEP), ("moe_e4m3", 8192, 16, "decode", K_DEEP),
     ("moe_e4m3", 8192, 17, "small_fa", K_DEEP), ("moe_e4m3", 28672, 48, "small_fa", K_DEEP),
-    ("moe_e4m3", 28672, 49, "large_fa", K_DEEP), ("moe_e4m3", 28672, 128, "large_fa", K_DEEP),
-    ("moe_e4m3", 28672, 129, "large_fa_c2", K_DEEP), ("moe_e4m3", 28672, 100_000, "large_fa_c2", K_DEEP),
+    ("moe_e4m3", 28672, 49, "large_fa_bf16", K_DEEP), ("moe_e4m3", 28672, 128, "large_fa_bf16", K_DEEP),
+    ("moe_e4m3", 28672, 129, "large_fa_c2_bf16", K_DEEP),
+    ("moe_e4m3", 28672, 100_000, "large_fa_c2_bf16", K_DEEP),
     ("moe_e4m3", 28672, 3, "decode", K_DEEP),
     # A8W4: the wgmma kernel's tiles by rows an expert: [64, 16] to 8, [128, 32] to 32, 64 rows to
     # 48, 80 rows to 80 (to 160 at N >= 8192); then CUTLASS's mid (no large tile)
