@@ -101,8 +101,9 @@ def test_shipped_manifest_expands_to_every_variant():
                                                  "stream", "stream_wide")} | {
         ("e4m3", "e4m3", "channel", c) for c in ("decode", "small", "mid", "small_fused", "mid_fused",
                                                  "small_fa", "large_fa", "large_fa_c2",
-                                                 "large_fa_bf16", "large_fa_c2_bf16", "small_fused_fa", "mid_fused_fa", "large_fused_fa",
-                                                 "mid_pp_fused_fa", "wide_pp_fused_fa", "stream")} | {
+                                                 "large_fa_bf16", "large_fa_c2_bf16", "small_fused_fa",
+                                                 "mid_fused_fa", "large_fused_fa", "mid_pp_fused_fa",
+                                                 "wide_pp_fused_fa", "stream")} | {
         ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "stream", "stream_wide",
                                                  "small_wgmma", "mid_wgmma", "wgmma16", "wgmma32",
                                                  "wgmma64", "wgmma80")} | {
@@ -128,7 +129,8 @@ def test_shipped_manifest_expands_to_every_variant():
     assert all(k.w == "int4" for k in kernels if k.config.is_wgmma)
     assert all(k.d == k.x for k in kernels)  # q is always x's type, int8 for A8W4
     # the defaults the shipped manifest relies on: fp32 intermediate (but fp8's two unfused
-    # 128x256 bf16-C tiles), stages auto (CUTLASS)
+    # 128x256 bf16-C tiles, the rules' picks: int8 and A8W4 q stay exact to the float32
+    # pipeline), stages auto (CUTLASS)
     assert {k.origin.config for k in kernels if k.c != "fp32"} == {"large_fa_bf16", "large_fa_c2_bf16"}
     assert all(k.c == "bf16" and k.x == "e4m3" for k in kernels if k.c != "fp32")
     assert all(k.config.stages == 0 for k in kernels if not k.config.is_own)
@@ -451,10 +453,6 @@ def test_render_shipped_manifest_spells_every_variant():
     assert {k.origin.config for k in kernels if k.config.fast_accum} == {
         "small_fa", "large_fa", "large_fa_c2", "large_fa_bf16", "large_fa_c2_bf16", "small_fused_fa",
         "mid_fused_fa", "large_fused_fa", "mid_pp_fused_fa", "wide_pp_fused_fa"}
-    # fp8's unfused 128x256 tiles also come with C in bf16 (the rules' picks); every other
-    # config keeps fp32 C (int8 and A8W4 q stay exact to the float32 pipeline)
-    assert {k.origin.config for k in kernels if k.config.intermediate == "bf16"} == {
-        "large_fa_bf16", "large_fa_c2_bf16"}
     assert sum("int8_t, cutlass::int4b_t, float, /*swap_ab=*/true" in u.source for u in units) == 3
     namespace: dict = {}
     exec(compile(render_bindings(manifest, kernels, "f" * 16, "lib.so"), "bindings.py", "exec"), namespace)
@@ -654,8 +652,8 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     ("moe_int8", 28672, 100_000, "large", K_DEEP), ("moe_int8", 1536, 100_000, "wide_fused", K_DEEP),
     # e4m3: the direct kernel up to 16 rows (8 experts: 2 tokens an expert); <= 8 decode (<= 16 at
     # N >= 8192); then the fast-accumulation configs: at N >= 8192 small_fa to 48 (at N >= 24576
-    # then large_fa_bf16 to 128, large_fa_c2_bf16 beyond); else small_fused_fa to 32 (64 below K 4096),
-    # mid_pp_fused_fa to 128 below K 4096, large_fused_fa beyond
+    # then large_fa_bf16 to 128, large_fa_c2_bf16 beyond); else small_fused_fa to 32 (64 below
+    # K 4096), mid_pp_fused_fa to 128 below K 4096, large_fused_fa beyond
     ("moe_e4m3", 4096, 1, "stream", K_DEEP), ("moe_e4m3", 28672, 2, "stream", K_DEEP),
     ("moe_e4m3", 4096, 8, "decode", K_DEEP), ("moe_e4m3", 4096, 9, "small_fused_fa", K_DEEP),
     ("moe_e4m3", 4096, 32, "small_fused_fa", K_DEEP), ("moe_e4m3", 4096, 33, "large_fused_fa", K_DEEP),
