@@ -273,8 +273,8 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     accumulates in float32 promoted every 4 wgmmas (128 K), in the direct kernel's float32
     accumulators, or with a `fast_accum` config in the tensor cores' own accumulation over the
     whole K (as torch._scaled_mm with use_fast_accum: ~1% in q_scale at K 4096-7168), and a
-    bf16-intermediate config rounds C
-    to bf16; the shipped configs use float32 C. So q may differ from the reference by one step
+    bf16-intermediate config rounds C to bf16 (shipped: fp8's large_fa_bf16 and large_fa_c2_bf16;
+    every other config uses float32 C). So q may differ from the reference by one step
     where S / q_scale lies within rounding distance of a tie, and q_scale by a few float32 ulps.
     Non-finite values: a row whose S holds a NaN gets q_scale NaN, an infinite S q_scale +inf
     (q of that row unspecified); int8 K is limited to 131056 (A8W4: 2097120; int32 accumulation). kernel: force a kernel by name (default: dispatch picks by
