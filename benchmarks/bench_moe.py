@@ -196,6 +196,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.tokens = sorted(args.tokens)
     args.dtypes = [d for d in DTYPES if d in args.dtypes]  # int8 rows before a8w4 (A8W8 / A8W4)
     args.reps = args.reps or (10 if args.quick else 20)
+    if args.show_kernels and args.no_best:
+        p.error("--show-kernels prints the forced kernels' times, which --no-best skips: drop one")
     if args.rules_from is not None and not args.rules_from.is_file():
         p.error(f"--rules-from: no manifest at {args.rules_from}")
     if min(args.tokens) < 1 or args.reps < 1 or args.mem_gib <= 0:

@@ -27,6 +27,14 @@ def test_rules_from_must_name_a_manifest(tmp_path, capsys):
     assert "--rules-from: no manifest at" in capsys.readouterr().err
 
 
+def test_show_kernels_refuses_no_best(capsys):
+    # --no-best skips the forced kernels that --show-kernels prints: together they printed nothing
+    assert bench.parse_args(["--show-kernels"]).show_kernels
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--show-kernels", "--no-best"])
+    assert "--show-kernels prints the forced kernels' times, which --no-best skips" in capsys.readouterr().err
+
+
 def test_another_manifests_rules_name_a_kernel_of_the_same_configs(tmp_path):
     # the per-group rule at 9-32 tokens an expert pointed back at the 6-stage ring: the other
     # manifest picks the other config's kernel, by the name the built library gives it
