@@ -241,6 +241,34 @@ def test_legal_edges_and_run_time_knobs(tmp_path):
     assert info.value.line == _line(text, "name: twin")
 
 
+def test_the_tile_order_defaults_to_an_experts_token_tiles_first(tmp_path):
+    """A CUTLASS config left without `raster` walks an expert's token tiles first: along M when
+    not swap-AB (CUTLASS's heuristic, blind to sizes that live on the device, would walk along N),
+    CUTLASS's heuristic (along N: the tokens) when swap-AB; a raster the manifest names stands.
+    The tuner times a non-swap config in both orders, a swap-AB or own-kernel config in its own,
+    and only past one wave of output tiles."""
+    from gemmgen.families.moe import tuning
+    from gemmgen.tuning.measure import Candidate
+    configs = ("      - name: swapped\n        tile: [128, 64, 128]\n        cluster: [1, 1, 1]\n"
+               "        schedule: pingpong\n        swap_ab: true\n"
+               "      - name: named\n        tile: [128, 256, 128]\n        cluster: [1, 1, 1]\n"
+               "        schedule: cooperative\n        raster: heuristic\n"
+               "      - name: own\n        tile: [64, 8, 128]\n        schedule: direct\n"
+               "        warps_k: 2\n    dispatch:")
+    path = _write(tmp_path, MANIFEST.replace("    dispatch:", configs))
+    kernels = {k.spec.origin.config: k for k in dispatch.kernels(OP, source="manifests", manifests=[path])}
+    assert {name: k.spec.knobs.raster for name, k in kernels.items()} == {
+        "mid": "along_m", "swapped": "heuristic", "named": "heuristic", "own": "heuristic"}
+    mid, named = kernels["mid"], kernels["named"]
+    assert tuning.knob_variants(mid) == [Candidate(mid.name, "along_m"), Candidate(mid.name, "heuristic")]
+    assert tuning.knob_variants(named) == [Candidate(named.name), Candidate(named.name, "along_m")]
+    for name in ("swapped", "own"):
+        assert tuning.knob_variants(kernels[name]) == [Candidate.of(kernels[name])]
+    # 128x128 tiles: 4 x 32 = 128 output tiles of 512 rows and N 4096 fit 132 SMs; 640 rows do not
+    assert not tuning.knobs_worth_trying(mid, 512, 4096, 132)
+    assert tuning.knobs_worth_trying(mid, 640, 4096, 132)
+
+
 _SWAP = _add("swap_ab: true")
 
 

@@ -41,10 +41,24 @@ only.
 With `swap_ab: true` the tile is in the kernel's terms C_iᵀ = W_i · X_iᵀ: tile M runs over the
 weight's N, tile N over an expert's tokens (a narrow tile N serves decode). int4 weights need
 `swap_ab: true` (CUTLASS's mixed-input mainloop converts its A operand in registers).
+
+`raster` (the CUTLASS configs' tile order, a run-time knob) defaults to the order that walks an
+expert's token tiles first, so that each weight tile is read from HBM once and its other token
+tiles find it in L2: `along_m` for a config that is not swap-AB, `heuristic` for a swap-AB one.
+CUTLASS's own heuristic cannot choose here: a grouped GEMM's problem sizes live on the device,
+so it always walks along N, which for a non-swap tile means every feature tile of an expert
+before its next token tile, and re-reads the expert's weights once per token tile when they
+outgrow the L2 (Mixtral-8x7B at 4096 tokens: 117 MB of weights an expert, 8 token tiles of
+128 rows).
+Measured on the H200 (benchmarks/RESULTS.md, session 46), time along N / along M: 1.00-2.24x
+for the 64x256 pingpong tiles, 0.99-1.33x for the 128x256 ones, up to 1.84x for the 64x128
+fused one; 0.89-0.96x for the 128x256 fused tiles at one or two token tiles an expert
+(DeepSeek-V3 and the Qwen3 layers, uniform routing), which the tuner sees (it times both).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ...generator import direct_schema, sm90_schema
@@ -58,6 +72,7 @@ CONFIG_KEYS = frozenset({"name", "tile", "cluster", "schedule", "stages", "swap_
                          "intermediate", "raster", "swizzle", "fused", "warps_k", "fast_accum"})
 TILE_K = 128  # 128 bytes of 8-bit elements: one swizzle atom
 _C_BYTES = {"fp32": 4, "bf16": 2}
+TOKENS_FIRST = {False: "along_m", True: "heuristic"}  # the raster default, by swap_ab
 
 
 Variant = tuple[str, str, str]  # (x, w, scales)
@@ -270,7 +285,10 @@ def read_config(reader, node: Any, index: int, line: int,
                            "int4 weights (A8W4) need swap_ab: true (or schedule: direct): "
                            "CUTLASS's mixed-input mainloop converts its A operand in registers, "
                            "so the weight must be A")
-    return ConfigEntry(common["name"], config, common["knobs"], line)
+    knobs = common["knobs"]
+    if "raster" not in c:
+        knobs = dataclasses.replace(knobs, raster=TOKENS_FIRST[swap_ab])
+    return ConfigEntry(common["name"], config, knobs, line)
 
 
 def config_fields(entry: ConfigEntry) -> dict[str, Any]:

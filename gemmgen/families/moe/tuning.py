@@ -196,11 +196,20 @@ def retime_window(m: int) -> float | None:
 
 
 def knob_variants(kernel) -> list[Candidate]:
-    """The manifest's knobs only: the configs are the choice (the CUTLASS kernels' raster and
-    swizzle matter little over the few tiles an expert has)."""
-    return [Candidate.of(kernel)]
+    """The manifest's knobs first; for a CUTLASS config that is not swap-AB, also the raster order
+    it does not default to (schema.py: along M walks an expert's token tiles first, CUTLASS's
+    heuristic along N; which one wins depends on the layer and the kernel). Swizzle is not tried:
+    CUTLASS's grouped scheduler, its problem sizes on the device, never swizzles (its swizzle
+    needs two tile rows and columns in the host-side grid it is given, which is one column)."""
+    default = Candidate.of(kernel)
+    config = kernel.spec.config
+    if config.is_own or config.swap_ab:
+        return [default]
+    other = "heuristic" if default.raster == "along_m" else "along_m"
+    return [default, Candidate(kernel.name, other, default.swizzle, default.split_k)]
 
 
 def knobs_worth_trying(kernel, m: int, n: int, sm_count: int) -> bool:
-    return False
-
+    """The tile order only matters when there are tiles to order: more than one wave of them."""
+    tile_m, tile_n = kernel.spec.config.tile[0], kernel.spec.config.tile[1]
+    return math.ceil(m / tile_m) * math.ceil(n / tile_n) > sm_count
