@@ -651,10 +651,9 @@ def fresh_dispatch():
 
 # each shipped family: (its class, x_dtype, weight_bits, its rules' configs in order)
 _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' configs in order)
-    "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "wide", "wide_pp_fused",
-                                      "mid_pp_fused", "large", "wide_fused"]),
-    "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa_bf16", "large_fa_c2_bf16",
-                                       "small_fused_fa", "mid_pp_fused_fa", "large_fused_fa"]),
+    "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "wide", "wide_pp_fused"]),
+    "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa_bf16", "small_fused_fa",
+                                       "wide_pp_fused_fa"]),
     "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "wgmma64", "wgmma80", "wgmma80", "mid"]),
     "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32_s8", "wgmma64"]),
 }
@@ -663,37 +662,30 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
 
 @pytest.mark.parametrize("family,n,tokens,config,k", [
     # int8: one token an expert direct (stream_wide at N >= 8192); <= 16 decode; at N >= 8192 <= 48
-    # small; at N >= 24576 small to 64, <= 128 wide (unfused), then large (unfused); else <= 32
-    # wide_pp_fused (<= 64 and <= 128 mid_pp_fused below K 4096), then wide_fused
+    # small; at N >= 24576 wide (unfused) to 256; then wide_pp_fused
     ("moe_int8", 4096, 1, "stream", K_DEEP), ("moe_int8", 4096, 2, "decode", K_DEEP),
     ("moe_int8", 8192, 1, "stream_wide", K_DEEP), ("moe_int8", 8192, 8, "decode", K_DEEP),
     ("moe_int8", 28672, 1, "stream_wide", K_DEEP), ("moe_int8", 4096, 9, "decode", K_DEEP),
     ("moe_int8", 4096, 16, "decode", K_DEEP), ("moe_int8", 4096, 17, "wide_pp_fused", K_DEEP),
-    ("moe_int8", 4096, 32, "wide_pp_fused", K_DEEP), ("moe_int8", 4096, 33, "wide_fused", K_DEEP),
-    ("moe_int8", 4096, 64, "wide_pp_fused", K_SHALLOW), ("moe_int8", 4096, 65, "mid_pp_fused", K_SHALLOW),
-    ("moe_int8", 4096, 128, "mid_pp_fused", K_SHALLOW), ("moe_int8", 4096, 129, "wide_fused", K_SHALLOW),
-    ("moe_int8", 4096, 128, "wide_fused", K_DEEP), ("moe_int8", 8192, 17, "small", K_DEEP),
-    ("moe_int8", 8192, 48, "small", K_SHALLOW), ("moe_int8", 28672, 64, "small", K_DEEP),
-    ("moe_int8", 16384, 49, "wide_fused", K_DEEP), ("moe_int8", 16384, 64, "wide_pp_fused", K_SHALLOW),
-    ("moe_int8", 16384, 256, "wide_fused", K_DEEP), ("moe_int8", 28672, 65, "wide", K_DEEP),
-    ("moe_int8", 28672, 128, "wide", K_DEEP), ("moe_int8", 24576, 129, "large", K_DEEP),
-    ("moe_int8", 28672, 100_000, "large", K_DEEP), ("moe_int8", 1536, 100_000, "wide_fused", K_DEEP),
+    ("moe_int8", 4096, 33, "wide_pp_fused", K_DEEP), ("moe_int8", 4096, 65, "wide_pp_fused", K_SHALLOW),
+    ("moe_int8", 4096, 129, "wide_pp_fused", K_SHALLOW), ("moe_int8", 8192, 17, "small", K_DEEP),
+    ("moe_int8", 8192, 48, "small", K_SHALLOW), ("moe_int8", 28672, 48, "small", K_DEEP),
+    ("moe_int8", 16384, 49, "wide_pp_fused", K_DEEP), ("moe_int8", 16384, 256, "wide_pp_fused", K_DEEP),
+    ("moe_int8", 28672, 49, "wide", K_DEEP), ("moe_int8", 24576, 256, "wide", K_DEEP),
+    ("moe_int8", 24576, 257, "wide_pp_fused", K_DEEP), ("moe_int8", 28672, 100_000, "wide_pp_fused", K_DEEP),
+    ("moe_int8", 1536, 100_000, "wide_pp_fused", K_DEEP),
     # e4m3: the direct kernel up to 16 rows (8 experts: 2 tokens an expert); <= 8 decode (<= 16 at
     # N >= 8192); then the fast-accumulation configs: at N >= 8192 small_fa to 48 (at N >= 24576
-    # then large_fa_bf16 to 128, large_fa_c2_bf16 beyond); else small_fused_fa to 32 (64 below
-    # K 4096), mid_pp_fused_fa to 128 below K 4096, large_fused_fa beyond
+    # then large_fa_bf16 to 64); else small_fused_fa to 32; then wide_pp_fused_fa
     ("moe_e4m3", 4096, 1, "stream", K_DEEP), ("moe_e4m3", 28672, 2, "stream", K_DEEP),
     ("moe_e4m3", 4096, 8, "decode", K_DEEP), ("moe_e4m3", 4096, 9, "small_fused_fa", K_DEEP),
-    ("moe_e4m3", 4096, 32, "small_fused_fa", K_DEEP), ("moe_e4m3", 4096, 33, "large_fused_fa", K_DEEP),
-    ("moe_e4m3", 4096, 64, "small_fused_fa", K_SHALLOW), ("moe_e4m3", 4096, 65, "mid_pp_fused_fa", K_SHALLOW),
-    ("moe_e4m3", 4096, 128, "mid_pp_fused_fa", K_SHALLOW), ("moe_e4m3", 4096, 129, "large_fused_fa", K_SHALLOW),
-    ("moe_e4m3", 16384, 48, "small_fa", K_DEEP), ("moe_e4m3", 16384, 49, "large_fused_fa", K_DEEP),
-    ("moe_e4m3", 4096, 100_000, "large_fused_fa", K_DEEP), ("moe_e4m3", 8192, 16, "decode", K_DEEP),
-    ("moe_e4m3", 8192, 17, "small_fa", K_DEEP), ("moe_e4m3", 28672, 48, "small_fa", K_DEEP),
-    ("moe_e4m3", 28672, 49, "large_fa_bf16", K_DEEP), ("moe_e4m3", 28672, 128, "large_fa_bf16", K_DEEP),
-    ("moe_e4m3", 28672, 129, "large_fa_c2_bf16", K_DEEP),
-    ("moe_e4m3", 28672, 100_000, "large_fa_c2_bf16", K_DEEP),
-    ("moe_e4m3", 28672, 3, "decode", K_DEEP),
+    ("moe_e4m3", 4096, 32, "small_fused_fa", K_SHALLOW), ("moe_e4m3", 4096, 33, "wide_pp_fused_fa", K_DEEP),
+    ("moe_e4m3", 4096, 65, "wide_pp_fused_fa", K_SHALLOW), ("moe_e4m3", 16384, 48, "small_fa", K_DEEP),
+    ("moe_e4m3", 16384, 49, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 4096, 100_000, "wide_pp_fused_fa", K_DEEP),
+    ("moe_e4m3", 8192, 16, "decode", K_DEEP), ("moe_e4m3", 8192, 17, "small_fa", K_DEEP),
+    ("moe_e4m3", 28672, 48, "small_fa", K_DEEP), ("moe_e4m3", 28672, 49, "large_fa_bf16", K_DEEP),
+    ("moe_e4m3", 28672, 64, "large_fa_bf16", K_DEEP), ("moe_e4m3", 28672, 65, "wide_pp_fused_fa", K_DEEP),
+    ("moe_e4m3", 28672, 100_000, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 28672, 3, "decode", K_DEEP),
     # A8W4: the wgmma kernel's tiles by rows an expert: [64, 16] to 8, [128, 32] to 32, 64 rows to
     # 48, 80 rows to 80 (to 160 at N >= 8192); then CUTLASS's mid (no large tile)
     ("moe_a8w4", 4096, 1, "wgmma16", K_DEEP), ("moe_a8w4", 4096, 8, "wgmma16", K_DEEP),
