@@ -50,10 +50,12 @@ so it always walks along N, which for a non-swap tile means every feature tile o
 before its next token tile, and re-reads the expert's weights once per token tile when they
 outgrow the L2 (Mixtral-8x7B at 4096 tokens: 117 MB of weights an expert, 8 token tiles of
 128 rows).
-Measured on the H200 (benchmarks/RESULTS.md, session 46), time along N / along M: 1.00-2.24x
-for the 64x256 pingpong tiles, 0.99-1.33x for the 128x256 ones, up to 1.84x for the 64x128
-fused one; 0.89-0.96x for the 128x256 fused tiles at one or two token tiles an expert
-(DeepSeek-V3 and the Qwen3 layers, uniform routing), which the tuner sees (it times both).
+Measured on the H200 (benchmarks/moe_raster.py; benchmarks/RESULTS.md, session 46), time along
+N / time along M over 70-86 rows a kernel (seven layers, 64-4096 tokens, both routings): the
+64x256 pingpong fused tiles 0.99-2.18x (geomean 1.23), the 64x128 fused ones 0.98-1.77x
+(1.10-1.16), the 128-row tiles 0.89-1.38x (1.00-1.04; below 1 at one or two token tiles an
+expert of the Qwen3 and DeepSeek-V3 layers, which the tuner sees: it times both orders); a
+swap-AB tile along M 0.66-0.91x (there along N is the token order).
 """
 
 from __future__ import annotations
