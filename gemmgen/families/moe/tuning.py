@@ -199,8 +199,9 @@ def knob_variants(kernel) -> list[Candidate]:
     """The manifest's knobs first; for a CUTLASS config that is not swap-AB, also the raster order
     it does not default to (schema.py: along M walks an expert's token tiles first, CUTLASS's
     heuristic along N; which one wins depends on the layer and the kernel). Swizzle is not tried:
-    CUTLASS's grouped scheduler, its problem sizes on the device, never swizzles (its swizzle
-    needs two tile rows and columns in the host-side grid it is given, which is one column)."""
+    with its problem sizes on the device, CUTLASS's grouped scheduler sizes its swizzle from a
+    host-side grid of the SM count by the cluster's N, so it does not swizzle unless the cluster
+    spans N (no shipped config's does)."""
     default = Candidate.of(kernel)
     config = kernel.spec.config
     if config.is_own or config.swap_ab:
