@@ -25,6 +25,7 @@ import argparse
 import re
 import sys
 import types
+from pathlib import Path
 
 import torch
 
@@ -33,7 +34,7 @@ from gemmgen.families.moe import ops, tuning
 from gemmgen.generator.kernel_config import RASTER_ORDERS, RuntimeKnobs
 from gemmgen.tuning.measure import graph_time_us
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_moe import MODELS  # noqa: E402  (the shipped expert layers, by name)
 
 OP = "grouped_matmul_swiglu_quant"
