@@ -87,10 +87,10 @@ def main(argv=None) -> int:
                    and re.search(args.configs, k.spec.origin.config)]
         for name in args.models:
             model = MODELS[name]
-            shape = types.SimpleNamespace(experts=model.experts, top_k=model.top_k, name=name,
+            shape = types.SimpleNamespace(experts=model.experts, top_k=model.topk, name=name,
                                           origin="benchmarks/moe_raster.py")
             for tokens in args.tokens:
-                problem = tuning.make_problem(cls, tokens * model.top_k, model.n, model.k, shape=shape)
+                problem = tuning.make_problem(cls, tokens * model.topk, model.n, model.k, shape=shape)
                 for routing, group_list in problem.group_lists.items():
                     for kernel in kernels:
                         rasters = (list(args.rasters) if args.swap_ab_too or not kernel.spec.config.swap_ab
