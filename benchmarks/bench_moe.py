@@ -120,9 +120,6 @@ SCALES = {"int8": "channel", "e4m3": "channel", "a8w4": "channel", "a8w4g": "gro
 A8W4_ROWS = ("a8w4", "a8w4g")
 GROUP = 128  # a8w4g's group size
 QMAX = {"int8": 127.0, "e4m3": 448.0}                            # by X_TYPE
-# rms of the random values (full-range int8 ~74, int4 -8..7 ~4.6, randn-based e4m3 ~1): the scales
-# divide it out so that C is O(1)
-STD = {"int8": 74.0, "e4m3": 1.0, "int4": 4.64}
 ROUTINGS = moe_tuning.ROUTINGS
 DEFAULT_TOKENS = [1, 16, 64, 256, 1024, 4096]
 QUICK = {"dtypes": ["int8", "a8w4"], "models": ["mixtral-8x7b", "qwen3-30b-a3b"], "tokens": [16, 256, 4096],
@@ -214,8 +211,9 @@ def routing_counts(model: Model, tokens: int, routing: str, name: str) -> list[i
 
 
 def _scales(shape, k: int, kind: str) -> torch.Tensor:
-    """Scales for values of `kind` (int8, e4m3, int4): both sides' together keep C O(1)."""
-    return torch.empty(shape, device="cuda").uniform_(0.5, 1.5) / (STD[kind] * k ** 0.25)
+    """Scales for values of `kind` (int8, e4m3, int4): both sides' together keep C O(1), as the
+    tuner's (a fused kernel's time depends on C's values)."""
+    return moe_tuning.unit_output_scales(shape, k, kind)
 
 
 def _random(shape, kind: str) -> torch.Tensor:

@@ -1625,10 +1625,27 @@ def test_the_moe_tuners_dtypes_select_an_x_dtype_or_one_class():
     assert picked("bf16") == []
 
 
+def test_the_tuners_scales_keep_c_of_order_one():
+    """Full-range values of each kind with unit_output_scales on both sides give C = Σ_K x·w·sx·sw
+    a standard deviation of order one (the fused kernels' time depends on C's size)."""
+    from gemmgen.families.moe import tuning
+    gen = torch.Generator().manual_seed(0)
+    k = 4096
+    values = {"int8": lambda s: torch.randint(-128, 128, s, generator=gen).float(),
+              "int4": lambda s: torch.randint(-8, 8, s, generator=gen).float(),
+              "e4m3": lambda s: torch.randn(s, generator=gen).to(torch.float8_e4m3fn).float()}
+    for x_kind, w_kind in (("int8", "int8"), ("int8", "int4"), ("e4m3", "e4m3")):
+        x, w = values[x_kind]((64, k)), values[w_kind]((k, 256))
+        sx = tuning.unit_output_scales((64, 1), k, x_kind, generator=gen, device="cpu")
+        sw = tuning.unit_output_scales((1, 256), k, w_kind, generator=gen, device="cpu")
+        c = (x.double() @ w.double()) * sx.double() * sw.double()
+        assert 0.5 < c.std().item() < 2.0, (x_kind, w_kind, c.std().item())
+
+
 def test_the_moe_tuner_retimes_within_15_percent_and_names_its_method_in_the_store():
     from gemmgen.families.moe import tuning
     assert all(tuning.retime_window(m) == 0.15 for m in (2, 64, 8192))
-    assert tuning.MEASURE_METHOD == "uniform+skewed"
+    assert tuning.MEASURE_METHOD == "uniform+skewed-unitc"
 
 
 def test_a_store_names_its_familys_measuring_method(monkeypatch, tmp_path):
@@ -1647,7 +1664,7 @@ def test_a_store_names_its_familys_measuring_method(monkeypatch, tmp_path):
         return SimpleNamespace(name=name, kernel_set="abc", kernels={"k": kernel})
     options = SimpleNamespace(seed=0)
     moe = tuning.store_path(library("moe", "grouped_matmul_swiglu_quant"), options)
-    assert moe == tmp_path / "tune" / "moe-abc-uniform+skewed-NVIDIA_H200-132sm-seed0.jsonl"
+    assert moe == tmp_path / "tune" / "moe-abc-uniform+skewed-unitc-NVIDIA_H200-132sm-seed0.jsonl"
     w8a8 = tuning.store_path(library("w8a8", "scaled_mm"), options)
     assert w8a8 == tmp_path / "tune" / "w8a8-abc-NVIDIA_H200-132sm-seed0.jsonl"
 

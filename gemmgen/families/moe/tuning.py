@@ -9,8 +9,10 @@ routed twice, as bench_moe.py routes its batches (the same odds, not the same dr
 to top-k distinct experts drawn uniformly, and drawn with Zipf-skewed odds (a few hot experts, as
 trained routers give). A candidate's time is the mean of the two batches' times, so a table's
 kernel holds up on both kinds of batch (measured on uniform batches alone, the session 15 tables
-lost to the rules on skewed ones). The store's file name carries MEASURE_METHOD, so a store timed
-on uniform batches alone is not resumed as one of these.
+lost to the rules on skewed ones). The scales keep C, the dequantized GEMM, of order one, as a
+model's pre-activations are: the fused kernels' time depends on the values (session 47). The
+store's file name carries MEASURE_METHOD, so a store timed another way (on uniform batches alone,
+or on the earlier scales) is not resumed as one of these.
 """
 
 from __future__ import annotations
@@ -30,7 +32,23 @@ from .packing import pack_moe_weights
 TORCH_DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn}
 GROUP_SIZE = 128  # per-group A8W4: the checkpoints' common group
 ROUTINGS = ("uniform", "skewed")  # the batches a point is timed on
-MEASURE_METHOD = "uniform+skewed"  # in the store's file name (gemmgen/tuning/tune.py: store_path)
+MEASURE_METHOD = "uniform+skewed-unitc"  # in the store's file name (gemmgen/tuning/tune.py: store_path)
+# The standard deviation of full-range random values of each kind (int8 -128..127, int4 -8..7, e4m3
+# from a unit normal): scales of U(0.5, 1.5) / (std · K^¼) on both sides give C a standard
+# deviation of order one.
+VALUE_STD = {"int8": 74.0, "e4m3": 1.0, "int4": 4.64}
+
+
+def unit_output_scales(shape: tuple[int, ...], k: int, kind: str, *,
+                       generator: torch.Generator | None = None, device: str = "cuda") -> torch.Tensor:
+    """float32 scales for `kind` values (x's or the weights') that, with the other side's, keep C
+    = Σ_K x·w·sx·sw of order one. The first tables' scales, U(0.005, 0.015) on both sides, gave
+    int8 layers C of ±10^2 and more (Mixtral-8x7B: a row's max |S| near 13000), on which the
+    fused 64x256 int8 kernel ran 18-21% slower than on C of order one (the same int8 x and weights,
+    only the scales differing: 366 against 302 µs at 512 rows, H200, benchmarks/RESULTS.md session
+    47); the tuner picked the unfused tile where the fused one is 10% faster."""
+    u = torch.rand(shape, device=device, generator=generator)
+    return (u + 0.5) / (VALUE_STD[kind] * k ** 0.25)
 
 
 @dataclass
@@ -107,8 +125,8 @@ def classes(built: set[tuple[str, ...]], options) -> list[tuple[str, ...]]:
 
 def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
                  l2_bytes: int | None = None, shape=None) -> Problem:
-    """Full-range random weights (int8 -128..127, int4 -8..7, e4m3 from a normal), scales in
-    [0.005, 0.015] (per group of 128 for a per-group class); one batch of rows a pool item, with
+    """Full-range random weights (int8 -128..127, int4 -8..7, e4m3 from a normal), scales that
+    keep C of order one (unit_output_scales; per group of 128 for a per-group class); one batch of rows a pool item, with
     a group list for each routing, and enough weight copies (up to 16) that one pass over the
     pool reads more than twice the L2 under either routing (as bench_moe.py: a decode step's few
     experts would otherwise stay in the L2)."""
@@ -143,7 +161,7 @@ def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
             w = torch.randn(experts, k, n, dtype=torch.bfloat16, device="cuda",
                             generator=gen).to(torch.float8_e4m3fn)
         groups = (k // GROUP_SIZE,) if scales == "group" else ()
-        s = torch.rand(experts, *groups, n, device="cuda", generator=gen) * 0.01 + 0.005
+        s = unit_output_scales((experts, *groups, n), k, w_name, generator=gen)
         packed = pack_moe_weights(w, s, weight_bits=bits)
         del w
         weights.append((packed.weight, packed.scale))
@@ -154,7 +172,7 @@ def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
         else:
             x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda",
                             generator=gen).to(torch.float8_e4m3fn)
-        x_scale = torch.rand(rows, device="cuda", generator=gen) * 0.01 + 0.005
+        x_scale = unit_output_scales((rows,), k, x_name, generator=gen)
         pool.append((x, x_scale, *weights[i % copies]))
     group_lists = {routing: torch.tensor(c, dtype=torch.int64, device="cuda")
                    for routing, c in counts.items()}
