@@ -662,7 +662,7 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
 
 @pytest.mark.parametrize("family,n,tokens,config,k", [
     # int8: one token an expert direct (stream_wide at N >= 8192); <= 16 decode; at N >= 8192 <= 48
-    # small; at N >= 24576 wide (unfused) to 256; then wide_pp_fused
+    # small; at N >= 24576 wide (unfused) to 64; then wide_pp_fused
     ("moe_int8", 4096, 1, "stream", K_DEEP), ("moe_int8", 4096, 2, "decode", K_DEEP),
     ("moe_int8", 8192, 1, "stream_wide", K_DEEP), ("moe_int8", 8192, 8, "decode", K_DEEP),
     ("moe_int8", 28672, 1, "stream_wide", K_DEEP), ("moe_int8", 4096, 9, "decode", K_DEEP),
@@ -671,12 +671,13 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     ("moe_int8", 4096, 129, "wide_pp_fused", K_SHALLOW), ("moe_int8", 8192, 17, "small", K_DEEP),
     ("moe_int8", 8192, 48, "small", K_SHALLOW), ("moe_int8", 28672, 48, "small", K_DEEP),
     ("moe_int8", 16384, 49, "wide_pp_fused", K_DEEP), ("moe_int8", 16384, 256, "wide_pp_fused", K_DEEP),
-    ("moe_int8", 28672, 49, "wide", K_DEEP), ("moe_int8", 24576, 256, "wide", K_DEEP),
-    ("moe_int8", 24576, 257, "wide_pp_fused", K_DEEP), ("moe_int8", 28672, 100_000, "wide_pp_fused", K_DEEP),
+    ("moe_int8", 28672, 49, "wide", K_DEEP), ("moe_int8", 24576, 64, "wide", K_DEEP),
+    ("moe_int8", 24576, 65, "wide_pp_fused", K_DEEP), ("moe_int8", 28672, 256, "wide_pp_fused", K_DEEP),
+    ("moe_int8", 28672, 100_000, "wide_pp_fused", K_DEEP),
     ("moe_int8", 1536, 100_000, "wide_pp_fused", K_DEEP),
     # e4m3: the direct kernel up to 16 rows (8 experts: 2 tokens an expert); <= 8 decode (<= 16 at
     # N >= 8192); then the fast-accumulation configs: at N >= 8192 small_fa to 48 (at N >= 24576
-    # then large_fa_bf16 to 64); else small_fused_fa to 32; then wide_pp_fused_fa
+    # then large_fa_bf16 to 112); else small_fused_fa to 32; then wide_pp_fused_fa
     ("moe_e4m3", 4096, 1, "stream", K_DEEP), ("moe_e4m3", 28672, 2, "stream", K_DEEP),
     ("moe_e4m3", 4096, 8, "decode", K_DEEP), ("moe_e4m3", 4096, 9, "small_fused_fa", K_DEEP),
     ("moe_e4m3", 4096, 32, "small_fused_fa", K_SHALLOW), ("moe_e4m3", 4096, 33, "wide_pp_fused_fa", K_DEEP),
@@ -684,7 +685,7 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     ("moe_e4m3", 16384, 49, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 4096, 100_000, "wide_pp_fused_fa", K_DEEP),
     ("moe_e4m3", 8192, 16, "decode", K_DEEP), ("moe_e4m3", 8192, 17, "small_fa", K_DEEP),
     ("moe_e4m3", 28672, 48, "small_fa", K_DEEP), ("moe_e4m3", 28672, 49, "large_fa_bf16", K_DEEP),
-    ("moe_e4m3", 28672, 64, "large_fa_bf16", K_DEEP), ("moe_e4m3", 28672, 65, "wide_pp_fused_fa", K_DEEP),
+    ("moe_e4m3", 28672, 112, "large_fa_bf16", K_DEEP), ("moe_e4m3", 28672, 113, "wide_pp_fused_fa", K_DEEP),
     ("moe_e4m3", 28672, 100_000, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 28672, 3, "decode", K_DEEP),
     # A8W4: the wgmma kernel's tiles by rows an expert: [64, 16] to 8, [128, 32] to 32, 64 rows to
     # 48, 80 rows to 80 (to 160 at N >= 8192); then CUTLASS's mid (no large tile)
