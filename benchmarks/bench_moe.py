@@ -723,7 +723,8 @@ def report(rows: list[dict], args, meta: dict) -> str:
              f"{meta['bandwidth'] / 1e12:.2f} TB/s (read + write), L2 {meta['l2'] / 2**20:.0f} MiB; "
              f"{meta['seconds']:.0f} s.", "",
              "µs per call: CUDA graph of R rotated calls (weights and x copies beyond 2x L2), median "
-             f"of {args.reps} batches after warm-up. torch per-expert: loop over non-empty experts "
+             f"of {args.reps} batches after warm-up; every column of a row timed twice, in order and "
+             "then in reverse, the better kept. torch per-expert: loop over non-empty experts "
              "(`_int_mm`, rows padded to 17 when <= 16 / `_scaled_mm` row-wise, bf16 out) + dequant + "
              f"SwiGLU + per-row quant; {HELD} a8w4 rows: the int8 `_int_mm` pipeline on the int4 values "
              "held as int8 (torch has no int4 x int8 GEMM; 2x the int4 weight bytes, the same math); "
