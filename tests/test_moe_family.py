@@ -722,6 +722,20 @@ def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, toke
         assert order[choice.rule_index] == config  # the rule that fired names this config
 
 
+@pytest.mark.parametrize("family,experts,tokens,config", [
+    # with 128 experts or more, decode only to 4 an expert (skewed batches' hot experts)
+    ("moe_int8", 256, 4, "decode"), ("moe_int8", 256, 5, "wide_pp_fused"),
+    ("moe_int8", 128, 16, "wide_pp_fused"), ("moe_int8", 64, 16, "decode"),
+    ("moe_e4m3", 256, 4, "decode"), ("moe_e4m3", 256, 5, "small_fused_fa"),
+    ("moe_e4m3", 128, 8, "small_fused_fa"), ("moe_e4m3", 64, 8, "decode")])
+def test_shipped_rules_take_fewer_decode_tiles_with_many_experts(fresh_dispatch, family, experts,
+                                                                  tokens, config):
+    _, dtype, bits, per_group, _ = _SHIPPED_FAMILIES[family]
+    choice = dispatch.choose(OP, manifests=[SHIPPED], tuned=False, x_dtype=dtype, m=tokens * experts,
+                             experts=experts, n=4096, k=K_DEEP, weight_bits=bits, per_group=per_group)
+    assert choice.source == "rule" and choice.kernel.spec.origin.config == config
+
+
 @pytest.mark.parametrize("family", list(_SHIPPED_FAMILIES))
 def test_no_tokens_is_served_like_one(fresh_dispatch, family):
     _, dtype, bits, per_group, order = _SHIPPED_FAMILIES[family]
