@@ -39,15 +39,15 @@ captured in one CUDA graph (eager when capture fails: said in the output) and th
 (gemmgen.tuning.measure.graph_time_us, which `gemmgen tune` uses for the MoE family too: a spin
 kernel hides the host, a warm-up batch, then --reps batches of ~300 µs back to back, the median)
 and divided by R; every column of a row is timed twice, in order and then in reverse order, and
-keeps the better (the impl timed right after the torch pipelines ran up to 9% slow). R and the number of weight
-copies are chosen so that the bytes one replay reads (active experts' weights as gemmgen reads
-them, int4 at half a byte, + x) exceed twice the L2 (Mixtral's experts are 117 MB each: one
-copy). After a point's timings its q_scales are checked: int8 and a8w4 rows against the torch
-per-expert pipeline's (the same exact math; a8w4: the int8 pipeline on the int4 values held as
-int8), e4m3 and a8w4g rows against gemmgen.reference in float64 (e4m3: torch's fp8 pipeline,
-fast accumulation, is itself ~1.5% off float64 at K ~7000, so it cannot referee; its own error
-is reported beside gemmgen's); rtol 1e-2, e4m3 2e-2 (fast accumulation: ~1% at K 7168); a
-warning line if they disagree.
+keeps the better (the impl timed right after the torch pipelines ran up to 9% slow). R and the
+number of weight copies are chosen so that the bytes one replay reads (active experts' weights as
+gemmgen reads them, int4 at half a byte, + x) exceed twice the L2 (Mixtral's experts are 117 MB
+each: one copy). After a point's timings its q_scales are checked: int8 and a8w4 rows against the
+torch per-expert pipeline's (the same exact math; a8w4: the int8 pipeline on the int4 values held
+as int8), e4m3 and a8w4g rows against gemmgen.reference in float64 (e4m3: torch's fp8 pipeline,
+fast accumulation, is itself ~1.5% off float64 at K ~7000, so it cannot referee; its own error is
+reported beside gemmgen's); rtol 1e-2, e4m3 2e-2 (fast accumulation: ~1% at K 7168); a warning line
+if they disagree.
 
     python benchmarks/bench_moe.py [--quick] [--dtypes int8,e4m3,a8w4] [--models qwen3-30b-a3b]
                                    [--tokens 1,256] [--routing uniform] [--markdown benchmarks/RESULTS.md]

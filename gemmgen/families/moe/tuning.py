@@ -126,10 +126,10 @@ def classes(built: set[tuple[str, ...]], options) -> list[tuple[str, ...]]:
 def make_problem(cls: tuple[str, ...], m: int, n: int, k: int, *, seed: int = 0,
                  l2_bytes: int | None = None, shape=None) -> Problem:
     """Full-range random weights (int8 -128..127, int4 -8..7, e4m3 from a normal), scales that
-    keep C of order one (unit_output_scales; per group of 128 for a per-group class); one batch of rows a pool item, with
-    a group list for each routing, and enough weight copies (up to 16) that one pass over the
-    pool reads more than twice the L2 under either routing (as bench_moe.py: a decode step's few
-    experts would otherwise stay in the L2)."""
+    keep C of order one (unit_output_scales; per group of 128 for a per-group class); one batch
+    of rows a pool item, with a group list for each routing, and enough weight copies (up to 16)
+    that one pass over the pool reads more than twice the L2 under either routing (as
+    bench_moe.py: a decode step's few experts would otherwise stay in the L2)."""
     _, x_name, w_name, scales = cls
     experts, top_k = (shape.experts, shape.top_k) if shape is not None else (0, 0)
     if experts < 1:
