@@ -661,7 +661,8 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
 
 
 @pytest.mark.parametrize("family,n,tokens,config,k", [
-    # int8: one token an expert direct (stream_wide at N >= 8192); <= 16 decode; at N >= 8192 <= 48
+    # int8: one token an expert direct (stream_wide at N >= 8192); <= 16 decode (<= 4 with 128
+    # experts or more: the next test; these are 8 experts); at N >= 8192 <= 48
     # small; at N >= 24576 wide (unfused) to 64; then wide_pp_fused
     ("moe_int8", 4096, 1, "stream", K_DEEP), ("moe_int8", 4096, 2, "decode", K_DEEP),
     ("moe_int8", 8192, 1, "stream_wide", K_DEEP), ("moe_int8", 8192, 8, "decode", K_DEEP),
@@ -676,7 +677,7 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     ("moe_int8", 28672, 100_000, "wide_pp_fused", K_DEEP),
     ("moe_int8", 1536, 100_000, "wide_pp_fused", K_DEEP),
     # e4m3: the direct kernel up to 16 rows (8 experts: 2 tokens an expert); <= 8 decode (<= 16 at
-    # N >= 8192); then the fast-accumulation configs: at N >= 8192 small_fa to 48 (at N >= 24576
+    # N >= 8192; <= 4 with 128 experts or more); then the fast-accumulation configs: at N >= 8192 small_fa to 48 (at N >= 24576
     # then large_fa_bf16 to 112); else small_fused_fa to 32; then wide_pp_fused_fa
     ("moe_e4m3", 4096, 1, "stream", K_DEEP), ("moe_e4m3", 28672, 2, "stream", K_DEEP),
     ("moe_e4m3", 4096, 8, "decode", K_DEEP), ("moe_e4m3", 4096, 9, "small_fused_fa", K_DEEP),
