@@ -445,6 +445,7 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
     # ran 5-9% slow (Mixtral-8x22B fp8, H200, session 47; the first pass alone had favoured
     # --rules-from's pick and the forced kernels over the dispatched one)
     retimed = []
+    aliases = {}  # a column whose kernel another column times: it takes that column's time
     try:
         if SCALES[dtype] != "group":  # per group: no torch pipeline (said once, in the report)
             fn = per_expert_fn(dtype, weights, inp)
@@ -505,7 +506,9 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
     if rules is not None and row.get("gemmgen") is not None:
         # rules only: the kernel the rules pick, forced (the dispatched one when no table serves)
         try:
-            if rules.name != dispatched.name:
+            if rules.name == dispatched.name:
+                aliases["rules"] = "gemmgen"
+            else:
                 fn = gemmgen_fn(weights.packed, inp, rules.name)
                 row["rules"] = timer(fn, rotations)[0]
                 retimed.append(("rules", fn))
@@ -513,11 +516,11 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
             row["notes"].append(f"rules only ({short_kernel(rules)}): {first_line(exc)}")
     if other is not None and row.get("gemmgen") is not None:
         # the other manifest's pick: a time already taken when it names the same kernel
-        known = {kern.name: us for kern, us in ((dispatched, row["gemmgen"]), (rules, row.get("rules")))
-                 if kern is not None and us is not None}  # the same kernel: one column, timed once
+        timed_as = {kern.name: column for kern, column in ((rules, "rules"), (dispatched, "gemmgen"))
+                    if kern is not None and (column in row or column in aliases)}
         try:
-            if other.name in known:
-                row["rules_from"] = known[other.name]
+            if other.name in timed_as:
+                aliases["rules_from"] = timed_as[other.name]
             else:
                 fn = gemmgen_fn(weights.packed, inp, other.name)
                 row["rules_from"] = timer(fn, rotations)[0]
@@ -557,11 +560,8 @@ def bench_point(dtype, name, model, tokens, routing, weights, kernels, ctx) -> d
             row["kernel_us"][column] = min(row["kernel_us"][column], us)
         else:
             row[column] = min(row[column], us)
-    if (rules is not None and dispatched is not None and rules.name == dispatched.name
-            and row.get("gemmgen") is not None):
-        row["rules"] = row["gemmgen"]
-    if other is not None and "rules_from" in row and other.name in known:
-        row["rules_from"] = row["gemmgen"] if other.name == dispatched.name else row.get("rules")
+    for column, source in aliases.items():  # "rules" before "rules_from", which may name it
+        row[column] = row[source]
     for label_, us in row["kernel_us"].items():
         if us < row.get("best", math.inf):
             row["best"], row["best_kernel"] = us, label_
