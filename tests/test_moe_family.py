@@ -88,7 +88,7 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4, A8W4G}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 46
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 49
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
@@ -104,7 +104,8 @@ def test_shipped_manifest_expands_to_every_variant():
                                                  "large_fa_bf16", "large_fa_c2_bf16", "small_fused_fa",
                                                  "mid_fused_fa", "large_fused_fa", "mid_pp_fused_fa",
                                                  "wide_pp_fused_fa", "stream")} | {
-        ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "stream", "stream_wide",
+        ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "mid_pp", "tall", "large",
+                                                 "stream", "stream_wide",
                                                  "small_wgmma", "mid_wgmma", "wgmma16", "wgmma32",
                                                  "wgmma64", "wgmma80")} | {
         ("int8", "int4", "group", c) for c in ("stream", "stream_wide", "stream32", "wgmma16",
@@ -477,11 +478,11 @@ def test_render_shipped_manifest_spells_every_variant():
     assert len({unit.name for unit in units}) == len(units)
     assert {(k.w, k.origin.config) for k in kernels if k.config.swap_ab} == {
         (w, c) for w in ("int8", "e4m3") for c in ("decode", "small")} | {
-        ("int4", c) for c in ("decode", "small", "mid")} | {("e4m3", "small_fa")}
+        ("int4", c) for c in ("decode", "small", "mid", "mid_pp", "tall", "large")} | {("e4m3", "small_fa")}
     assert {k.origin.config for k in kernels if k.config.fast_accum} == {
         "small_fa", "large_fa", "large_fa_c2", "large_fa_bf16", "large_fa_c2_bf16", "small_fused_fa",
         "mid_fused_fa", "large_fused_fa", "mid_pp_fused_fa", "wide_pp_fused_fa"}
-    assert sum("int8_t, cutlass::int4b_t, float, /*swap_ab=*/true" in u.source for u in units) == 3
+    assert sum("int8_t, cutlass::int4b_t, float, /*swap_ab=*/true" in u.source for u in units) == 6
     namespace: dict = {}
     exec(compile(render_bindings(manifest, kernels, "f" * 16, "lib.so"), "bindings.py", "exec"), namespace)
     assert set(namespace["DISPATCH"]) == {I8, E4M3, A8W4, A8W4G}
@@ -654,7 +655,8 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "wide", "wide_pp_fused"]),
     "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa_bf16", "small_fused_fa",
                                        "wide_pp_fused_fa"]),
-    "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "wgmma64", "wgmma80", "wgmma80", "mid"]),
+    "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "wgmma64", "wgmma80", "wgmma80", "tall",
+                                        "large", "mid_pp"]),
     "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32_s8", "wgmma64"]),
 }
 K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
@@ -689,18 +691,21 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     ("moe_e4m3", 28672, 112, "large_fa_bf16", K_DEEP), ("moe_e4m3", 28672, 113, "wide_pp_fused_fa", K_DEEP),
     ("moe_e4m3", 28672, 100_000, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 28672, 3, "decode", K_DEEP),
     # A8W4: the wgmma kernel's tiles by rows an expert: [64, 16] to 8, [128, 32] to 32, 64 rows to
-    # 48, 80 rows to 80 (to 160 at N >= 8192); then CUTLASS's mid (no large tile)
+    # 48, 80 rows to 80 (to 160 at N >= 8192); then CUTLASS's tiles: below N 8192 the 128x128
+    # pingpong one; at N >= 8192 the 256x128 one to 512 an expert, then the 128x256 one
     ("moe_a8w4", 4096, 1, "wgmma16", K_DEEP), ("moe_a8w4", 4096, 8, "wgmma16", K_DEEP),
     ("moe_a8w4", 28672, 8, "wgmma16", K_DEEP), ("moe_a8w4", 4096, 9, "wgmma32", K_SHALLOW),
     ("moe_a8w4", 4096, 32, "wgmma32", K_DEEP), ("moe_a8w4", 4096, 33, "wgmma64", K_DEEP),
     ("moe_a8w4", 4096, 48, "wgmma64", K_DEEP), ("moe_a8w4", 4096, 49, "wgmma80", K_DEEP),
-    ("moe_a8w4", 4096, 80, "wgmma80", K_SHALLOW), ("moe_a8w4", 4096, 81, "mid", K_DEEP),
+    ("moe_a8w4", 4096, 80, "wgmma80", K_SHALLOW), ("moe_a8w4", 4096, 81, "mid_pp", K_DEEP),
     ("moe_a8w4", 8192, 9, "wgmma32", K_DEEP), ("moe_a8w4", 28672, 32, "wgmma32", K_DEEP),
-    ("moe_a8w4", 4096, 129, "mid", K_DEEP), ("moe_a8w4", 4096, 100_000, "mid", K_DEEP),
+    ("moe_a8w4", 4096, 129, "mid_pp", K_DEEP), ("moe_a8w4", 4096, 100_000, "mid_pp", K_DEEP),
     ("moe_a8w4", 8192, 65, "wgmma80", K_DEEP), ("moe_a8w4", 8192, 33, "wgmma64", K_DEEP),
     ("moe_a8w4", 28672, 48, "wgmma64", K_DEEP), ("moe_a8w4", 28672, 49, "wgmma80", K_DEEP),
     ("moe_a8w4", 28672, 81, "wgmma80", K_DEEP), ("moe_a8w4", 28672, 160, "wgmma80", K_DEEP),
-    ("moe_a8w4", 28672, 161, "mid", K_DEEP), ("moe_a8w4", 28672, 100_000, "mid", K_DEEP),
+    ("moe_a8w4", 28672, 161, "tall", K_DEEP), ("moe_a8w4", 8192, 512, "tall", K_DEEP),
+    ("moe_a8w4", 8192, 513, "large", K_DEEP), ("moe_a8w4", 28672, 100_000, "large", K_DEEP),
+    ("moe_a8w4", 8190, 513, "mid_pp", K_DEEP),
     # A8W4 per group: the wgmma kernel from one token on, with wider row tiles as tokens grow
     ("moe_a8w4_group", 4096, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 1536, 2, "wgmma16", K_DEEP),
     ("moe_a8w4_group", 28672, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 4096, 3, "wgmma16", K_DEEP),
