@@ -88,7 +88,7 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4, A8W4G}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 49
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 50
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
@@ -109,7 +109,7 @@ def test_shipped_manifest_expands_to_every_variant():
                                                  "small_wgmma", "mid_wgmma", "wgmma16", "wgmma32",
                                                  "wgmma64", "wgmma80")} | {
         ("int8", "int4", "group", c) for c in ("stream", "stream_wide", "stream32", "wgmma16",
-                                               "wgmma32", "wgmma32_s8", "wgmma64")}
+                                               "wgmma32", "wgmma32_s8", "wgmma64", "wgmma80")}
     # fused kernels: A8W8 only, never swap-AB, fp32 S; each has an unfused twin of its tile
     fused = [k for k in kernels if k.config.fused]
     assert {k.origin.config for k in fused} == {"mid_fused", "large_fused", "wide_fused", "small_fused",
@@ -395,13 +395,21 @@ def test_wgmma_config_errors(tmp_path, old, new, key, message):
     assert (info.value.file, info.value.key) == (str(path), key)
 
 
-def test_wgmma_per_group_tile_n_at_most_64(tmp_path):
-    """Per group the wgmma kernel holds a float32 sum beside its accumulators: tile N 128 is
-    refused there (and allowed per channel, above)."""
+@pytest.mark.parametrize("tile,ok", [("[128, 128, 128]", False), ("[128, 80, 128]", False),
+                                      ("[128, 64, 128]", True), ("[64, 80, 128]", True),
+                                      ("[64, 96, 128]", False)])
+def test_wgmma_per_group_tile_n_at_most_64_or_80_with_one_warpgroup(tmp_path, tile, ok):
+    """Per group the wgmma kernel holds a float32 sum beside its accumulators: tile N is at most
+    64 with two warpgroups, 80 with one (three CTAs an SM); wider tiles are refused there (and
+    allowed per channel, above)."""
     text = _WGMMA_MANIFEST.replace("w: int4}", "w: int4, scales: group}").replace(
-        "tile: [128, 64, 128]", "tile: [128, 128, 128]")
+        "tile: [128, 64, 128]", f"tile: {tile}")
+    if ok:
+        assert expand(load_manifest(_write(tmp_path, text)))
+        return
     with pytest.raises(ManifestError, match="with per-group scales the wgmma kernel's tile N is "
-                                            "at most 64 .*; got 128") as info:
+                                            "at most 64 with two warpgroups .* and 80 with one "
+                                            f".*; got {re.escape(tile)}") as info:
         expand(load_manifest(_write(tmp_path, text)))
     assert info.value.key == "tile"
 
@@ -657,7 +665,7 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
                                        "wide_pp_fused_fa"]),
     "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "wgmma64", "wgmma80", "wgmma80", "tall",
                                         "large", "mid_pp"]),
-    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32_s8", "wgmma64"]),
+    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32_s8", "wgmma80", "wgmma64"]),
 }
 K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
 
@@ -706,12 +714,15 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     ("moe_a8w4", 28672, 161, "tall", K_DEEP), ("moe_a8w4", 8192, 512, "tall", K_DEEP),
     ("moe_a8w4", 8192, 513, "large", K_DEEP), ("moe_a8w4", 28672, 100_000, "large", K_DEEP),
     ("moe_a8w4", 8190, 513, "mid_pp", K_DEEP),
-    # A8W4 per group: the wgmma kernel from one token on, with wider row tiles as tokens grow
+    # A8W4 per group: the wgmma kernel from one token on, with wider row tiles as tokens grow;
+    # at N >= 8192 the one-warpgroup 80-row tile from 49 to 128 an expert
     ("moe_a8w4_group", 4096, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 1536, 2, "wgmma16", K_DEEP),
     ("moe_a8w4_group", 28672, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 4096, 3, "wgmma16", K_DEEP),
     ("moe_a8w4_group", 4096, 8, "wgmma16", K_DEEP), ("moe_a8w4_group", 4096, 9, "wgmma32_s8", K_DEEP),
     ("moe_a8w4_group", 28672, 32, "wgmma32_s8", K_DEEP), ("moe_a8w4_group", 4096, 33, "wgmma64", K_DEEP),
-    ("moe_a8w4_group", 1536, 100_000, "wgmma64", K_DEEP)])
+    ("moe_a8w4_group", 1536, 100_000, "wgmma64", K_DEEP), ("moe_a8w4_group", 8192, 48, "wgmma64", K_DEEP),
+    ("moe_a8w4_group", 8192, 49, "wgmma80", K_DEEP), ("moe_a8w4_group", 28672, 128, "wgmma80", K_DEEP),
+    ("moe_a8w4_group", 28672, 129, "wgmma64", K_DEEP), ("moe_a8w4_group", 4096, 64, "wgmma64", K_DEEP)])
 def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, tokens, config, k):
     experts = 8
     cls, dtype, bits, per_group, order = _SHIPPED_FAMILIES[family]

@@ -34,7 +34,7 @@ one of the two kernels that take per-group weight scales (`scales: group`, A8W4)
 `schedule: wgmma` is the family's own sm90a kernel for A8W4 (wgmma_grouped_gemm.cuh): int8
 activations with int4 weights, per-channel or per-group scales, tile [64 or 128 features (one or
 two warpgroups), an expert's rows a tile (the wgmma's N: a multiple of 16 up to 128; per group
-at most 64), 128], `stages` the ring depth (3 to 8, auto 4); no cluster, swap_ab, fused, warps_k,
+at most 64, 80 with one warpgroup), 128], `stages` the ring depth (3 to 8, auto 4); no cluster, swap_ab, fused, warps_k,
 raster or swizzle; fp32 intermediate. A family with `scales: group` has direct and wgmma configs
 only.
 
@@ -174,7 +174,8 @@ def check_direct(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[t
 
 WGMMA_FEATURES = (64, 128)              # one or two warpgroups of 64 features
 WGMMA_TOKENS = (16, 32, 48, 64, 80, 96, 112, 128)  # an expert's rows a tile: the int8 wgmma's N
-WGMMA_TOKENS_PER_GROUP = 64             # per group: float32 sums beside the accumulators
+WGMMA_TOKENS_PER_GROUP = 64             # per group: float32 sums beside the accumulators (two
+WGMMA_TOKENS_PER_GROUP_ONE_WG = 80      # warpgroups, two CTAs an SM; one warpgroup, three)
 
 
 def wgmma_smem_bytes(config: MoeTileConfig, per_group: bool) -> int:
@@ -196,10 +197,12 @@ def check_wgmma(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[tu
         problems.append(("tile", "the wgmma kernel's tile is [64 or 128 features (one or two "
                                  f"warpgroups), tokens ({', '.join(map(str, WGMMA_TOKENS))}: the "
                                  f"int8 wgmma's N), {TILE_K}]; got {list(config.tile)}"))
-    elif per_group and tn > WGMMA_TOKENS_PER_GROUP:
+    elif per_group and tn > (WGMMA_TOKENS_PER_GROUP_ONE_WG if tm == 64 else WGMMA_TOKENS_PER_GROUP):
         problems.append(("tile", f"with per-group scales the wgmma kernel's tile N is at most "
-                                 f"{WGMMA_TOKENS_PER_GROUP} (a float32 sum beside each int32 "
-                                 f"accumulator, two CTAs an SM); got {tn}"))
+                                 f"{WGMMA_TOKENS_PER_GROUP} with two warpgroups (tile M 128: two "
+                                 f"CTAs an SM) and {WGMMA_TOKENS_PER_GROUP_ONE_WG} with one (tile M "
+                                 f"64: three CTAs an SM), a float32 sum beside each int32 "
+                                 f"accumulator; got {list(config.tile)}"))
     problems += direct_schema.wgmma_stages_problems(config.stages, WGMMA_AUTO_STAGES)
     if config.cluster != (1, 1, 1):
         problems.append(("cluster", "the wgmma kernel has no clusters: leave cluster out or "
