@@ -713,7 +713,7 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     ("moe_a8w4", 28672, 81, "wgmma80", K_DEEP), ("moe_a8w4", 28672, 160, "wgmma80", K_DEEP),
     ("moe_a8w4", 28672, 161, "tall", K_DEEP), ("moe_a8w4", 8192, 512, "tall", K_DEEP),
     ("moe_a8w4", 8192, 513, "large", K_DEEP), ("moe_a8w4", 28672, 100_000, "large", K_DEEP),
-    ("moe_a8w4", 8190, 513, "mid_pp", K_DEEP),
+    ("moe_a8w4", 7168, 513, "mid_pp", K_DEEP),
     # A8W4 per group: the wgmma kernel from one token on, with wider row tiles as tokens grow;
     # at N >= 8192 the one-warpgroup 80-row tile from 49 to 128 an expert
     ("moe_a8w4_group", 4096, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 1536, 2, "wgmma16", K_DEEP),
