@@ -333,10 +333,10 @@ struct WgmmaGroupedGemm {
     // uses ring slot u % kStages and fragment set u % 2, so every shared-memory address and
     // descriptor in it is a constant offset from the ring (as in the mixed family's wgmma
     // kernel: 37 -> 31 instructions a wgmma for [64, 16]). Per group at 64 and 80 tokens that
-    // is 211 instructions a chunk and warp against 238 rolled, 1.8-3.6% faster (H200, session
-    // 49; 0.5-1.2% slower in session 22, before the copies lost their K checks); per channel
-    // at 64 and 80 tokens the loop body stays two chunks with the slots counted at run time
-    // (unrolled over 6 or 10 chunks: 1.1% slower and level).
+    // is 3.6% and 1.8% faster (the 80-token tile: 211 instructions a chunk and warp against 238
+    // rolled; H200, session 49; 0.5-1.2% slower in session 22, before the copies lost their K
+    // checks); per channel at 64 and 80 tokens the loop body stays two chunks with the slots
+    // counted at run time (unrolled over 6 or 10 chunks: 1.1% slower and level).
     constexpr bool kUnrolled = kPerGroup || kTokens <= 32;
     constexpr int kUnroll = !kUnrolled ? 2 : kStages % 2 == 0 ? kStages : 2 * kStages;
     static_assert(kUnroll % kSyncChunks == 0, "a round ends on a barrier chunk");
