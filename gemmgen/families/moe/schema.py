@@ -35,8 +35,8 @@ one of the two kernels that take per-group weight scales (`scales: group`, A8W4)
 activations with int4 weights, per-channel or per-group scales, tile [64 or 128 features (one or
 two warpgroups), an expert's rows a tile (the wgmma's N: a multiple of 16 up to 128; per group
 at most 64, 80 with one warpgroup), 128], `stages` the ring depth (3 to 8, auto 4); no cluster,
-swap_ab, fused, warps_k, raster or swizzle; fp32 intermediate. A family with `scales: group` has direct and wgmma configs
-only.
+swap_ab, fused, warps_k, raster or swizzle; fp32 intermediate. A family with `scales: group` has
+direct and wgmma configs only.
 
 With `swap_ab: true` the tile is in the kernel's terms C_iᵀ = W_i · X_iᵀ: tile M runs over the
 weight's N, tile N over an expert's tokens (a narrow tile N serves decode). int4 weights need

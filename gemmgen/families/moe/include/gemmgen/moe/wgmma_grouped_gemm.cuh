@@ -259,13 +259,13 @@ struct WgmmaGroupedGemm {
     int issued = 0;
     auto issue = [&](int slot) {
       int const dk = issued * kChunkK;
+      int64_t const dw = int64_t(issued) * kWeightRowBytes;
       if constexpr (kPerGroup) {
         // K is a whole number of chunks (check): no piece is past K, so a copy is an address add
         // and the copy, zero-filled only for a weight row past N or a token row past the tile
         // (the K checks and their source selects measured 3-4% slower, H200, session 49; per
         // channel, which may end K in a partial chunk, dropping them only where K is whole
         // measured level, so it keeps them)
-        int64_t const dw = int64_t(issued) * kWeightRowBytes;
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < kWeightCopies; ++j) {
           cp_async16(ring + slot * kWeightStageBytes + w_dst[j], w_src[j] + dw, w_ok[j] ? 16u : 0u);
@@ -280,8 +280,8 @@ struct WgmmaGroupedGemm {
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < kWeightCopies; ++j) {
           bool const ok = w_ok[j] && w_k[j] + dk < p.k;
-          cp_async16(ring + slot * kWeightStageBytes + w_dst[j],
-                     ok ? w_src[j] + int64_t(issued) * kWeightRowBytes : w_src[j], ok ? 16u : 0u);
+          cp_async16(ring + slot * kWeightStageBytes + w_dst[j], ok ? w_src[j] + dw : w_src[j],
+                     ok ? 16u : 0u);
         }
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < kActCopies; ++j) {
