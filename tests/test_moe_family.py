@@ -88,7 +88,7 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4, A8W4G}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 50
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 52
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
@@ -107,9 +107,10 @@ def test_shipped_manifest_expands_to_every_variant():
         ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "mid_pp", "tall", "large",
                                                  "stream", "stream_wide",
                                                  "small_wgmma", "mid_wgmma", "wgmma16", "wgmma32",
-                                                 "wgmma64", "wgmma80")} | {
+                                                 "wgmma64", "wgmma80", "wgmma80_tma")} | {
         ("int8", "int4", "group", c) for c in ("stream", "stream_wide", "stream32", "wgmma16",
-                                               "wgmma32", "wgmma32_s8", "wgmma64", "wgmma80")}
+                                               "wgmma32", "wgmma32_s8", "wgmma64", "wgmma80",
+                                               "wgmma64_tma")}
     # fused kernels: A8W8 only, never swap-AB, fp32 S; each has an unfused twin of its tile
     fused = [k for k in kernels if k.config.fused]
     assert {k.origin.config for k in fused} == {"mid_fused", "large_fused", "wide_fused", "small_fused",
@@ -333,18 +334,24 @@ _WGMMA_KERNEL = "sm90a_grouped_matmul_swiglu_quant_i8w4_f32_t128x64x128_wgmma_s4
 _WGMMA_GROUP_KERNEL = "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t128x64x128_wgmma_s4"
 
 
+@pytest.mark.parametrize("copy", ["", "cp_async", "tma"])
 @pytest.mark.parametrize("scales,per_group", [("", "false"), (", scales: group", "true")])
-def test_wgmma_config_renders(tmp_path, scales, per_group):
-    """schedule: wgmma (A8W4, per channel or per group): named `_wgmma_s<stages>` (auto 4),
+def test_wgmma_config_renders(tmp_path, scales, per_group, copy):
+    """schedule: wgmma (A8W4, per channel or per group): named `_wgmma_s<stages>` (auto 4), with
+    `_tma` when the TMA fills its ring (`copy: tma`; cp_async, the default, adds nothing),
     rendered as a WgmmaConfig run through WgmmaSwigluQuant, without the CUTLASS headers."""
     text = _WGMMA_MANIFEST.replace("w: int4}", f"w: int4{scales}}}")
+    if copy:
+        text = text.replace("schedule: wgmma", f"schedule: wgmma\n        copy: {copy}")
     manifest = load_manifest(_write(tmp_path, text))
     (kernel,) = expand(manifest)
-    assert kernel.name == (_WGMMA_GROUP_KERNEL if scales else _WGMMA_KERNEL)
+    tma = copy == "tma"
+    assert kernel.name == (_WGMMA_GROUP_KERNEL if scales else _WGMMA_KERNEL) + ("_tma" if tma else "")
     assert kernel.config.is_wgmma and kernel.config.is_own and not kernel.config.is_direct
     (unit,) = render_kernel_sources(manifest, [kernel])
     assert ("gemmgen::moe::wgmma::WgmmaConfig<cutlass::int4b_t, /*per_group=*/" + per_group +
-            ", /*warp_groups=*/2, /*tokens=*/64, /*stages=*/4> {};") in unit.source
+            ", /*warp_groups=*/2, /*tokens=*/64, /*stages=*/4, /*tma=*/" +
+            ("true" if tma else "false") + "> {};") in unit.source
     assert "gemmgen::moe::wgmma::WgmmaSwigluQuant<Config0>::run(" in unit.source
     assert '#include "gemmgen/moe/wgmma_grouped_gemm.cuh"' in unit.source
     assert "sm90_grouped_swiglu_quant.hpp" not in unit.source
@@ -352,7 +359,7 @@ def test_wgmma_config_renders(tmp_path, scales, per_group):
     assert FAMILY.config_fields(manifest.families[0].configs[0]) == {
         "tile": [128, 64, 128], "schedule": "wgmma", "stages": "auto", "intermediate": "fp32",
         "cluster": [1, 1, 1], "swap_ab": False, "fused": False,
-        "fast_accum": False}  # defaults a config may spell
+        "fast_accum": False, "copy": "tma" if tma else "cp_async"}  # defaults a config may spell
 
 
 @pytest.mark.parametrize("old,new,key,message", [
@@ -381,6 +388,13 @@ def test_wgmma_config_renders(tmp_path, scales, per_group):
      "the wgmma kernel has no tile scheduler, so no raster"),
     ("dtypes: [{x: int8, w: int4}]", "dtypes: [int8]", "schedule",
      r"the wgmma kernel serves A8W4 \(x: int8, w: int4\) only; this family lists \(int8, int8\)"),
+    ("schedule: wgmma", "schedule: wgmma\n        copy: bulk", "copy",
+     "unknown value 'bulk'; expected one of cp_async, tma"),
+    ("schedule: wgmma", "schedule: direct\n        warps_k: 2\n        copy: tma", "copy",
+     "copy belongs to schedule wgmma .*; got schedule 'direct'"),
+    ("tile: [128, 64, 128]\n        schedule: wgmma",
+     "tile: [128, 64, 128]\n        schedule: pingpong\n        swap_ab: true\n        copy: tma",
+     "copy", "copy belongs to schedule wgmma .*; got schedule 'pingpong'"),
 ])
 def test_wgmma_config_errors(tmp_path, old, new, key, message):
     text = _WGMMA_MANIFEST
@@ -450,7 +464,8 @@ def test_render_shipped_manifest_spells_every_variant():
             c = k.config
             assert (f"gemmgen::moe::wgmma::WgmmaConfig<{element[k.w]}, /*per_group=*/"
                     f"{'true' if k.scales == 'group' else 'false'}, /*warp_groups=*/{c.tile[0] // 64}, "
-                    f"/*tokens=*/{c.tile[1]}, /*stages=*/{c.wgmma_stages}> {{}};") in unit.source
+                    f"/*tokens=*/{c.tile[1]}, /*stages=*/{c.wgmma_stages}, "
+                    f"/*tma=*/{'true' if c.copy == 'tma' else 'false'}> {{}};") in unit.source
             assert '#include "gemmgen/moe/wgmma_grouped_gemm.cuh"' in unit.source
             assert "sm90_grouped_swiglu_quant.hpp" not in unit.source
             assert "gemmgen::moe::wgmma::WgmmaSwigluQuant<Config0>::run(" in unit.source
@@ -663,9 +678,9 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "wide", "wide_pp_fused"]),
     "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa_bf16", "small_fused_fa",
                                        "wide_pp_fused_fa"]),
-    "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "wgmma64", "wgmma80", "wgmma80", "tall",
+    "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "wgmma64", "wgmma80_tma", "wgmma80_tma", "tall",
                                         "large", "mid_pp"]),
-    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32_s8", "wgmma80", "wgmma64"]),
+    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32_s8", "wgmma80", "wgmma64_tma"]),
 }
 K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
 
@@ -699,30 +714,31 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     ("moe_e4m3", 28672, 112, "large_fa_bf16", K_DEEP), ("moe_e4m3", 28672, 113, "wide_pp_fused_fa", K_DEEP),
     ("moe_e4m3", 28672, 100_000, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 28672, 3, "decode", K_DEEP),
     # A8W4: the wgmma kernel's tiles by rows an expert: [64, 16] to 8, [128, 32] to 32, 64 rows to
-    # 48, 80 rows to 80 (to 160 at N >= 8192); then CUTLASS's tiles: below N 8192 the 128x128
+    # 48, 80 rows (TMA copies) to 80 (to 160 at N >= 8192); then CUTLASS's tiles: below N 8192 the 128x128
     # pingpong one; at N >= 8192 the 256x128 one to 512 an expert, then the 128x256 one
     ("moe_a8w4", 4096, 1, "wgmma16", K_DEEP), ("moe_a8w4", 4096, 8, "wgmma16", K_DEEP),
     ("moe_a8w4", 28672, 8, "wgmma16", K_DEEP), ("moe_a8w4", 4096, 9, "wgmma32", K_SHALLOW),
     ("moe_a8w4", 4096, 32, "wgmma32", K_DEEP), ("moe_a8w4", 4096, 33, "wgmma64", K_DEEP),
-    ("moe_a8w4", 4096, 48, "wgmma64", K_DEEP), ("moe_a8w4", 4096, 49, "wgmma80", K_DEEP),
-    ("moe_a8w4", 4096, 80, "wgmma80", K_SHALLOW), ("moe_a8w4", 4096, 81, "mid_pp", K_DEEP),
+    ("moe_a8w4", 4096, 48, "wgmma64", K_DEEP), ("moe_a8w4", 4096, 49, "wgmma80_tma", K_DEEP),
+    ("moe_a8w4", 4096, 80, "wgmma80_tma", K_SHALLOW), ("moe_a8w4", 4096, 81, "mid_pp", K_DEEP),
     ("moe_a8w4", 8192, 9, "wgmma32", K_DEEP), ("moe_a8w4", 28672, 32, "wgmma32", K_DEEP),
     ("moe_a8w4", 4096, 129, "mid_pp", K_DEEP), ("moe_a8w4", 4096, 100_000, "mid_pp", K_DEEP),
-    ("moe_a8w4", 8192, 65, "wgmma80", K_DEEP), ("moe_a8w4", 8192, 33, "wgmma64", K_DEEP),
-    ("moe_a8w4", 28672, 48, "wgmma64", K_DEEP), ("moe_a8w4", 28672, 49, "wgmma80", K_DEEP),
-    ("moe_a8w4", 28672, 81, "wgmma80", K_DEEP), ("moe_a8w4", 28672, 160, "wgmma80", K_DEEP),
+    ("moe_a8w4", 8192, 65, "wgmma80_tma", K_DEEP), ("moe_a8w4", 8192, 33, "wgmma64", K_DEEP),
+    ("moe_a8w4", 28672, 48, "wgmma64", K_DEEP), ("moe_a8w4", 28672, 49, "wgmma80_tma", K_DEEP),
+    ("moe_a8w4", 28672, 81, "wgmma80_tma", K_DEEP), ("moe_a8w4", 28672, 160, "wgmma80_tma", K_DEEP),
     ("moe_a8w4", 28672, 161, "tall", K_DEEP), ("moe_a8w4", 8192, 512, "tall", K_DEEP),
     ("moe_a8w4", 8192, 513, "large", K_DEEP), ("moe_a8w4", 28672, 100_000, "large", K_DEEP),
     ("moe_a8w4", 7168, 513, "mid_pp", K_DEEP),
     # A8W4 per group: the wgmma kernel from one token on, with wider row tiles as tokens grow;
-    # at N >= 8192 the one-warpgroup 80-row tile from 49 to 128 an expert
+    # at N >= 8192 the one-warpgroup 80-row tile from 49 to 128 an expert; past 32 rows otherwise
+    # the two-warpgroup 64-row tile with TMA copies
     ("moe_a8w4_group", 4096, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 1536, 2, "wgmma16", K_DEEP),
     ("moe_a8w4_group", 28672, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 4096, 3, "wgmma16", K_DEEP),
     ("moe_a8w4_group", 4096, 8, "wgmma16", K_DEEP), ("moe_a8w4_group", 4096, 9, "wgmma32_s8", K_DEEP),
-    ("moe_a8w4_group", 28672, 32, "wgmma32_s8", K_DEEP), ("moe_a8w4_group", 4096, 33, "wgmma64", K_DEEP),
-    ("moe_a8w4_group", 1536, 100_000, "wgmma64", K_DEEP), ("moe_a8w4_group", 8192, 48, "wgmma64", K_DEEP),
+    ("moe_a8w4_group", 28672, 32, "wgmma32_s8", K_DEEP), ("moe_a8w4_group", 4096, 33, "wgmma64_tma", K_DEEP),
+    ("moe_a8w4_group", 1536, 100_000, "wgmma64_tma", K_DEEP), ("moe_a8w4_group", 8192, 48, "wgmma64_tma", K_DEEP),
     ("moe_a8w4_group", 8192, 49, "wgmma80", K_DEEP), ("moe_a8w4_group", 28672, 128, "wgmma80", K_DEEP),
-    ("moe_a8w4_group", 28672, 129, "wgmma64", K_DEEP), ("moe_a8w4_group", 4096, 64, "wgmma64", K_DEEP)])
+    ("moe_a8w4_group", 28672, 129, "wgmma64_tma", K_DEEP), ("moe_a8w4_group", 4096, 64, "wgmma64_tma", K_DEEP)])
 def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, tokens, config, k):
     experts = 8
     cls, dtype, bits, per_group, order = _SHIPPED_FAMILIES[family]

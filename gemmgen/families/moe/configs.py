@@ -29,6 +29,10 @@ SCHEDULES = ("pingpong", "cooperative", "direct", "wgmma")
 # weights converted to int8 in registers as wgmma's A operand, per-channel or per-group scales,
 # tens to hundreds of tokens per expert.
 WGMMA_AUTO_STAGES = 4
+# How the wgmma kernel fills its ring: every thread's cp.async (the default), or the TMA (thread 0
+# queues a chunk's boxes on the slot's mbarrier; fewer instructions and better-formed DRAM
+# requests at hundreds of tokens an expert, a longer round trip at decode: RESULTS, session 50).
+COPIES = ("cp_async", "tma")
 SCALES = ("channel", "group")
 
 _SHORT = {"int8": "i8", "e4m3": "e4m3", "fp32": "f32", "bf16": "bf16", "int4": "w4"}
@@ -45,8 +49,8 @@ class MoeTileConfig(DirectTile):
     (0: DIRECT_AUTO_STAGES); no cluster, not swap-AB (the weight is the MMA's A by design).
 
     Schedule "wgmma": tile [64·warpgroups (64 or 128) features, an expert's rows a tile (the
-    wgmma's N), 128 K], `stages` the ring depth (0: WGMMA_AUTO_STAGES); like direct, no cluster
-    and not swap-AB."""
+    wgmma's N), 128 K], `stages` the ring depth (0: WGMMA_AUTO_STAGES), `copy` what fills the
+    ring (COPIES); like direct, no cluster and not swap-AB."""
 
     tile: tuple[int, int, int]
     cluster: tuple[int, int, int]
@@ -59,6 +63,7 @@ class MoeTileConfig(DirectTile):
     # promotion to fp32 every few wgmmas), as cuBLAS's and the W8A8 family's fp8 kernels run
     fast_accum: bool = False
     warps_k: int = 0  # direct only (is_direct, ring_stages: direct_schema.DirectTile)
+    copy: str = "cp_async"  # wgmma only: COPIES
 
     @property
     def is_wgmma(self) -> bool:
@@ -78,10 +83,12 @@ class MoeTileConfig(DirectTile):
     @property
     def terse(self) -> str:
         """Name fragment, e.g. `f32_t128x16x128_c1x1x1_pp_sauto_swap`,
-        `f32_t64x8x128_direct_wk4_s4` or `f32_t128x64x128_wgmma_s4`."""
+        `f32_t64x8x128_direct_wk4_s4`, `f32_t128x64x128_wgmma_s4` or
+        `f32_t128x64x128_wgmma_s4_tma`."""
         if self.is_wgmma:
             return "_".join([_SHORT[self.intermediate], "t" + "x".join(map(str, self.tile)),
-                             "wgmma", f"s{self.wgmma_stages}"])
+                             "wgmma", f"s{self.wgmma_stages}"]
+                            + (["tma"] if self.copy == "tma" else []))
         if self.is_direct:
             return "_".join([_SHORT[self.intermediate], "t" + "x".join(map(str, self.tile)),
                              "direct", f"wk{self.warps_k}", f"s{self.ring_stages}"])

@@ -34,9 +34,11 @@ one of the two kernels that take per-group weight scales (`scales: group`, A8W4)
 `schedule: wgmma` is the family's own sm90a kernel for A8W4 (wgmma_grouped_gemm.cuh): int8
 activations with int4 weights, per-channel or per-group scales, tile [64 or 128 features (one or
 two warpgroups), an expert's rows a tile (the wgmma's N: a multiple of 16 up to 128; per group
-at most 64, 80 with one warpgroup), 128], `stages` the ring depth (3 to 8, auto 4); no cluster,
-swap_ab, fused, warps_k, raster or swizzle; fp32 intermediate. A family with `scales: group` has
-direct and wgmma configs only.
+at most 64, 80 with one warpgroup), 128], `stages` the ring depth (3 to 8, auto 4), `copy` what
+fills the ring: `cp_async` (every thread's 16-byte copies, the default) or `tma` (thread 0 queues
+a chunk's TMA boxes on an mbarrier: faster from hundreds of tokens an expert, slower at decode);
+no cluster, swap_ab, fused, warps_k, raster or swizzle; fp32 intermediate. A family with
+`scales: group` has direct and wgmma configs only.
 
 With `swap_ab: true` the tile is in the kernel's terms C_iᵀ = W_i · X_iᵀ: tile M runs over the
 weight's N, tile N over an expert's tokens (a narrow tile N serves decode). int4 weights need
@@ -65,13 +67,14 @@ from typing import Any
 
 from ...generator import direct_schema, sm90_schema
 from ...generator.kernel_config import ConfigEntry
-from .configs import (ELEMENTS, INTERMEDIATES, PAIRS, SCALES, SCHEDULES, WEIGHTS,
+from .configs import (COPIES, ELEMENTS, INTERMEDIATES, PAIRS, SCALES, SCHEDULES, WEIGHTS,
                       WGMMA_AUTO_STAGES, MoeTileConfig)
 
 FAMILY_KEYS = frozenset({"dtypes"})
 REQUIRED_FAMILY_KEYS = frozenset({"dtypes"})
 CONFIG_KEYS = frozenset({"name", "tile", "cluster", "schedule", "stages", "swap_ab",
-                         "intermediate", "raster", "swizzle", "fused", "warps_k", "fast_accum"})
+                         "intermediate", "raster", "swizzle", "fused", "warps_k", "fast_accum",
+                         "copy"})
 TILE_K = 128  # 128 bytes of 8-bit elements: one swizzle atom
 _C_BYTES = {"fp32": 4, "bf16": 2}
 TOKENS_FIRST = {False: "along_m", True: "heuristic"}  # the raster default, by swap_ab
@@ -181,10 +184,12 @@ WGMMA_TOKENS_PER_GROUP_ONE_WG = 80      # warpgroups, two CTAs an SM; one warpgr
 def wgmma_smem_bytes(config: MoeTileConfig, per_group: bool) -> int:
     """The wgmma kernel's shared memory (mirrors WgmmaGroupedGemm::kSmemBytes): a ring of
     `stages` slots in three regions, each slot's tokens (128 bytes a row, rounded up to 1024
-    bytes), weights (64 bytes a feature) and, per group, the features' scales; + 1024 for the
-    ring's alignment; + the inline group-list scan's allowance (as direct_smem_bytes)."""
+    bytes), weights (64 bytes a feature) and, per group, the features' scales (with TMA copies,
+    + an 8-byte mbarrier); + 1024 for the ring's alignment; + the inline group-list scan's
+    allowance (as direct_smem_bytes)."""
     tm, tn, tk = config.tile
-    slot = -(-(tn * tk) // 1024) * 1024 + tm * tk // 2 + (tm * 4 if per_group else 0)
+    slot = (-(-(tn * tk) // 1024) * 1024 + tm * tk // 2 + (tm * 4 if per_group else 0)
+            + (8 if config.copy == "tma" else 0))
     scan = 4096  # the static shared memory of the inline group-list scan (CUB), measured
     return config.wgmma_stages * slot + 1024 + scan
 
@@ -226,6 +231,9 @@ def check_wgmma(config: MoeTileConfig, variants: tuple[Variant, ...]) -> list[tu
 
 
 def check_config(config: MoeTileConfig, variants: tuple[Variant, ...] = ()) -> list[tuple[str, str]]:
+    if config.copy != "cp_async" and not config.is_wgmma:
+        return [("copy", f"copy belongs to schedule wgmma (what fills its ring); got schedule "
+                         f"{config.schedule!r}: leave copy out")]
     if config.is_direct:
         return check_direct(config, variants)
     if config.is_wgmma:
@@ -264,7 +272,8 @@ def read_config(reader, node: Any, index: int, line: int,
         tile=reader.triple(c, "tile"), cluster=reader.triple(c, "cluster", [1, 1, 1]),
         schedule=reader.choice(c, "schedule", SCHEDULES), stages=common["stages"],
         swap_ab=swap_ab, intermediate=reader.choice(c, "intermediate", INTERMEDIATES, "fp32"),
-        fused=fused, warps_k=direct_schema.read_warps_k(reader, c), fast_accum=fast_accum)
+        fused=fused, warps_k=direct_schema.read_warps_k(reader, c), fast_accum=fast_accum,
+        copy=reader.choice(c, "copy", COPIES, "cp_async"))
     int4 = any(w == "int4" for _, w, _ in variants or ())
     if config.is_own:
         for key, message in check_config(config, variants or ()):
@@ -305,6 +314,8 @@ def config_fields(entry: ConfigEntry) -> dict[str, Any]:
               "fast_accum": cfg.fast_accum}
     if cfg.is_direct:
         fields["warps_k"] = cfg.warps_k
+    if cfg.is_wgmma:
+        fields["copy"] = cfg.copy
     if not cfg.is_own:  # CUTLASS's tile scheduler takes the run-time knobs
         fields.update(raster=knobs.raster, swizzle=knobs.swizzle)
     return fields

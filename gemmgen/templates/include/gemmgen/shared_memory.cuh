@@ -1,9 +1,10 @@
 /*
  * gemmgen/shared_memory.cuh — shared-memory access by 32-bit address for the families' own
  * kernels (the mixed family's direct and wgmma kernels, the MoE family's wgmma kernel and its
- * SwiGLU pass): cp.async copies with zero-fill, vector loads without a generic-to-shared
- * conversion in the loop, the wgmma descriptor of a K-major operand tile in 128-byte swizzle, and
- * a thread-block cluster's barriers and reads of another CTA's shared memory (sm90).
+ * SwiGLU pass): cp.async copies with zero-fill, TMA copies and their transaction barriers, vector
+ * loads without a generic-to-shared conversion in the loop, the wgmma descriptor of a K-major
+ * operand tile in 128-byte swizzle, and a thread-block cluster's barriers and reads of another
+ * CTA's shared memory (sm90).
  */
 #pragma once
 
@@ -55,6 +56,54 @@ __device__ __forceinline__ void cp_async_wait_for_wgmma() {
   asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   __syncthreads();
+}
+
+// A TMA ring's transaction barriers (sm90; `bar` an 8-byte aligned shared-memory address).
+// mbarrier_init: one arrival a phase (the thread that queues the slot's copies); visible to the
+// async proxy (the copies' completions) and, after a CTA barrier, to every thread.
+// mbarrier_expect_tx: that arrival, announcing the bytes the phase's copies bring.
+// mbarrier_wait: until the phase of parity `phase` completed (the slot's bytes landed; they are
+// then visible to this thread and to its wgmmas). mbarrier_inval: before the barrier's memory
+// is initialized again.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t phase) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n"
+      "}" ::"r"(bar),
+      "r"(phase)
+      : "memory");
+}
+__device__ __forceinline__ void mbarrier_inval(uint32_t bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+// A box of a 2-D or 3-D tensor (`map`: a CUtensorMap in kernel-parameter or global memory) to
+// shared memory at `dst`, completing `bytes` (the whole box, zero-filled past the tensor) on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, void const* map, uint32_t bar, int c0,
+                                            int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, void const* map, uint32_t bar, int c0,
+                                            int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
 }
 
 // The wgmma descriptor of a K-major operand tile with 128-byte swizzle at `addr` (1024-aligned,

@@ -217,6 +217,7 @@ struct DirectGroupedGemm {
   static constexpr int kFeatures = kRows * kWarpsN;  // output features a CTA
   static constexpr bool kTokenSlotsFirst = false;   // (grouped_block)
   static constexpr bool kPermutedTokens = false;    // reads x as it is (OwnSwigluQuant)
+  static constexpr bool kTmaMaps = false;           // the kernel takes Params only (OwnSwigluQuant)
   static constexpr int kWeightBits = kInt4 ? 4 : 8;
   static constexpr int kWeightRowBytes = kChunkK * kWeightBits / 8;  // 64 (int4), 128 (int8)
   static constexpr int kWeightStageBytes = kRows * kWeightRowBytes;
@@ -617,9 +618,9 @@ __device__ uint3 grouped_block() {
 // DirectGroupedGemm, wgmma_grouped_gemm.cuh's WgmmaGroupedGemm): a CTA (grouped_block) serves
 // one feature block of an expert slot (the y-th non-empty expert, from group_work's lists or
 // inline grouping) and a token slot walking that expert's row tiles of Gemm::kTokens rows z,
-// z + Z, ...
-template <class Gemm>
-__device__ void grouped_row_tiles(Params const& p, char* smem) {
+// z + Z, ... (`extra`: what the Gemm's row_tile takes besides, e.g. the wgmma kernel's TMA boxes)
+template <class Gemm, class... Extra>
+__device__ void grouped_row_tiles(Params const& p, char* smem, Extra const&... extra) {
   uint3 const block = grouped_block<Gemm::kTokenSlotsFirst>();
   int e;
   int64_t start, end;
@@ -636,7 +637,8 @@ __device__ void grouped_row_tiles(Params const& p, char* smem) {
   }
   for (int64_t t0 = start + int64_t(block.z) * Gemm::kTokens; t0 < end;
        t0 += int64_t(gridDim.z) * Gemm::kTokens) {
-    Gemm::row_tile(p, smem, block.x, e, t0, t0 + Gemm::kTokens < end ? t0 + Gemm::kTokens : end);
+    Gemm::row_tile(p, smem, block.x, e, t0, t0 + Gemm::kTokens < end ? t0 + Gemm::kTokens : end,
+                   extra...);
   }
 }
 
@@ -779,7 +781,16 @@ struct OwnSwigluQuant {
                         static_cast<int>((group + K::kChunkK - 1) / K::kChunkK), x_stride};
     int const sms = hardware_info().sm_count;
     int const smem = K::launch_smem_bytes(int64_t(grid.x) * grid.y * grid.z, sms);
-    launch_maybe_pdl(Kernel, grid, dim3(K::kThreads), smem, cuda_stream, pdl, params);
+    if constexpr (K::kTmaMaps) {  // the kernel's TMA boxes over this call's tensors
+      typename K::Maps maps;
+      int const described = K::make_maps(p, x, x_stride, maps, kernel_name);
+      if (described != GEMMGEN_OK) {
+        return described;
+      }
+      launch_maybe_pdl(Kernel, grid, dim3(K::kThreads), smem, cuda_stream, pdl, params, maps);
+    } else {
+      launch_maybe_pdl(Kernel, grid, dim3(K::kThreads), smem, cuda_stream, pdl, params);
+    }
     using ElementQ = typename K::ElementQ;
     cudaError_t launched = launch_swiglu_quant(
         static_cast<float const*>(p->c), static_cast<ElementQ*>(p->q), p->q_scale, p->m, p->n / 2,

@@ -13,10 +13,14 @@
  * mainloop applies one scale per output channel only. Here, per expert i:
  *   C_iᵀ[features, tokens] = W_i[features, K] · X_iᵀ[K, tokens]
  * A CTA owns 64·WarpGroups features (each warpgroup 64: the wgmma's M) and Tokens rows of one
- * expert (the wgmma's N) over all of K. K streams in chunks of 128 through a cp.async ring of
- * Stages chunks filled by all the CTA's threads: the weights (64 bytes a feature), the tokens
- * (128 bytes a row, XOR-swizzled in 16-byte pieces by row % 8: wgmma's 128-byte swizzle,
- * K-major) and, with per-group scales, the chunk's group's scales of the CTA's features.
+ * expert (the wgmma's N) over all of K. K streams in chunks of 128 through a ring of Stages
+ * chunks: the weights (64 bytes a feature), the tokens (128 bytes a row, XOR-swizzled in 16-byte
+ * pieces by row % 8: wgmma's 128-byte swizzle, K-major) and, with per-group scales, the chunk's
+ * group's scales of the CTA's features. Config::Tma chooses what fills it: every thread's
+ * cp.async copies, or the TMA (thread 0 queues three boxes a chunk on the slot's mbarrier, the
+ * boxes encoded on the host each call: make_maps). On the H200 the TMA ran 1.06-1.14x at
+ * 1024-4096 tokens and 2-30% slower at 1-64 (the kernel there waits on its weights, and the
+ * TMA's round trip is the longer), so the manifest has both (session 50).
  *
  * Registers. wgmma's int8 A fragment gives lane (g, q) of warp w rows 16w+g and 16w+g+8 and, per
  * 32-K step j, the slots 4q .. 4q+3 and 16+4q .. 16+4q+3. The lane reads its 16 bytes of each row
@@ -43,14 +47,16 @@
  * chunks alternate between two fragment sets, the loop body written twice: chunk i's four
  * wgmmas are one commit group; wait_group 1 retires chunk i − 1's, and the next chunk is
  * converted into its fragment set while the tensor cores run chunk i. Before that conversion,
- * chunk i + 1's slot is waited for (cp.async, proxy fence, barrier) and chunk i + Stages − 1
- * queued into the slot of chunk i − 1, retired by then in both warpgroups. A ring of 7 or 8
+ * chunk i + 1's slot is waited for (cp.async: its copies, a proxy fence, a CTA barrier; TMA: its
+ * mbarrier's phase, then a proxy fence and a CTA barrier) and chunk i + Stages − 1 queued into
+ * the slot of chunk i − 1, retired by then in both warpgroups. A ring of 7 or 8
  * chunks waits and queues every second chunk (`SyncChunks` 2, as the mixed family's wgmma kernel:
  * one barrier for two chunks, one chunk less in flight): the per-group [64, 16] tile with 8
  * chunks (decode) measured 3% faster on the H200, 0.5% on the H100 (session 22).
  */
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -78,13 +84,14 @@ using smem::lds128;
 using smem::lds32;
 
 template <class ElementW_, bool PerGroup_, int WarpGroups_, int Tokens_, int Stages_,
-          int SyncChunks_ = (Stages_ >= 7 ? 2 : 1)>
+          bool Tma_ = false, int SyncChunks_ = (Stages_ >= 7 ? 2 : 1)>
 struct WgmmaConfig {
   using ElementW = ElementW_;  // cutlass::int4b_t; activations are int8
   static constexpr bool PerGroup = PerGroup_;     // weight scales per group of K (else per channel)
   static constexpr int WarpGroups = WarpGroups_;  // 64 features each
   static constexpr int Tokens = Tokens_;          // the wgmma's N: an expert's rows a tile
   static constexpr int Stages = Stages_;
+  static constexpr bool Tma = Tma_;  // the ring filled by the TMA (else by every thread's cp.async)
   static constexpr int SyncChunks = SyncChunks_;  // chunks made ready by one ring barrier
 };
 
@@ -99,6 +106,7 @@ struct WgmmaGroupedGemm {
   static constexpr int kTokens = Config::Tokens;
   static constexpr int kStages = Config::Stages;
   static constexpr int kSyncChunks = Config::SyncChunks;
+  static constexpr bool kTma = Config::Tma;
   static_assert(kWarpGroups == 1 || kWarpGroups == 2, "one or two warpgroups a CTA");
   static_assert(kSyncChunks == 1 || kSyncChunks == 2, "one or two chunks a ring barrier");
   static_assert(kStages >= 2 * kSyncChunks + 1 && kStages <= 8,
@@ -111,6 +119,7 @@ struct WgmmaGroupedGemm {
   // Per channel the weights are in CUTLASS's nibble order: the op gives this kernel x permuted
   // (direct::permute_tokens_for_mma) so that the same cheap conversion serves both orders.
   static constexpr bool kPermutedTokens = !kPerGroup;
+  static constexpr bool kTmaMaps = true;  // the kernel takes the call's TMA boxes (make_maps)
   static constexpr int kChunkK = 128;
   static constexpr int kSteps = kChunkK / 32;          // wgmmas a chunk (K 32 each)
   static constexpr int kWeightRowBytes = kChunkK / 2;  // 64
@@ -125,11 +134,13 @@ struct WgmmaGroupedGemm {
   static constexpr int kActSlotBytes = (kActStageBytes + 1023) / 1024 * 1024;
   static constexpr int kWeightsAt = kStages * kActSlotBytes;
   static constexpr int kScalesAt = kWeightsAt + kStages * kWeightStageBytes;
+  static constexpr int kBarriersAt = kScalesAt + kStages * kScaleStageBytes;  // a slot's mbarrier
+  static constexpr uint32_t kChunkBytes = kWeightStageBytes + kActStageBytes + kScaleStageBytes;
   // Chunks queued ahead of the one converted: at the barrier before chunk i every warpgroup has
   // retired chunk i - 2, whose slot chunk i + kAhead + kSyncChunks - 1 reuses at the latest.
   static constexpr int kAhead = kStages - 1 - kSyncChunks;
   // + 1024: the ring starts at the first 1024-byte boundary of the dynamic shared memory
-  static constexpr int kSmemBytes = kScalesAt + kStages * kScaleStageBytes + 1024;
+  static constexpr int kSmemBytes = kBarriersAt + (kTma ? kStages * 8 : 0) + 1024;
   // A grid of up to three CTAs an SM launches with its dynamic shared memory padded so that
   // three fit an SM, not four: at one token of DeepSeek-V2-Lite (264 CTAs of the per-group
   // [64, 16]) four an SM measured 11.7 µs against three's 10.5 (H200, in a CUDA graph with PDL;
@@ -154,6 +165,14 @@ struct WgmmaGroupedGemm {
   static constexpr int kActCopies = (kActSegs + kThreads - 1) / kThreads;
   static constexpr int kScaleSegs = kScaleStageBytes / 16;  // copied by threads 0 .. segs − 1
   static_assert(kWeightStageBytes / 16 % kThreads == 0 && kScaleSegs <= kThreads);
+
+  // With kTma, the TMA boxes of a chunk: the weights' [kFeatures rows of 64 bytes] of [E, N, K/2]
+  // bytes, the tokens' [Tokens rows of 128 bytes] of x [M, x_stride] in 128-byte swizzle and, per
+  // group, the chunk's group's [kFeatures] scales of w_scale [E, groups, N]: encoded on the host
+  // for each call (make_maps) and passed by value to the kernel (zeroed and unread without).
+  struct Maps {
+    CUtensorMap w, x, s;
+  };
 
   // The int8 wgmma of N = Tokens, A (the weights) from registers. Named, not chosen by CUTE's
   // rs_op_selector: CUTE declares (and the selector offers) N = 48, 80 and 112 only with
@@ -209,9 +228,57 @@ struct WgmmaGroupedGemm {
     return GEMMGEN_OK;
   }
 
+  // The call's TMA boxes (Maps) over the packed weight, x as the kernel reads it (`x`, rows of
+  // `x_stride` bytes: the user's x, or per channel its permuted copy) and, per group, w_scale.
+  // Past the tensors' ends (weight rows past N, token rows past M, per channel k past K) the
+  // boxes are zero-filled.
+  static int make_maps(gemmgen_moe_args const* p, void const* x, int64_t x_stride, Maps& maps,
+                       char const* kernel_name) {
+    maps = Maps{};
+    if constexpr (!kTma) {  // cp.async copies: the kernel takes (and reads) no boxes
+      return GEMMGEN_OK;
+    } else {
+      auto encode = [](CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank,
+                       void const* base, cuuint64_t const* dims, cuuint64_t const* strides,
+                       cuuint32_t const* box, CUtensorMapSwizzle swizzle) {
+        cuuint32_t const unit[3] = {1, 1, 1};
+        return cuTensorMapEncodeTiled(map, type, rank, const_cast<void*>(base), dims, strides, box,
+                                      unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+      };
+      auto const row_bytes = static_cast<cuuint64_t>(p->k / 2), n = static_cast<cuuint64_t>(p->n);
+      cuuint64_t const w_dims[3] = {row_bytes, n, static_cast<cuuint64_t>(p->experts)};
+      cuuint64_t const w_strides[2] = {row_bytes, row_bytes * n};
+      cuuint32_t const w_box[3] = {kWeightRowBytes, kFeatures, 1};
+      cuuint64_t const x_dims[2] = {static_cast<cuuint64_t>(x_stride),
+                                    static_cast<cuuint64_t>(p->m)};
+      cuuint64_t const x_strides[1] = {static_cast<cuuint64_t>(x_stride)};
+      cuuint32_t const x_box[2] = {kChunkK, kTokens};
+      bool ok = encode(&maps.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p->w, w_dims, w_strides, w_box,
+                       CU_TENSOR_MAP_SWIZZLE_NONE) &&
+                encode(&maps.x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, x, x_dims, x_strides, x_box,
+                       CU_TENSOR_MAP_SWIZZLE_128B);
+      if (kPerGroup && ok) {
+        auto const groups = static_cast<cuuint64_t>(p->k / p->group_size);
+        cuuint64_t const s_dims[3] = {n, groups, static_cast<cuuint64_t>(p->experts)};
+        cuuint64_t const s_strides[2] = {n * 4, groups * n * 4};
+        cuuint32_t const s_box[3] = {kFeatures, 1, 1};
+        ok = encode(&maps.s, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, p->w_scale, s_dims, s_strides,
+                    s_box, CU_TENSOR_MAP_SWIZZLE_NONE);
+      }
+      if (!ok) {
+        return fail(GEMMGEN_CANNOT_IMPLEMENT, kernel_name,
+                    "could not describe the weights, x or w_scale to the TMA "
+                    "(cuTensorMapEncodeTiled failed: each needs a 16-byte aligned start)");
+      }
+      return GEMMGEN_OK;
+    }
+  }
+
   // One row tile [t0, t_end) of expert `e` for this CTA's features: C[rows, features].
   static __device__ void row_tile(Params const& p, char* smem_raw, int feature_block, int e,
-                                  int64_t t0, int64_t t_end) {
+                                  int64_t t0, int64_t t_end, Maps const& maps) {
     int const tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     int const g = lane / 4, q = lane % 4;
     int const n0 = feature_block * kFeatures;
@@ -219,10 +286,20 @@ struct WgmmaGroupedGemm {
     int const count = (p.k + kChunkK - 1) / kChunkK;
     int64_t const row_bytes = p.k / 2;
     unsigned char const* w_expert = p.w + int64_t(e) * p.n * row_bytes;
+    uint32_t const barriers = ring + kBarriersAt;  // kTma: slot s's mbarrier at + 8 s
+    if constexpr (kTma) {
+      if (tid == 0) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int slot = 0; slot < kStages; ++slot) {
+          smem::mbarrier_init(barriers + 8 * slot);
+        }
+      }
+      __syncthreads();
+    }
 
-    // This thread's copies a chunk (the sources advance a chunk a call of `issue`): weight rows
-    // past N, token rows past the tile and 16-byte pieces past K are zero-filled from a source
-    // that exists.
+    // cp.async: this thread's copies a chunk (the sources advance a chunk a call of `issue`):
+    // weight rows past N, token rows past the tile and 16-byte pieces past K are zero-filled from
+    // a source that exists. (Unused with kTma: the compiler drops them.)
     unsigned char const* w_src[kWeightCopies];
     uint32_t w_dst[kWeightCopies];
     int w_k[kWeightCopies];
@@ -255,12 +332,28 @@ struct WgmmaGroupedGemm {
     bool const s_ok = kPerGroup && tid < kScaleSegs && n0 + 4 * tid < p.n;
     float const* s_src = p.w_scale + (s_ok ? int64_t(e) * p.groups * p.n + n0 + 4 * tid : 0);
     uint32_t const s_dst = kScalesAt + 16 * tid;
-    int s_left = p.chunks_per_group;  // chunks queued before s_src moves to the next group
-    int issued = 0;
+    int s_left = p.chunks_per_group;  // chunks queued before the scales move to the next group
+    int issued = 0, issued_group = 0;
+    // The queued chunk's copies into ring slot `slot`. kTma: thread 0 issues three boxes, the
+    // weights, the tokens (rows from t0 on: those of the next expert, or zeros past M, fill a
+    // short tile's unused wgmma columns, which are never stored) and, per group, the group's
+    // scales, all completing on the slot's mbarrier.
     auto issue = [&](int slot) {
       int const dk = issued * kChunkK;
       int64_t const dw = int64_t(issued) * kWeightRowBytes;
-      if constexpr (kPerGroup) {
+      if constexpr (kTma) {
+        if (tid == 0) {
+          uint32_t const bar = barriers + 8 * slot;
+          smem::mbarrier_expect_tx(bar, kChunkBytes);
+          smem::tma_load_3d(ring + kWeightsAt + slot * kWeightStageBytes, &maps.w, bar,
+                            issued * kWeightRowBytes, n0, e);
+          smem::tma_load_2d(ring + slot * kActSlotBytes, &maps.x, bar, dk, static_cast<int>(t0));
+          if constexpr (kPerGroup) {
+            smem::tma_load_3d(ring + kScalesAt + slot * kScaleStageBytes, &maps.s, bar, n0,
+                              issued_group, e);
+          }
+        }
+      } else if constexpr (kPerGroup) {
         // K is a whole number of chunks (check): no piece is past K, so a copy is an address add
         // and the copy, zero-filled only for a weight row past N or a token row past the tile
         // (the K checks and their source selects measured 3-4% slower, H200, session 49; per
@@ -293,12 +386,13 @@ struct WgmmaGroupedGemm {
         }
       }
       if constexpr (kPerGroup) {
-        if (tid < kScaleSegs) {
+        if (!kTma && tid < kScaleSegs) {
           cp_async16(ring + slot * kScaleStageBytes + s_dst, s_src, s_ok ? 16u : 0u);
         }
         if (--s_left == 0) {
           s_left = p.chunks_per_group;
           s_src += s_ok ? p.n : 0;
+          ++issued_group;
         }
       }
       ++issued;
@@ -308,7 +402,9 @@ struct WgmmaGroupedGemm {
       if (s < count) {
         issue(s);
       }
-      cute::cp_async_fence();
+      if constexpr (!kTma) {
+        cute::cp_async_fence();
+      }
     }
 
     int const row_lo = 16 * warp + g;  // this lane's rows: row_lo and row_lo + 8 (tile-local)
@@ -341,6 +437,7 @@ struct WgmmaGroupedGemm {
     constexpr int kUnroll = !kUnrolled ? 2 : kStages % 2 == 0 ? kStages : 2 * kStages;
     static_assert(kUnroll % kSyncChunks == 0, "a round ends on a barrier chunk");
     int read_slot = 0, write_slot = kAhead;  // the rolled loop's slots (of the next chunk)
+    uint32_t phases = 0;  // bit s: the parity of slot s's next phase to wait for
     uint64_t const desc_ring = smem::sw128_k_major_descriptor(ring);  // slot 0, step 0
     // Chunk i at position u of a round: every kSyncChunks chunks wait for the slots of chunks
     // i .. i + kSyncChunks - 1 (one barrier for them all) and queue chunks i + kAhead .. (a
@@ -348,13 +445,30 @@ struct WgmmaGroupedGemm {
     // rows' scales into `scale`.
     auto load_chunk = [&](int i, int u, uint32_t (&a)[kSteps][4], float (&scale)[2]) {
       if (kSyncChunks == 1 || u % kSyncChunks == 0) {
-        smem::cp_async_wait_for_wgmma<kAhead - kSyncChunks>();
+        if constexpr (kTma) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < kSyncChunks; ++c) {  // chunks i .. landed
+            int const landing = kUnrolled ? (u + c) % kStages : (read_slot + c) % kStages;
+            if (i + c < count) {
+              smem::mbarrier_wait(barriers + 8 * landing, (phases >> landing) & 1u);
+              phases ^= 1u << landing;
+            }
+          }
+          // every warp is past its reads of the slots queued next (the fence orders the weights'
+          // generic-proxy loads before the TMA's async-proxy writes)
+          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+          __syncthreads();
+        } else {
+          smem::cp_async_wait_for_wgmma<kAhead - kSyncChunks>();
+        }
         CUTLASS_PRAGMA_UNROLL
         for (int c = 0; c < kSyncChunks; ++c) {
           if (i + kAhead + c < count) {
             issue(kUnrolled ? (u + kAhead + c) % kStages : write_slot);
           }
-          cute::cp_async_fence();
+          if constexpr (!kTma) {
+            cute::cp_async_fence();
+          }
           write_slot = write_slot + 1 == kStages ? 0 : write_slot + 1;
         }
       }
@@ -471,20 +585,32 @@ struct WgmmaGroupedGemm {
         p.c[row * p.n + n] = v;
       }
     }
-    cute::cp_async_wait<0>();
-    __syncthreads();  // both warpgroups are done with the ring: the next row tile may refill it
+    if constexpr (kTma) {
+      __syncthreads();  // both warpgroups are done with the ring: the next row tile may refill it
+      if (tid == 0) {   // every queued chunk landed (each was waited for): the next tile re-inits
+        CUTLASS_PRAGMA_UNROLL
+        for (int slot = 0; slot < kStages; ++slot) {
+          smem::mbarrier_inval(barriers + 8 * slot);
+        }
+      }
+    } else {
+      cute::cp_async_wait<0>();
+      __syncthreads();  // both warpgroups are done with the ring: the next row tile may refill it
+    }
   }
 };
 
 template <class Config>
 __global__ void __launch_bounds__(WgmmaGroupedGemm<Config>::kThreads,
                                   WgmmaGroupedGemm<Config>::kMinBlocks)
-    wgmma_grouped_gemm_kernel(Params const params) {
+    wgmma_grouped_gemm_kernel(Params const params,
+                              __grid_constant__
+                              typename WgmmaGroupedGemm<Config>::Maps const maps) {
   extern __shared__ __align__(1024) char smem[];
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   pdl_wait();  // group_work's lists (inline grouping: the group list from the kernel before)
   pdl_release();
-  direct::grouped_row_tiles<WgmmaGroupedGemm<Config>>(params, smem);
+  direct::grouped_row_tiles<WgmmaGroupedGemm<Config>>(params, smem, maps);
 #endif
 }
 
