@@ -48,13 +48,19 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   return v;
 }
 
+// Orders this thread's shared-memory accesses through the generic proxy (loads, stores, landed
+// cp.async copies) with the async proxy's after it (wgmma's reads, the TMA's writes).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // A cp.async ring's slot made ready for wgmma: wait until at most `Pending` commit groups of
 // this thread's copies are in flight, make its copies visible to the async proxy (wgmma reads
 // shared memory through it), then a CTA barrier (every thread's copies of the slot landed).
 template <int Pending>
 __device__ __forceinline__ void cp_async_wait_for_wgmma() {
   asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  fence_proxy_async();
   __syncthreads();
 }
 

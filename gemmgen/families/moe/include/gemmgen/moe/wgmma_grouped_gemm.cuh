@@ -456,7 +456,7 @@ struct WgmmaGroupedGemm {
           }
           // every warp is past its reads of the slots queued next (the fence orders the weights'
           // generic-proxy loads before the TMA's async-proxy writes)
-          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+          smem::fence_proxy_async();
           __syncthreads();
         } else {
           smem::cp_async_wait_for_wgmma<kAhead - kSyncChunks>();
