@@ -19,7 +19,7 @@
  * group's scales of the CTA's features. Config::Tma chooses what fills it: every thread's
  * cp.async copies, or the TMA (thread 0 queues three boxes a chunk on the slot's mbarrier, the
  * boxes encoded on the host each call: make_maps). On the H200 the TMA ran 1.06-1.14x at
- * 1024-4096 tokens and 2-30% slower at 1-64 (the kernel there waits on its weights, and the
+ * 1024-4096 tokens and 5-30% slower at 1-64 (the kernel there waits on its weights, and the
  * TMA's round trip is the longer), so the manifest has both (session 50).
  *
  * Registers. wgmma's int8 A fragment gives lane (g, q) of warp w rows 16w+g and 16w+g+8 and, per
