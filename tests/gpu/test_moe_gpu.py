@@ -547,7 +547,10 @@ def own_kernels(schedule: str) -> list:
 # row tiles walked by one CTA's token slot (E = 2, M = 1000, skewed), empty experts.
 WGMMA_CASES = [(160, 0, 264, 4, 300, "skewed"), (4096, 0, 512, 2, 1000, "skewed"),
                (512, 128, 264, 4, 300, "skewed"), (1024, 256, 512, 8, 64, "empty"),
-               (2048, 512, 256, 2, 1000, "skewed"), (1536, 128, 384, 8, 7, "uniform")]
+               (2048, 512, 256, 2, 1000, "skewed"), (1536, 128, 384, 8, 7, "uniform"),
+               # an odd number of 128-K chunks (a pair of chunks' weights queued together has
+               # no second chunk at the end): per channel with a partial last chunk, per group
+               (288, 0, 264, 4, 300, "skewed"), (384, 128, 264, 4, 300, "skewed")]
 
 
 def check_forced_kernel(kernel, v, k: int, group: int, n: int, counts: list[int], label: str):
