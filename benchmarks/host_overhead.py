@@ -4,8 +4,11 @@
     python benchmarks/host_overhead.py --kernel NAME   # any built int8 bf16 bias kernel, by name
     python benchmarks/host_overhead.py --mixed-kernel NAME  # also gemmgen.mixed_mm (int4, group
                                                              # 128, bf16, M=1) with that kernel
-    python benchmarks/host_overhead.py --moe-kernel NAME    # also grouped_matmul_swiglu_quant
-                                                             # (int8, 8 experts, one token each)
+    python benchmarks/host_overhead.py --tensor-map         # also one cuTensorMapEncodeTiled call
+    python benchmarks/host_overhead.py --moe-kernel NAME[,NAME...]  # also grouped_matmul_swiglu_quant
+                                                             # (8 experts, one token each; the kernel's
+                                                             # x, w and scales: int8, or A8W4 per
+                                                             # channel / per group 128)
 
 Each row is the wall time of back-to-back calls (no sync inside the loop) divided by their
 count: the rows take turns, 7 rounds of 500 calls each (after 50 warm-up calls), and a row shows
@@ -88,17 +91,49 @@ def mixed_rows(kernel) -> dict:
 
 
 def moe_rows(kernel) -> dict:
-    """gemmgen.grouped_matmul_swiglu_quant, int8, 8 experts of K=2048, N=2x768, one row each
-    (a decode step's top-8 of one token), check=False (the sync-free call), eager."""
+    """gemmgen.grouped_matmul_swiglu_quant, 8 experts of K=2048, N=2x768, one row each (a decode
+    step's top-8 of one token), check=False (the sync-free call), eager. The weights are those of
+    the forced kernel's class: int8, or int4 (A8W4) with per-channel or group-128 scales (None:
+    int8 and dispatch's choice). A TMA kernel of the wgmma schedule encodes its tensor maps in the
+    call: its row beside a cp.async twin's is that cost."""
     e, k, n = 8, 2048, 1536
-    packed = gemmgen.pack_moe_weights(torch.randint(-128, 128, (e, k, n), dtype=torch.int8, device="cuda"),
-                                      torch.rand(e, n, device="cuda"))
+    spec = None if kernel is None else {kern.name: kern for kern in gemmgen.list_kernels()}[kernel].spec
+    int4 = spec is not None and str(spec.w) == "int4"
+    per_group = int4 and str(getattr(spec, "scales", "channel")) == "group"
+    if int4:
+        w = torch.randint(-8, 8, (e, k, n), dtype=torch.int8, device="cuda")
+        scale = torch.rand((e, k // 128, n) if per_group else (e, n), device="cuda")
+        packed = gemmgen.pack_moe_weights(w, scale, weight_bits=4)
+    else:
+        packed = gemmgen.pack_moe_weights(torch.randint(-128, 128, (e, k, n), dtype=torch.int8, device="cuda"),
+                                          torch.rand(e, n, device="cuda"))
     x = torch.randint(-128, 128, (e, k), dtype=torch.int8, device="cuda")
     x_scale = torch.rand(e, device="cuda")
     group_list = torch.ones(e, dtype=torch.int64, device="cuda")
-    return {"gemmgen.grouped_matmul_swiglu_quant (int8, 8 rows), eager, check=False":
+    what = "int8" if not int4 else "A8W4 group 128" if per_group else "A8W4 per channel"
+    return {f"gemmgen.grouped_matmul_swiglu_quant ({what}, 8 rows), eager, check=False"
+            + (f" [{kernel.split('quant_')[-1]}]" if kernel else ""):
                 lambda: gemmgen.grouped_matmul_swiglu_quant(x, packed, None, x_scale, group_list,
                                                             check=False, kernel=kernel)}
+
+
+def tensor_map_row() -> dict:
+    """One `cuTensorMapEncodeTiled` call (a 2-D uint8 map of x's kind: 128-byte rows, 128-byte
+    swizzle), through ctypes from the driver library: what a TMA kernel of the MoE family's wgmma
+    schedule spends on each of its three maps a call (its C++ calls the driver directly, without
+    ctypes' ~0.3 µs)."""
+    import ctypes
+    driver = ctypes.CDLL("libcuda.so.1")
+    encode = driver.cuTensorMapEncodeTiled
+    base = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    tensor_map = (ctypes.c_uint64 * 16)()  # CUtensorMap: 128 bytes, 64-byte aligned
+    dims, strides = (ctypes.c_uint64 * 2)(2048, 512), (ctypes.c_uint64 * 1)(2048)
+    box, unit = (ctypes.c_uint32 * 2)(128, 64), (ctypes.c_uint32 * 2)(1, 1)
+    args = (ctypes.byref(tensor_map), 0, 2, ctypes.c_void_p(base.data_ptr()), dims, strides, box,
+            unit, 0, 3, 3, 0)  # UINT8, rank 2, no interleave, 128B swizzle, L2 256B, no NaN fill
+    if encode(*args) != 0:
+        raise RuntimeError("cuTensorMapEncodeTiled failed")
+    return {"  cuTensorMapEncodeTiled (one map, through ctypes)": lambda: encode(*args)}
 
 
 def main() -> None:
@@ -107,8 +142,11 @@ def main() -> None:
                         "instead of the one dispatch picks")
     parser.add_argument("--mixed-kernel", help="also time gemmgen.mixed_mm (int4 group 128, bf16, M=1, "
                         "N=K=4096) forced to this built kernel ('dispatch': dispatch's choice)")
-    parser.add_argument("--moe-kernel", help="also time gemmgen.grouped_matmul_swiglu_quant (int8, 8 experts, "
-                        "one row each) forced to this built kernel ('dispatch': dispatch's choice)")
+    parser.add_argument("--moe-kernel", help="also time gemmgen.grouped_matmul_swiglu_quant (8 experts, one "
+                        "row each) forced to each of these built kernels, comma-separated ('dispatch': "
+                        "int8, dispatch's choice)")
+    parser.add_argument("--tensor-map", action="store_true",
+                        help="also time one cuTensorMapEncodeTiled call (a TMA map's host cost)")
     parser.add_argument("--no-compile", action="store_true",
                         help="leave out the torch.compile row (its compile takes tens of seconds)")
     options = parser.parse_args()
@@ -151,8 +189,10 @@ def main() -> None:
         rows["torch.compile(fullgraph=True) of gemmgen.scaled_mm, no CUDA graphs"] = lambda: compiled(a)
     if options.mixed_kernel:
         rows.update(mixed_rows(None if options.mixed_kernel == "dispatch" else options.mixed_kernel))
-    if options.moe_kernel:
-        rows.update(moe_rows(None if options.moe_kernel == "dispatch" else options.moe_kernel))
+    if options.tensor_map:
+        rows.update(tensor_map_row())
+    for name in options.moe_kernel.split(",") if options.moe_kernel else ():
+        rows.update(moe_rows(None if name == "dispatch" else name))
     print(f"host time per call on {torch.cuda.get_device_name()} (torch {torch.__version__})")
     for name, us in interleaved_medians(rows).items():
         print(f"{name:55s} {us:8.2f} µs")
