@@ -98,8 +98,8 @@ def moe_rows(kernel) -> dict:
     call: its row beside a cp.async twin's is that cost."""
     e, k, n = 8, 2048, 1536
     spec = None if kernel is None else {kern.name: kern for kern in gemmgen.list_kernels()}[kernel].spec
-    int4 = spec is not None and str(spec.w) == "int4"
-    per_group = int4 and str(getattr(spec, "scales", "channel")) == "group"
+    int4 = spec is not None and spec.w == "int4"
+    per_group = int4 and spec.scales == "group"
     if int4:
         w = torch.randint(-8, 8, (e, k, n), dtype=torch.int8, device="cuda")
         scale = torch.rand((e, k // 128, n) if per_group else (e, n), device="cuda")
@@ -120,8 +120,8 @@ def moe_rows(kernel) -> dict:
 def tensor_map_row() -> dict:
     """One `cuTensorMapEncodeTiled` call (a 2-D uint8 map of x's kind: 128-byte rows, 128-byte
     swizzle), through ctypes from the driver library: what a TMA kernel of the MoE family's wgmma
-    schedule spends on each of its three maps a call (its C++ calls the driver directly, without
-    ctypes' ~0.3 µs)."""
+    schedule spends on each of its maps a call (two per channel, three per group; its C++ calls
+    the driver directly, without ctypes' own cost)."""
     import ctypes
     driver = ctypes.CDLL("libcuda.so.1")
     encode = driver.cuTensorMapEncodeTiled

@@ -548,8 +548,8 @@ def own_kernels(schedule: str) -> list:
 WGMMA_CASES = [(160, 0, 264, 4, 300, "skewed"), (4096, 0, 512, 2, 1000, "skewed"),
                (512, 128, 264, 4, 300, "skewed"), (1024, 256, 512, 8, 64, "empty"),
                (2048, 512, 256, 2, 1000, "skewed"), (1536, 128, 384, 8, 7, "uniform"),
-               # an odd number of 128-K chunks (a pair of chunks' weights queued together has
-               # no second chunk at the end): per channel with a partial last chunk, per group
+               # an odd number of 128-K chunks (the 7-8-slot rings wait for and queue chunks two
+               # at a time: the last pair has one): per channel with a partial last chunk, per group
                (288, 0, 264, 4, 300, "skewed"), (384, 128, 264, 4, 300, "skewed")]
 
 
