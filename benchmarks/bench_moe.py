@@ -53,6 +53,7 @@ if they disagree.
                                    [--tokens 1,256] [--routing uniform] [--markdown benchmarks/RESULTS.md]
                                    [--kernels direct --show-kernels]   # every direct kernel's µs
                                    [--rules-from edited_moe_sm90.yaml]  # rules A/B in one run
+                                   [--json run.json]  # the rows, for compare_moe_runs.py
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import math
 import re
 import shlex
@@ -186,6 +188,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--markdown", type=Path, metavar="PATH",
                    help="append the results section (device, torch, date, command) to PATH, "
                         "e.g. benchmarks/RESULTS.md")
+    p.add_argument("--json", type=Path, metavar="PATH",
+                   help="write the run's rows (every column, each forced kernel's µs) and its "
+                        "device, date and command to PATH as JSON: benchmarks/compare_moe_runs.py "
+                        "compares runs of two libraries")
     args = p.parse_args(argv)
     for name, default in (("dtypes", list(DTYPES)), ("models", DEFAULT_MODELS),
                           ("tokens", DEFAULT_TOKENS), ("routing", list(ROUTINGS))):
@@ -834,6 +840,9 @@ def main(argv=None) -> int:
         with open(args.markdown, "a") as handle:
             handle.write("\n" + text)
         print(f"appended to {args.markdown}")
+    if args.json:
+        args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
+        print(f"rows written to {args.json}")
     return 0
 
 
