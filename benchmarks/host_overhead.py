@@ -28,6 +28,7 @@ import torch
 import gemmgen
 from gemmgen import dispatch
 from gemmgen.bindings import launch
+from gemmgen.bindings.library import all_kernels
 from gemmgen.families.w8a8 import ops
 from gemmgen.families.w8a8.abi import ScaledMmArgs
 
@@ -97,7 +98,7 @@ def moe_rows(kernel) -> dict:
     int8 and dispatch's choice). A TMA kernel of the wgmma schedule encodes its tensor maps in the
     call: its row beside a cp.async twin's is that cost."""
     e, k, n = 8, 2048, 1536
-    spec = None if kernel is None else {kern.name: kern for kern in gemmgen.list_kernels()}[kernel].spec
+    spec = None if kernel is None else all_kernels()[kernel].spec
     int4 = spec is not None and spec.w == "int4"
     per_group = int4 and spec.scales == "group"
     if int4:
@@ -155,7 +156,7 @@ def main() -> None:
     a, b, scale_a, scale_b, bias, out = o.a, o.b, o.scale_a, o.scale_b, o.bias, o.out
     a32, a8, b8 = o.a32, o.a8, o.b8
     if forced:
-        kernel = {k.name: k for k in gemmgen.list_kernels()}[forced]
+        kernel = all_kernels()[forced]
     else:
         kernel = dispatch.lookup("scaled_mm", a_dtype=torch.int8, out_dtype=torch.bfloat16,
                                  epilogue="ScaledEpilogueBias", m=M, n=N, k=K)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -63,12 +62,3 @@ def test_the_command_prints_a_table_and_refuses_runs_with_nothing_in_common(tmp_
     assert "no row and kernel in common" in capsys.readouterr().err
     assert compare_runs.main([str(a), "--vs", str(tmp_path / "missing.json")]) == 1
     assert "cannot read the runs" in capsys.readouterr().err
-
-
-def test_bench_moe_takes_a_json_path():
-    torch = pytest.importorskip("torch")  # noqa: F841 (bench_moe imports torch)
-    spec = importlib.util.spec_from_file_location("bench_moe", ROOT / "benchmarks" / "bench_moe.py")
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_moe", bench)
-    spec.loader.exec_module(bench)
-    assert bench.parse_args(["--json", "run.json"]).json == Path("run.json")

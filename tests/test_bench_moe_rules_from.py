@@ -1,5 +1,6 @@
 """benchmarks/bench_moe.py's --rules-from (an A/B of dispatch rules in one run), on the CPU: the
-option's check, the kernel another manifest's rules pick, and the summary of the rows it moves."""
+option's check, the kernel another manifest's rules pick, and the summary of the rows it moves;
+and the checks of its other A/B options (--show-kernels, --json)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ def test_show_kernels_refuses_no_best(capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(["--show-kernels", "--no-best"])
     assert "--show-kernels prints the forced kernels' times, which --no-best skips" in capsys.readouterr().err
+
+
+def test_json_takes_a_path():
+    # the rows for benchmarks/compare_moe_runs.py (an A/B of two libraries)
+    assert bench.parse_args(["--json", "run.json"]).json == Path("run.json")
 
 
 def test_another_manifests_rules_name_a_kernel_of_the_same_configs(tmp_path):
