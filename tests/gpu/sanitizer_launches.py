@@ -107,9 +107,9 @@ def run_moe(kernel) -> int:
     # and few long rows: the unfused kernels' SwiGLU pass splits each over a cluster of 4 CTAs
     # (swiglu_quant.cuh: 1025 vectors a row; their cluster barriers and shared-memory reads)
     shapes.add((3, 8200, 256))
-    # and, for the kernels with a SwiGLU pass (unfused), many short rows, a warp each
-    # (swiglu_quant_warp_rows: from m > 1056 on 132 SMs; its lanes' loads and stores at a row's
-    # edge, and the last row past every group). Not for CUTLASS's A8W4 kernels: at this shape,
+    # and, for the kernels with a SwiGLU pass (unfused), many short rows, 1-8 warps each
+    # (swiglu_quant_split_rows: its warps' shares of a row, their loads and stores at the
+    # shares' and the row's edges, the shared-memory max, and the last row past every group). Not for CUTLASS's A8W4 kernels: at this shape,
     # where CTAs cross groups, racecheck warns (2 warnings, 0 errors; the code before session 40
     # too) about CUTLASS 4.2's pointer-array mixed-input kernel itself, whose mainloop producer
     # warp copies its TMA descriptors from shared memory to global memory (every lane) and, at

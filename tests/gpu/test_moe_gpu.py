@@ -666,15 +666,17 @@ def test_long_rows_split_over_a_cluster():
                 f"{kernel.name} N={n}: rows past the groups must stay q = 0, q_scale = 0 with a NaN"
 
 
-# Many short rows, several to a CTA of the SwiGLU pass (swiglu_quant.cuh: swiglu_rows_per_cta,
-# on a GPU of 132 SMs holding one several-rows CTA each): (N, M, routing). From M > 1056 a warp a
-# row (swiglu_quant_warp_rows), each Kept of kWarpRowKept: N = 16 (two vectors a row, most lanes
-# idle; Kept 4), Qwen3-30B-A3B's N (Kept 6), N = 2048 (8), DeepSeek-V2-Lite's N (11 vectors a
-# lane: Kept 12); below, 8 and 4 rows a CTA of the several-rows kernel; rows past the last group
-# in CTAs that also hold grouped rows ("short").
+# Many short rows, several to a CTA of the SwiGLU pass (swiglu_quant.cuh: swiglu_quant_split_rows,
+# Parts warps a row, 8 / Parts rows a CTA, up to 3 vectors of 4 values a lane; split_row_parts on a
+# GPU of 132 SMs): (N, M, routing). N = 16 (two vectors a row, most lanes idle: 1 warp a row),
+# 264 at 1000 rows (2 warps, 1 vector a lane), 776 (2 warps, 2 vectors), 520 at 450 rows (4 warps,
+# 1 vector), Qwen3-30B-A3B's N (4 warps, 2 vectors), 2048 (4, 2), DeepSeek-V2-Lite's N (4 warps,
+# 3 vectors), 720 at 5000 rows (1 warp, 3 vectors), 1200 at 3000 rows (2 warps, 3 vectors); at
+# most a few rows (test_kernel_matches_reference) 8 warps a row; rows past the last group in CTAs
+# that also hold grouped rows ("short").
 MULTI_ROW_CASES = [(16, 3000, "uniform"), (264, 1000, "short"), (776, 700, "skewed"),
                    (520, 450, "skewed"), (1536, 2048, "uniform"), (2048, 1200, "short"),
-                   (2816, 1536, "short")]
+                   (2816, 1536, "short"), (720, 5000, "skewed"), (1200, 3000, "short")]
 
 
 def test_short_rows_several_to_a_cta():

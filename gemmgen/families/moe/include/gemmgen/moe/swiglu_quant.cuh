@@ -6,9 +6,9 @@
  *                 synchronisation, so the op can be captured in a CUDA graph, and empty experts
  *                 cost nothing);
  *   swiglu_quant  (unfused kernels) SwiGLU of the GEMM result C and dynamic per-row
- *                 quantization (int8 or e4m3), a row split over a cluster of CTAs when the rows
- *                 are few and long, several rows a CTA when they are many and short, a warp a
- *                 row (swiglu_quant_warp_rows) when they are more (launch_swiglu_quant);
+ *                 quantization (int8 or e4m3): short rows (N/2 <= 1536) one to eight warps a row
+ *                 (swiglu_quant_split_rows), longer ones split over a cluster of CTAs when they
+ *                 are few, several a CTA when they are many (launch_swiglu_quant);
  *   quantize_rows (fused kernels) quantization of S, whose row maxima the GEMM's epilogue
  *                 already reduced (sm90_swiglu_rowmax_store.hpp);
  *
@@ -287,7 +287,7 @@ constexpr int kQuantThreads = 512;
 constexpr int kQuantVectorsPerThread = 8;  // a CTA's part of a row <= 512 * 4 * 8 = 16384 values
                                            // of S stays in registers
 // Several rows a CTA: up to 12 vectors a thread in registers (64 threads hold a row of 3072
-// values; 16 rows a CTA, a warp a row, go to swiglu_quant_warp_rows). That kernel holds one CTA
+// values; rows of at most 1536 values go to swiglu_quant_split_rows). That kernel holds one CTA
 // an SM (92 registers a thread);
 // the one-row kernels keep 8 and at most 64 registers, two CTAs an SM (built as one kernel with
 // 73, one CTA an SM, Mixtral's 2048-8192 rows of 14336 values ran 8-10% slower, H200).
@@ -472,51 +472,56 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
   }
 }
 
-// Many short rows (where swiglu_rows_per_cta would put 16 in a CTA): a warp a row, grid-strided
-// over one wave of CTAs of kWarpRowThreads, lane l holding vectors l + 32·u (u < Kept) of S in
-// registers, Kept the smallest of kWarpRowKept that holds the row. The several-rows kernel ran
-// these rows 16 to a CTA of 512 threads with registers for 12 vectors a thread whatever the row
-// needed: one CTA an SM, ~16 waves of CTAs whose loads and math hardly overlapped. Sized to the
-// row, a thread's registers leave room for 2-7 CTAs an SM (H200 ncu, int8, the pass alone:
-// Qwen3-30B-A3B 1024 / 4096 tokens 31 / 119 -> 22 / 61 µs, DeepSeek-V2-Lite 38 / 149 -> 30 /
-// 101; benchmarks/RESULTS.md, session 40). Same functions and the same order-independent max as
-// swiglu_quant: bit for bit its results.
-constexpr int kWarpRowThreads = 256;
-constexpr int kWarpRowKept[] = {4, 6, 8, 12};  // vectors of 4 values a lane: rows up to 1536 values
+// Short rows (at most kSplitRowMaxVectors vectors of 4 values: N/2 <= 1536, every MoE layer but
+// Mixtral's), whatever their number: `Parts` warps a row, each a contiguous share of the row's
+// vectors (lane l holding vectors share_start + l + 32·u, u < Kept, of S in registers), the row's
+// max over its warps through shared memory; a CTA of kSplitRowThreads holds 8 / Parts rows, one
+// CTA per such group of rows (no grid-stride). split_row_parts picks Parts: at most 3 vectors a
+// lane, then more warps a row while the grid stays within one wave of warps (and a part keeps
+// 1.5 vectors a lane, unless the GPU would be under a quarter full). Against the kernels it
+// replaced (a warp a row over one wave of CTAs, 4-12 vectors a lane; and, below ~1056 rows,
+// several rows or one row a CTA of 512 threads), the pass alone after a kernel that wrote C,
+// under PDL, in a CUDA graph (H200, session 52, benchmarks/RESULTS.md): Qwen3-30B-A3B's rows
+// (768 values) 1.99 -> 1.44 µs at 8 rows, 8.15 -> 5.13 at 2048, 26.9 -> 17.9 at 8192;
+// DeepSeek-V2-Lite's (1408) 12.4 -> 6.1 at 1536, 37.0 -> 25.9 at 6144: one warp a row ran each
+// row's 1000-2000 instructions of SwiGLU and quantization on too few warps an SM. Same functions
+// and the same order-independent max as swiglu_quant: bit for bit its results.
+constexpr int kSplitRowThreads = 256;
+constexpr int kSplitRowWarps = kSplitRowThreads / 32;
+constexpr int kSplitRowMaxKept = 3;  // vectors a lane
+constexpr int kSplitRowMaxParts = kSplitRowWarps;
+constexpr int64_t kSplitRowMaxVectors = int64_t(32) * kSplitRowMaxKept * 4;  // 4 warps of 3 a lane
 
-template <class ElementC, class ElementQ, int Kept>
-__global__ void __launch_bounds__(kWarpRowThreads)
-swiglu_quant_warp_rows(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t n_half,
-                       int64_t const* rows_total) {
+template <class ElementC, class ElementQ, int Parts, int Kept>
+__global__ void __launch_bounds__(kSplitRowThreads)
+swiglu_quant_split_rows(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t n_half,
+                        int64_t const* rows_total) {
   pdl_wait();  // C and the row count come from the kernels before (see runtime_support.hpp)
   pdl_release();
+  __shared__ float part_max[kSplitRowWarps];
   int64_t const total = *rows_total;
-  int const vectors = static_cast<int>(n_half / 4);  // <= 32 · Kept: the launch chose Kept so
-  int const lane = static_cast<int>(threadIdx.x % 32);
-  constexpr int kRowsPerCta = kWarpRowThreads / 32;
-  int64_t const stride = int64_t(gridDim.x) * kRowsPerCta;
-  for (int64_t row = int64_t(blockIdx.x) * kRowsPerCta + threadIdx.x / 32; row < m;
-       row += stride) {
-    ElementQ* q_row = q + row * n_half;
-    if (row >= total) {  // outside every group: q = 0, q_scale = 0
-      zero_vectors(q_row, lane, vectors, 32);
-      if (lane == 0) {
-        q_scale[row] = 0.0f;
-      }
-      continue;
-    }
+  int const vectors = static_cast<int>(n_half / 4);  // <= Parts · 32 · Kept: the launch chose
+  int const share = (vectors + Parts - 1) / Parts;
+  int const warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  constexpr int kRows = kSplitRowWarps / Parts;
+  int64_t const row = int64_t(blockIdx.x) * kRows + warp / Parts;
+  int const part = warp % Parts;
+  int const begin = part * share;
+  int const end = begin + share < vectors ? begin + share : vectors;
+  bool const inside = row < m && row < total;
+  float act[Kept][4], s[Kept][4];
+  float amax = 0.0f;
+  if (inside) {
     ElementC const* c_row = c + row * 2 * n_half;
-    float act[Kept][4], s[Kept][4];
 #pragma unroll
     for (int u = 0; u < Kept; ++u) {  // every load first: Kept vectors in flight a lane
-      if (lane + 32 * u < vectors) {
-        load_pairs(c_row, lane + 32 * u, act[u], s[u]);  // s holds the gates until SwiGLU
+      if (begin + lane + 32 * u < end) {
+        load_pairs(c_row, begin + lane + 32 * u, act[u], s[u]);  // s holds the gates until SwiGLU
       }
     }
-    float amax = 0.0f;
 #pragma unroll
     for (int u = 0; u < Kept; ++u) {
-      if (lane + 32 * u < vectors) {
+      if (begin + lane + 32 * u < end) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           s[u][i] = swiglu(act[u][i], s[u][i]);
@@ -524,44 +529,94 @@ swiglu_quant_warp_rows(ElementC const* c, ElementQ* q, float* q_scale, int64_t m
         }
       }
     }
-    amax = warp_max_keep_nan(amax);
-    float const scale = amax / Quantizer<ElementQ>::kMax;  // as swiglu_quant: 0 rows give q = 0
-#pragma unroll
-    for (int u = 0; u < Kept; ++u) {
-      if (lane + 32 * u < vectors) {
-        store4(q_row, lane + 32 * u, s[u], scale);
-      }
-    }
+  }
+  amax = warp_max_keep_nan(amax);
+  if constexpr (Parts > 1) {  // every thread of the CTA reaches the barrier
     if (lane == 0) {
-      q_scale[row] = scale;
+      part_max[warp] = amax;
     }
+    __syncthreads();
+    amax = 0.0f;
+#pragma unroll
+    for (int w = 0; w < Parts; ++w) {  // max is order-independent: deterministic
+      amax = max_keep_nan(amax, part_max[warp - part + w]);
+    }
+  }
+  if (row >= m) {
+    return;
+  }
+  ElementQ* q_row = q + row * n_half;
+  if (!inside) {  // outside every group: q = 0, q_scale = 0
+    zero_vectors(q_row, begin + lane, end, 32);
+    if (part == 0 && lane == 0) {
+      q_scale[row] = 0.0f;
+    }
+    return;
+  }
+  float const scale = amax / Quantizer<ElementQ>::kMax;  // as swiglu_quant: 0 rows give q = 0
+#pragma unroll
+  for (int u = 0; u < Kept; ++u) {
+    if (begin + lane + 32 * u < end) {
+      store4(q_row, begin + lane + 32 * u, s[u], scale);
+    }
+  }
+  if (part == 0 && lane == 0) {
+    q_scale[row] = scale;
   }
 }
 
-constexpr int kWarpRowKeptCount = sizeof(kWarpRowKept) / sizeof(kWarpRowKept[0]);
-constexpr int64_t kWarpRowMaxVectors = 32 * kWarpRowKept[kWarpRowKeptCount - 1];
-
-// The warp-a-row pass over C [m, 2·n_half] (n_half / 4 <= kWarpRowMaxVectors), with the smallest
-// Kept from kWarpRowKept[Index] on that holds a row: one wave of CTAs (as many as the GPU holds
-// at once, found once a process and kernel), fewer when the rows are fewer.
-template <class ElementC, class ElementQ, int Index = 0>
-cudaError_t launch_swiglu_quant_warp_rows(ElementC const* c, ElementQ* q, float* q_scale,
-                                          int64_t m, int64_t n_half, int64_t const* rows_total,
-                                          cudaStream_t stream, bool pdl, int sm_count) {
-  constexpr int kKept = kWarpRowKept[Index];
-  if constexpr (Index + 1 < kWarpRowKeptCount) {
-    if (n_half / 4 > 32 * kKept) {
-      return launch_swiglu_quant_warp_rows<ElementC, ElementQ, Index + 1>(
-          c, q, q_scale, m, n_half, rows_total, stream, pdl, sm_count);
-    }
+// Warps a row for the split-rows pass (1, 2, 4 or 8), on a GPU of `sm_count` SMs of 64 warps.
+inline int split_row_parts(int64_t m, int64_t n_half, int sm_count) {
+  int64_t const vectors = n_half / 4, warp_slots = int64_t(sm_count) * 64;
+  int parts = 1;
+  while (parts < kSplitRowMaxParts && (vectors + parts - 1) / parts > 32 * kSplitRowMaxKept) {
+    parts *= 2;
   }
-  auto* const kernel = swiglu_quant_warp_rows<ElementC, ElementQ, kKept>;
-  static int const per_sm = ctas_per_sm(kernel, kWarpRowThreads);
-  int64_t const resident = int64_t(per_sm) * sm_count;
-  int64_t const ctas = (m + kWarpRowThreads / 32 - 1) / (kWarpRowThreads / 32);
-  return launch_maybe_pdl(kernel, dim3(static_cast<unsigned>(ctas < resident ? ctas : resident)),
-                          dim3(kWarpRowThreads), 0, stream, pdl, c, q, q_scale, m, n_half,
-                          rows_total);
+  while (parts < kSplitRowMaxParts && m * 2 * parts <= warp_slots &&
+         (vectors / (2 * parts) >= 48 || m * 2 * parts <= warp_slots / 4)) {
+    parts *= 2;
+  }
+  return parts;
+}
+
+template <class ElementC, class ElementQ, int Parts>
+cudaError_t launch_swiglu_quant_split_rows_of(ElementC const* c, ElementQ* q, float* q_scale,
+                                              int64_t m, int64_t n_half, int64_t const* rows_total,
+                                              cudaStream_t stream, bool pdl) {
+  int64_t const lane_vectors = ((n_half / 4 + Parts - 1) / Parts + 31) / 32;
+  dim3 const grid(static_cast<unsigned>((m + kSplitRowWarps / Parts - 1) / (kSplitRowWarps / Parts)));
+  auto launch = [&](auto kernel) {
+    return launch_maybe_pdl(kernel, grid, dim3(kSplitRowThreads), 0, stream, pdl, c, q, q_scale,
+                            m, n_half, rows_total);
+  };
+  if (lane_vectors <= 1) {
+    return launch(swiglu_quant_split_rows<ElementC, ElementQ, Parts, 1>);
+  }
+  if (lane_vectors <= 2) {
+    return launch(swiglu_quant_split_rows<ElementC, ElementQ, Parts, 2>);
+  }
+  return launch(swiglu_quant_split_rows<ElementC, ElementQ, Parts, kSplitRowMaxKept>);
+}
+
+// The split-rows pass over C [m, 2·n_half] (n_half / 4 <= kSplitRowMaxVectors).
+template <class ElementC, class ElementQ>
+cudaError_t launch_swiglu_quant_split_rows(ElementC const* c, ElementQ* q, float* q_scale,
+                                           int64_t m, int64_t n_half, int64_t const* rows_total,
+                                           cudaStream_t stream, bool pdl, int sm_count) {
+  switch (split_row_parts(m, n_half, sm_count)) {
+    case 1:
+      return launch_swiglu_quant_split_rows_of<ElementC, ElementQ, 1>(c, q, q_scale, m, n_half,
+                                                                      rows_total, stream, pdl);
+    case 2:
+      return launch_swiglu_quant_split_rows_of<ElementC, ElementQ, 2>(c, q, q_scale, m, n_half,
+                                                                      rows_total, stream, pdl);
+    case 4:
+      return launch_swiglu_quant_split_rows_of<ElementC, ElementQ, 4>(c, q, q_scale, m, n_half,
+                                                                      rows_total, stream, pdl);
+    default:
+      return launch_swiglu_quant_split_rows_of<ElementC, ElementQ, 8>(c, q, q_scale, m, n_half,
+                                                                      rows_total, stream, pdl);
+  }
 }
 
 // swiglu_quant over C [m, 2·n_half] in `parts` CTAs a row.
@@ -591,17 +646,21 @@ template <class ElementC, class ElementQ>
 cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m,
                                 int64_t n_half, int64_t const* rows_total, cudaStream_t stream,
                                 bool pdl, int sm_count) {
+  if (n_half / 4 <= kSplitRowMaxVectors) {  // short rows, any number of them
+    cudaError_t const launched = launch_swiglu_quant_split_rows(c, q, q_scale, m, n_half,
+                                                                rows_total, stream, pdl, sm_count);
+    if (launched != cudaSuccess) {
+      cudaGetLastError();
+    }
+    return launched;
+  }
   int const parts = swiglu_row_parts(m, n_half, sm_count);
   // CTAs of the several-rows kernel an SM holds (its registers decide: found once a process)
   static int const per_sm = ctas_per_sm(swiglu_quant<ElementC, ElementQ, false, true>,
                                          kQuantThreads);
   int const rows = parts > 1 ? 1 : swiglu_rows_per_cta(m, n_half, int64_t(per_sm) * sm_count);
   cudaError_t launched =
-      rows == kMaxRowsPerCta && n_half / 4 <= kWarpRowMaxVectors
-          ? launch_swiglu_quant_warp_rows(c, q, q_scale, m, n_half, rows_total, stream, pdl,
-                                          sm_count)
-          : launch_swiglu_quant_parts(c, q, q_scale, m, n_half, rows_total, stream, pdl, parts,
-                                      rows);
+      launch_swiglu_quant_parts(c, q, q_scale, m, n_half, rows_total, stream, pdl, parts, rows);
   if (launched != cudaSuccess && parts > 1) {
     cudaGetLastError();  // the refused cluster launch's error: not this call's result
     launched = launch_swiglu_quant_parts(c, q, q_scale, m, n_half, rows_total, stream, pdl, 1, 1);
