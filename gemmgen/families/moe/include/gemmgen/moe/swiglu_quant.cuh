@@ -579,6 +579,8 @@ inline int split_row_parts(int64_t m, int64_t n_half, int sm_count) {
   return parts;
 }
 
+// The split-rows pass at `Parts` warps a row: Parts must leave at most kSplitRowMaxKept vectors a
+// lane (split_row_parts' choice does).
 template <class ElementC, class ElementQ, int Parts>
 cudaError_t launch_swiglu_quant_split_rows_of(ElementC const* c, ElementQ* q, float* q_scale,
                                               int64_t m, int64_t n_half, int64_t const* rows_total,
