@@ -482,8 +482,8 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
 // replaced (a warp a row over one wave of CTAs, 4-12 vectors a lane; and, below ~1056 rows,
 // several rows or one row a CTA of 512 threads), the pass alone after a kernel that wrote C,
 // under PDL, in a CUDA graph (H200, session 52, benchmarks/RESULTS.md): Qwen3-30B-A3B's rows
-// (768 values) 1.99 -> 1.44 µs at 8 rows, 8.15 -> 5.13 at 2048, 26.9 -> 17.9 at 8192;
-// DeepSeek-V2-Lite's (1408) 12.4 -> 6.1 at 1536, 37.0 -> 25.9 at 6144: one warp a row ran each
+// (768 values) 1.99 -> 1.47 µs at 8 rows, 8.15 -> 5.16 at 2048, 26.9 -> 17.8 at 8192;
+// DeepSeek-V2-Lite's (1408) 12.4 -> 6.3 at 1536, 37.0 -> 25.9 at 6144: one warp a row ran each
 // row's 1000-2000 instructions of SwiGLU and quantization on too few warps an SM. Same functions
 // and the same order-independent max as swiglu_quant: bit for bit its results.
 constexpr int kSplitRowThreads = 256;
