@@ -80,7 +80,11 @@ int main() {
                      {"Qwen3-30B-A3B 16", 128, 768},        {"Qwen3-30B-A3B 64", 512, 768},
                      {"DeepSeek-V2-Lite 64", 384, 1408},    {"Qwen3-30B-A3B 256", 2048, 768},
                      {"DeepSeek-V2-Lite 256", 1536, 1408},  {"Qwen3-30B-A3B 1024", 8192, 768},
-                     {"DeepSeek-V2-Lite 1024", 6144, 1408}, {"Qwen3-30B-A3B 4096", 32768, 768}};
+                     {"DeepSeek-V2-Lite 1024", 6144, 1408}, {"Qwen3-30B-A3B 4096", 32768, 768},
+                     // Mixtral-8x7B's rows (14336 values: the cluster and several-rows kernels)
+                     {"Mixtral-8x7B 1 token", 2, 14336},    {"Mixtral-8x7B 16", 32, 14336},
+                     {"Mixtral-8x7B 64", 128, 14336},       {"Mixtral-8x7B 256", 512, 14336},
+                     {"Mixtral-8x7B 1024", 2048, 14336}};
   static int sm_count = sms;
   Launch const library = [](float const* c, int8_t* q, float* qs, int64_t m, int64_t nh,
                             int64_t const* t, cudaStream_t st, bool pdl) {
@@ -131,7 +135,11 @@ int main() {
     std::printf("%-24s %6lld rows of %5lld values, C %6.1f MB (writing C: %6.2f us)\n", cs.name,
                 static_cast<long long>(cs.m), static_cast<long long>(cs.n_half),
                 elements * 4 / 1e6, written);
-    std::printf("    library: %d warps a row\n", split_row_parts(cs.m, cs.n_half, sms));
+    if (cs.n_half / 4 <= kSplitRowMaxVectors) {
+      std::printf("    library: %d warps a row\n", split_row_parts(cs.m, cs.n_half, sms));
+    } else {
+      std::printf("    library: %d CTAs a row\n", swiglu_row_parts(cs.m, cs.n_half, sms));
+    }
     for (Variant const& v : variants) {
       if (v.parts && (cs.n_half / 4 + v.parts - 1) / v.parts > 32 * kSplitRowMaxKept) {
         continue;  // a share of the row past the kernel's registers
