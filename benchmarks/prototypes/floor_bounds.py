@@ -25,7 +25,6 @@ Times: gemmgen.tuning.measure.gpu_time_us (a spin kernel hides the host; median 
 """
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
@@ -33,15 +32,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_mixed_mm import copy_bandwidth, model_shapes  # noqa: E402
+from bench_mixed_mm import copy_bandwidth, geomean, model_shapes  # noqa: E402
 from gemmgen.tuning.measure import gpu_time_us  # noqa: E402
 
 ROTATED_BYTES = 512 << 20  # weight copies beyond this many bytes: each call reads DRAM
 CUBE = 8192  # a compute-bound GEMM: the tensor rate cuBLAS reaches
-
-
-def geomean(values):
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def cube_rate(kind: str) -> float:
