@@ -109,8 +109,8 @@ def run_moe(kernel) -> int:
     shapes.add((3, 8200, 256))
     # and, for the kernels with a SwiGLU pass (unfused), many short rows, 1-8 warps each
     # (swiglu_quant_split_rows: its warps' shares of a row, their loads and stores at the
-    # shares' and the row's edges, the shared-memory max, and the last row past every group). Not for CUTLASS's A8W4 kernels: at this shape,
-    # where CTAs cross groups, racecheck warns (2 warnings, 0 errors; the code before session 40
+    # shares' and the row's edges, the shared-memory max, and the last row past every group).
+    # Not for CUTLASS's A8W4 kernels: at this shape, where CTAs cross groups, racecheck warns (2 warnings, 0 errors; the code before session 40
     # too) about CUTLASS 4.2's pointer-array mixed-input kernel itself, whose mainloop producer
     # warp copies its TMA descriptors from shared memory to global memory (every lane) and, at
     # the next group, rewrites them (one lane) with no __syncwarp between
