@@ -110,12 +110,12 @@ def run_moe(kernel) -> int:
     # and, for the kernels with a SwiGLU pass (unfused), many short rows, 1-8 warps each
     # (swiglu_quant_split_rows: its warps' shares of a row, their loads and stores at the
     # shares' and the row's edges, the shared-memory max, and the last row past every group).
-    # Not for CUTLASS's A8W4 kernels: at this shape, where CTAs cross groups, racecheck warns (2 warnings, 0 errors; the code before session 40
-    # too) about CUTLASS 4.2's pointer-array mixed-input kernel itself, whose mainloop producer
-    # warp copies its TMA descriptors from shared memory to global memory (every lane) and, at
-    # the next group, rewrites them (one lane) with no __syncwarp between
-    # (sm90_gemm_array_tma_warpspecialized_cooperative.hpp); the 8-bit CUTLASS kernels ran it
-    # clean.
+    # Not for CUTLASS's A8W4 kernels: at this shape, where CTAs cross groups, racecheck warns (2
+    # warnings, 0 errors; the code before session 40 too) about CUTLASS 4.2's pointer-array
+    # mixed-input kernel itself, whose mainloop producer warp copies its TMA descriptors from
+    # shared memory to global memory (every lane) and, at the next group, rewrites them (one
+    # lane) with no __syncwarp between (sm90_gemm_array_tma_warpspecialized_cooperative.hpp); the
+    # 8-bit CUTLASS kernels ran it clean.
     cutlass_int4 = bits == 4 and not getattr(spec.config, "is_own", False)
     if not getattr(spec.config, "fused", False) and not cutlass_int4:
         shapes.add((2200, 1536, 256))
