@@ -1,7 +1,8 @@
 // The MoE family's SwiGLU + quant pass alone (session 52, benchmarks/RESULTS.md): the library's
 // launch_swiglu_quant (fp32 C, int8 q) on MoE-layer row counts, and its split-rows kernel at each
 // fixed number of warps a row, in CUDA graphs of 20 calls: alone with C in the L2, and the time it
-// adds after a kernel that writes C, launched under programmatic dependent launch as in the op.
+// adds after a kernel that writes C, launched under programmatic dependent launch as in the op
+// (and without it).
 // Every variant's q and q_scale are compared with launch_swiglu_quant's (they must be identical).
 //
 //   INC="-I gemmgen/templates/include -I gemmgen/families/moe/include -I <cutlass>/include"
@@ -159,9 +160,14 @@ int main() {
         write(i);
         v.launch(c[i % copies], q, q_scale, cs.m, cs.n_half, total, s, true);
       });
+      float const after_plain = graph_us(s, 20, [&](int i) {
+        write(i);
+        v.launch(c[i % copies], q, q_scale, cs.m, cs.n_half, total, s, false);
+      });
       CHECK(cudaGetLastError());
-      std::printf("    %-8s alone (C in L2) %7.2f us, after C (PDL) adds %7.2f us%s\n", v.name,
-                  alone, after - written, same ? "" : "   OUTPUT DIFFERS");
+      std::printf("    %-8s alone (C in L2) %7.2f us, after C adds %7.2f us (PDL), %7.2f us "
+                  "(no PDL)%s\n", v.name, alone, after - written, after_plain - written,
+                  same ? "" : "   OUTPUT DIFFERS");
     }
     for (float* p : c) {
       cudaFree(p);
