@@ -2,7 +2,7 @@
 plus upper bounds: best config with manifest knobs per point (what any rule list could reach at most)."""
 import sys
 import numpy as np
-from common import *
+from common import M16, compile_rules, load, ratio, shipped_rules, summarize
 
 for name in sys.argv[1:] or ["store", "table"]:
     data = load(name)

@@ -61,10 +61,15 @@ GEOM = {  # config geometry as the output grid sees it: (rows of m a tile, cols 
 }
 
 
+def grid_tiles(m, n, tm, tn, cm, cn):
+    """Output tiles of a (tm x tn) tile grid over m x n, each side padded to whole clusters."""
+    return cdiv(cdiv(m, tm), cm) * cm * cdiv(cdiv(n, tn), cn) * cn
+
+
 def geom_vars(m, n, k):
     out = {}
-    for g, (tm, tn, cm, cn) in GEOM.items():
-        t = cdiv(cdiv(m, tm), cm) * cm * cdiv(cdiv(n, tn), cn) * cn
+    for g, geometry in GEOM.items():
+        t = grid_tiles(m, n, *geometry)
         w = cdiv(t, SMS)
         out[f"T_{g}"] = t
         out[f"W_{g}"] = w
@@ -75,7 +80,6 @@ def geom_vars(m, n, k):
 
 
 for _g, (_tm, _tn, _cm, _cn) in GEOM.items():
-    _t = f"cdiv(cdiv(m,{_tm}),{_cm})*{_cm}*cdiv(cdiv(n,{_tn}),{_cn})*{_cn}"
     EXPR[f"T_{_g}"] = f"tiles({_tm},{_tn},{_cm},{_cn})"
     EXPR[f"W_{_g}"] = f"waves({_tm},{_tn},{_cm},{_cn})"
     EXPR[f"E_{_g}"] = f"fill({_tm},{_tn},{_cm},{_cn})"
@@ -89,8 +93,7 @@ def pad_vars(m, n, k):
     kernel of that grid does per SM against the least-padded one."""
     P = {}
     for g, (tm, tn, cm, cn) in GEOM.items():
-        t = cdiv(cdiv(m, tm), cm) * cm * cdiv(cdiv(n, tn), cn) * cn
-        P[g] = cdiv(t, SMS) * tm * tn
+        P[g] = cdiv(grid_tiles(m, n, tm, tn, cm, cn), SMS) * tm * tn
     P["sk"] = cdiv(cdiv(m, 128) * cdiv(n, 128) * 128 * 128, SMS)
     lo = min(P.values())
     return {f"D_{g}": 100 * p // lo for g, p in P.items()}

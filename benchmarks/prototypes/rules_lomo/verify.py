@@ -3,7 +3,7 @@ dataset's points; (2) the rules learn.py wrote (argument, default $RULES_LOMO_DA
 evaluated by gemmgen's own condition parser (first_match) == common.compile_rules on it."""
 import random, sys, yaml
 from pathlib import Path
-from common import *
+from common import DATA_DIR, MANIFEST, compile_rules, load, shipped_rules
 from gemmgen import dispatch
 from gemmgen.generator.dispatch_rules import parse_condition, first_match
 recs = load("table")
