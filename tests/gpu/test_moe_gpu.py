@@ -997,10 +997,14 @@ def fused_pairs() -> list[tuple]:
 
 # (E, M, K, N, routing): N not a multiple of any tile N (partial last N tiles: 520 = 2·256 + 8,
 # 1416 = 5·256 + 136), K not one of the tile K, many M tiles, rows past the last group, groups
-# ending inside an M tile; the last case gives every persistent CTA several M tiles of 8 groups.
+# ending inside an M tile; the sixth case gives every persistent CTA several M tiles of 8 groups.
+# The last two have long rows: the unfused pass's swiglu_quant (one CTA a row; 2 CTAs a row at 40
+# rows) and, on a GPU of 132 SMs, the fused quantize pass 8 warps a row of 1025 vectors (shares of
+# 129, rows past the groups among them) and 32 warps a row of 2050 (shares of 65).
 FUSED_CASES = [(8, 300, 256, 520, "skewed"), (4, 2048, 272, 1416, "short"),
                (1, 3000, 128, 2064, "uniform"), (16, 33, 1024, 256, "empty"), (64, 1000, 512, 768, "skewed"),
-               (8, 9000, 128, 2056, "short")]
+               (8, 9000, 128, 2056, "short"), (4, 600, 128, 8200, "short"),
+               (2, 40, 256, 16400, "skewed")]
 
 
 def test_fused_kernels_equal_unfused_bit_for_bit():

@@ -301,12 +301,12 @@ struct GroupedSwigluQuant {
       return status;
     }
     if constexpr (Fused) {
-      // A warp a row; past 2^20 CTAs (8M rows) the CTAs stride over the rest.
-      int64_t const ctas = (p->m + kQuantizeRowsPerCta - 1) / kQuantizeRowsPerCta;
-      unsigned const grid = static_cast<unsigned>(ctas < (1 << 20) ? ctas : (1 << 20));
-      quantize_rows<<<grid, kQuantizeThreads, 0, cuda_stream>>>(
+      cudaError_t const launched = launch_quantize_rows(
           static_cast<float const*>(p->c), arrays.row_max_bits, static_cast<ElementQ*>(p->q),
-          p->q_scale, p->m, p->n / 2, arrays.rows_total);
+          p->q_scale, p->m, p->n / 2, arrays.rows_total, cuda_stream, hardware_info().sm_count);
+      if (launched != cudaSuccess) {
+        return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
+      }
     } else {
       cudaError_t const launched = launch_swiglu_quant(
           static_cast<ElementC const*>(p->c), static_cast<ElementQ*>(p->q), p->q_scale, p->m,

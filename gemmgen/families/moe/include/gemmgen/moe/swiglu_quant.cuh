@@ -10,7 +10,7 @@
  *                 (swiglu_quant_split_rows), longer ones split over a cluster of CTAs when they
  *                 are few, several a CTA when they are many (launch_swiglu_quant);
  *   quantize_rows (fused kernels) quantization of S, whose row maxima the GEMM's epilogue
- *                 already reduced (sm90_swiglu_rowmax_store.hpp);
+ *                 already reduced (sm90_swiglu_rowmax_store.hpp), one to many warps a row;
  *
  * and check_call, the host checks every kernel of the op makes before it launches.
  *
@@ -674,53 +674,96 @@ cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, 
 }
 
 // The fused kernels' light pass: q = quantize(S / scale), scale = max|S_row| / QMAX from the
-// row maxima the epilogue reduced (bits of |S|). A warp a row (grid-stride over rows): the row's
-// scale once a lane, then kQuantizeBatch of its 16-byte vectors of S loaded by each lane before
-// it quantizes them (lane + 32·u). Rows past the last group get q = 0, q_scale = 0 (the GEMM
-// wrote nothing there).
+// row maxima the epilogue reduced (bits of |S|). No reduction is left, so a row splits freely:
+// `parts` warps a row (2^parts_log2, quantize_row_parts), each a contiguous share of the row's
+// 16-byte vectors of S, kQuantizeBatch of them loaded by each lane (share start + lane + 32·u)
+// before it quantizes them; warps grid-stride over (row, part). Rows past the last group get
+// q = 0, q_scale = 0 (the GEMM wrote nothing there). Against one warp a row (H200, session 53,
+// benchmarks/RESULTS.md; the pass alone after a kernel that wrote S): Mixtral-8x7B's rows (14336
+// values) 38.8 -> 10.2 µs at 512 rows, 47.8 -> 22.6 at 1024, 56.2 -> 40.7 at 2048, 170 -> 137 at
+// 8192: a warp a row left most of the GPU idle below ~8000 rows and walked its row's 3584
+// vectors 128 at a time.
 constexpr int kQuantizeThreads = 256;
-constexpr int kQuantizeRowsPerCta = kQuantizeThreads / 32;
+constexpr int kQuantizeWarps = kQuantizeThreads / 32;
 constexpr int kQuantizeBatch = 4;
 
 template <class ElementQ>
 __global__ void __launch_bounds__(kQuantizeThreads)
 quantize_rows(float const* s, uint32_t const* row_max_bits, ElementQ* q, float* q_scale,
-              int64_t m, int64_t n_half, int64_t const* rows_total) {
+              int64_t m, int64_t n_half, int64_t const* rows_total, int parts_log2, int share) {
   int64_t const total = *rows_total;
   int const vectors = static_cast<int>(n_half / 4);  // N < 2^31: the op checks
   int const lane = static_cast<int>(threadIdx.x % 32);
-  int64_t const stride = int64_t(gridDim.x) * kQuantizeRowsPerCta;
-  for (int64_t row = int64_t(blockIdx.x) * kQuantizeRowsPerCta + threadIdx.x / 32; row < m;
-       row += stride) {
+  int64_t const warps = m << parts_log2;
+  int64_t const stride = int64_t(gridDim.x) * kQuantizeWarps;
+  for (int64_t w = int64_t(blockIdx.x) * kQuantizeWarps + threadIdx.x / 32; w < warps;
+       w += stride) {
+    int64_t const row = w >> parts_log2;
+    int const part = static_cast<int>(w & ((int64_t(1) << parts_log2) - 1));
+    int const begin = part * share < vectors ? part * share : vectors;
+    int const end = begin + share < vectors ? begin + share : vectors;
     ElementQ* q_row = q + row * n_half;
     if (row >= total) {
-      zero_vectors(q_row, lane, vectors, 32);
-      if (lane == 0) {
+      zero_vectors(q_row, begin + lane, end, 32);
+      if (part == 0 && lane == 0) {
         q_scale[row] = 0.0f;
       }
       continue;
     }
     float const scale = __uint_as_float(row_max_bits[row]) / Quantizer<ElementQ>::kMax;
     float const* s_row = s + row * n_half;
-    for (int first = lane; first < vectors; first += 32 * kQuantizeBatch) {
+    for (int first = begin + lane; first < end; first += 32 * kQuantizeBatch) {
       float values[kQuantizeBatch][4];
 #pragma unroll
       for (int u = 0; u < kQuantizeBatch; ++u) {
-        if (first + 32 * u < vectors) {
+        if (first + 32 * u < end) {
           load4(s_row, first + 32 * u, values[u]);
         }
       }
 #pragma unroll
       for (int u = 0; u < kQuantizeBatch; ++u) {
-        if (first + 32 * u < vectors) {
+        if (first + 32 * u < end) {
           store4(q_row, first + 32 * u, values[u], scale);
         }
       }
     }
-    if (lane == 0) {
+    if (part == 0 && lane == 0) {
       q_scale[row] = scale;
     }
   }
+}
+
+// Warps a row for quantize_rows, on a GPU of `sm_count` SMs of 64 warps: the fewest that keep a
+// warp's share at most 16 vectors a lane, then twice as many while the warps stay within one
+// wave and a share keeps 2 vectors a lane (measured: at 8192 rows of 14336 values 8 warps a row
+// beat 1, 2 and 16; at 24576 rows of 1408 and 32768 of 768 one warp beat two).
+inline int quantize_row_parts(int64_t m, int64_t n_half, int sm_count) {
+  int64_t const vectors = n_half / 4, wave = int64_t(sm_count) * 64;
+  int parts = 1;
+  while ((vectors + parts - 1) / parts > 32 * 16) {
+    parts *= 2;
+  }
+  while (m * 2 * parts <= wave && vectors / (2 * parts) >= 32 * 2) {
+    parts *= 2;
+  }
+  return parts;
+}
+
+// quantize_rows over S [m, n_half] on `stream`; past 2^20 CTAs the warps stride over the rest.
+template <class ElementQ>
+cudaError_t launch_quantize_rows(float const* s, uint32_t const* row_max_bits, ElementQ* q,
+                                 float* q_scale, int64_t m, int64_t n_half,
+                                 int64_t const* rows_total, cudaStream_t stream, int sm_count) {
+  int const parts = quantize_row_parts(m, n_half, sm_count);
+  int const share = static_cast<int>((n_half / 4 + parts - 1) / parts);
+  int64_t const ctas = (m * parts + kQuantizeWarps - 1) / kQuantizeWarps;
+  if (ctas == 0) {
+    return cudaSuccess;
+  }
+  return launch_maybe_pdl(quantize_rows<ElementQ>,
+                          dim3(static_cast<unsigned>(ctas < (1 << 20) ? ctas : (1 << 20))),
+                          dim3(kQuantizeThreads), 0, stream, /*pdl=*/false, s, row_max_bits, q,
+                          q_scale, m, n_half, rows_total, cutlass::find_log2(parts), share);
 }
 
 }  // namespace gemmgen::moe
