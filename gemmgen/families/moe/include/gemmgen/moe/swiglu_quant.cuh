@@ -242,6 +242,13 @@ struct Quantizer<int8_t> {
     int const q = __float2int_rn(v);
     return static_cast<uint8_t>(static_cast<int8_t>(q > 127 ? 127 : (q < -127 ? -127 : q)));
   }
+  // The same bits without the conversion (which runs on the SM's quarter-rate unit): v + 1.5·2^23
+  // leaves v rounded to an integer (ties to even) in the float's low mantissa bits, exact for
+  // |v| < 2^22 (here |v| <= 127 past a rounding); NaN gives 0, as cvt.rni.
+  __device__ static uint8_t bits_by_add(float v) {
+    int const q = v == v ? __float_as_int(__fadd_rn(v, 12582912.0f)) - 0x4B400000 : 0;
+    return static_cast<uint8_t>(static_cast<int8_t>(q > 127 ? 127 : (q < -127 ? -127 : q)));
+  }
 };
 
 template <>
@@ -250,7 +257,34 @@ struct Quantizer<cutlass::float_e4m3_t> {
   __device__ static uint8_t bits(float v) {  // nearest, ties to even, saturated to +-448; NaN
     return cutlass::float_e4m3_t(isnan(v) ? v : fminf(fmaxf(v, -kMax), kMax)).storage;
   }
+  __device__ static uint8_t bits_by_add(float v) { return bits(v); }
 };
+
+// A row's quantization scale and, where it allows, its reciprocal r = RN(1 / scale): then the
+// IEEE quotient s / scale is q0 = RN(s · r) corrected once, RN(q0 + RN(s − q0 · scale) · r) (two
+// FMAs; Markstein's theorem: r within half an ulp of 1 / scale and q0 within an ulp of the
+// quotient make the residual exact and the result the correctly rounded quotient, as long as
+// nothing leaves the normal range: scales in [2^-90, 2^100] keep every quotient that can round to
+// a nonzero q normal). Other scales (0, NaN, inf, extremes) divide. Checked against the IEEE
+// division and cvt.rni on 2^32 random pairs, scales 2^-95 .. 2^105, a half of them within 8 ulps
+// of a tie: none differ (session 52, benchmarks/prototypes/moe_pass_reciprocal.patch).
+struct RowScale {
+  float scale;
+  float inverse;  // 0: divide
+};
+
+__device__ __forceinline__ RowScale row_scale(float scale) {
+  bool const reciprocal = scale >= 0x1p-90f && scale <= 0x1p100f;  // false for NaN
+  return {scale, reciprocal ? 1.0f / scale : 0.0f};
+}
+
+__device__ __forceinline__ float quotient(float s, RowScale const& row) {
+  if (row.inverse != 0.0f) {
+    float const q0 = __fmul_rn(s, row.inverse);
+    return __fmaf_rn(__fmaf_rn(-q0, row.scale, s), row.inverse, q0);
+  }
+  return row.scale == 0.0f ? 0.0f : s / row.scale;  // IEEE division, as the reference
+}
 
 // Four quantized values, one 32-bit store (q's rows are N/2 bytes, N/2 a multiple of 4).
 template <class ElementQ>
@@ -259,6 +293,20 @@ __device__ __forceinline__ void store4(ElementQ* q_row, int64_t vec, float const
   for (int i = 0; i < 4; ++i) {
     float const v = scale == 0.0f ? 0.0f : s[i] / scale;  // IEEE division, as the reference
     packed |= static_cast<uint32_t>(Quantizer<ElementQ>::bits(v)) << (8 * i);
+  }
+  reinterpret_cast<uint32_t*>(q_row)[vec] = packed;
+}
+
+// store4's bits through the row's reciprocal: no division and (int8) no conversion a value. The
+// long-row pass takes it; the short-row one keeps store4 (with this arithmetic, many short rows
+// after C ran slower, unexplained: session 52).
+template <class ElementQ>
+__device__ __forceinline__ void store4(ElementQ* q_row, int64_t vec, float const s[4],
+                                       RowScale const& row) {
+  uint32_t packed = 0;
+  for (int i = 0; i < 4; ++i) {
+    packed |= static_cast<uint32_t>(Quantizer<ElementQ>::bits_by_add(quotient(s[i], row)))
+              << (8 * i);
   }
   reinterpret_cast<uint32_t*>(q_row)[vec] = packed;
 }
@@ -449,18 +497,19 @@ swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, int64_t m, int64_t 
     // A row whose S is all zero (or whose max underflows) gets q = 0, q_scale = 0: never NaN.
     // A row with a NaN in S gets q_scale NaN; with an infinite S, q_scale +inf (q unspecified).
     float const scale = amax / Quantizer<ElementQ>::kMax;
+    RowScale const by = row_scale(scale);
     if (in_registers) {
 #pragma unroll
       for (int j = 0; j < kKept; ++j) {
         int const v = begin + member + j * group;
         if (v < end) {
-          store4(q_row, v, s[j], scale);
+          store4(q_row, v, s[j], by);
         }
       }
     } else {
       for (int v = begin + member; v < end; v += group) {
         compute(v, s[0]);
-        store4(q_row, v, s[0], scale);
+        store4(q_row, v, s[0], by);
       }
     }
     if (part == 0 && member == 0) {
