@@ -675,9 +675,8 @@ def fresh_dispatch():
 
 # each shipped family: (its class, x_dtype, weight_bits, its rules' configs in order)
 _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' configs in order)
-    "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "wide", "wide_pp_fused"]),
-    "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "large_fa_bf16", "small_fused_fa",
-                                       "wide_pp_fused_fa"]),
+    "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "wide_pp_fused"]),
+    "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "small_fused_fa", "wide_pp_fused_fa"]),
     "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "wgmma64", "wgmma80_tma", "wgmma80_tma", "tall",
                                         "large", "mid_pp"]),
     "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32_s8", "wgmma80", "wgmma64_tma"]),
@@ -687,31 +686,34 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
 
 @pytest.mark.parametrize("family,n,tokens,config,k", [
     # int8: one token an expert direct (stream_wide at N >= 8192); <= 16 decode (<= 4 with 128
-    # experts or more: the next test; these are 8 experts); at N >= 8192 <= 48
-    # small; at N >= 24576 wide (unfused) to 64; then wide_pp_fused
+    # experts or more: the next test; these are 8 experts); at 8192 <= N < 24576 <= 48
+    # small; then wide_pp_fused (at N >= 24576 right after decode)
     ("moe_int8", 4096, 1, "stream", K_DEEP), ("moe_int8", 4096, 2, "decode", K_DEEP),
     ("moe_int8", 8192, 1, "stream_wide", K_DEEP), ("moe_int8", 8192, 8, "decode", K_DEEP),
     ("moe_int8", 28672, 1, "stream_wide", K_DEEP), ("moe_int8", 4096, 9, "decode", K_DEEP),
     ("moe_int8", 4096, 16, "decode", K_DEEP), ("moe_int8", 4096, 17, "wide_pp_fused", K_DEEP),
     ("moe_int8", 4096, 33, "wide_pp_fused", K_DEEP), ("moe_int8", 4096, 65, "wide_pp_fused", K_SHALLOW),
     ("moe_int8", 4096, 129, "wide_pp_fused", K_SHALLOW), ("moe_int8", 8192, 17, "small", K_DEEP),
-    ("moe_int8", 8192, 48, "small", K_SHALLOW), ("moe_int8", 28672, 48, "small", K_DEEP),
+    ("moe_int8", 8192, 48, "small", K_SHALLOW), ("moe_int8", 16384, 48, "small", K_DEEP),
+    ("moe_int8", 24576, 17, "wide_pp_fused", K_DEEP), ("moe_int8", 28672, 48, "wide_pp_fused", K_DEEP),
     ("moe_int8", 16384, 49, "wide_pp_fused", K_DEEP), ("moe_int8", 16384, 256, "wide_pp_fused", K_DEEP),
-    ("moe_int8", 28672, 49, "wide", K_DEEP), ("moe_int8", 24576, 64, "wide", K_DEEP),
+    ("moe_int8", 28672, 49, "wide_pp_fused", K_DEEP), ("moe_int8", 24576, 64, "wide_pp_fused", K_DEEP),
+    ("moe_int8", 24576, 16, "decode", K_DEEP),
     ("moe_int8", 24576, 65, "wide_pp_fused", K_DEEP), ("moe_int8", 28672, 256, "wide_pp_fused", K_DEEP),
     ("moe_int8", 28672, 100_000, "wide_pp_fused", K_DEEP),
     ("moe_int8", 1536, 100_000, "wide_pp_fused", K_DEEP),
     # e4m3: the direct kernel up to 16 rows (8 experts: 2 tokens an expert); <= 8 decode (<= 16 at
-    # N >= 8192; <= 4 with 128 experts or more); then the fast-accumulation configs: at N >= 8192 small_fa to 48 (at N >= 24576
-    # then large_fa_bf16 to 112); else small_fused_fa to 32; then wide_pp_fused_fa
+    # N >= 8192; <= 4 with 128 experts or more); then the fast-accumulation configs: at
+    # 8192 <= N < 24576 small_fa to 48; below N 24576 small_fused_fa to 32; then wide_pp_fused_fa
     ("moe_e4m3", 4096, 1, "stream", K_DEEP), ("moe_e4m3", 28672, 2, "stream", K_DEEP),
     ("moe_e4m3", 4096, 8, "decode", K_DEEP), ("moe_e4m3", 4096, 9, "small_fused_fa", K_DEEP),
     ("moe_e4m3", 4096, 32, "small_fused_fa", K_SHALLOW), ("moe_e4m3", 4096, 33, "wide_pp_fused_fa", K_DEEP),
     ("moe_e4m3", 4096, 65, "wide_pp_fused_fa", K_SHALLOW), ("moe_e4m3", 16384, 48, "small_fa", K_DEEP),
     ("moe_e4m3", 16384, 49, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 4096, 100_000, "wide_pp_fused_fa", K_DEEP),
     ("moe_e4m3", 8192, 16, "decode", K_DEEP), ("moe_e4m3", 8192, 17, "small_fa", K_DEEP),
-    ("moe_e4m3", 28672, 48, "small_fa", K_DEEP), ("moe_e4m3", 28672, 49, "large_fa_bf16", K_DEEP),
-    ("moe_e4m3", 28672, 112, "large_fa_bf16", K_DEEP), ("moe_e4m3", 28672, 113, "wide_pp_fused_fa", K_DEEP),
+    ("moe_e4m3", 16384, 17, "small_fa", K_DEEP), ("moe_e4m3", 24576, 16, "decode", K_DEEP),
+    ("moe_e4m3", 28672, 17, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 28672, 48, "wide_pp_fused_fa", K_DEEP),
+    ("moe_e4m3", 28672, 112, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 28672, 113, "wide_pp_fused_fa", K_DEEP),
     ("moe_e4m3", 28672, 100_000, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 28672, 3, "decode", K_DEEP),
     # A8W4: the wgmma kernel's tiles by rows an expert: [64, 16] to 8, [128, 32] to 32, 64 rows to
     # 48, 80 rows (TMA copies) to 80 (to 160 at N >= 8192); then CUTLASS's tiles: below N 8192 the 128x128
