@@ -75,8 +75,9 @@ __global__ void quantize_reference(float const* sp, uint32_t const* row_max, int
   q_scale[row] = scale;
 }
 
-// The pass the plain way: a thread a row, IEEE division and cvt.rni (the library's bits).
-template <class T>
+// The pass the plain way: a thread a row, the IEEE division and the library's conversion (int8:
+// cvt.rni; e4m3: the saturating one), into q's bytes.
+template <class T, class Q = int8_t>
 __global__ void reference_pass(T const* c, int8_t* q, float* q_scale, int64_t m, int64_t n_half,
                                int64_t const* rows_total) {
   int64_t const row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -92,10 +93,10 @@ __global__ void reference_pass(T const* c, int8_t* q, float* q_scale, int64_t m,
     float const v = swiglu(float(c_row[2 * j]), float(c_row[2 * j + 1]));
     amax = max_keep_nan(amax, fabsf(v));
   }
-  float const scale = amax / 127.0f;
+  float const scale = amax / Quantizer<Q>::kMax;
   for (int64_t j = 0; j < n_half; ++j) {
     float const v = swiglu(float(c_row[2 * j]), float(c_row[2 * j + 1]));
-    q[row * n_half + j] = static_cast<int8_t>(Quantizer<int8_t>::bits(scale == 0.0f ? 0.0f : v / scale));
+    q[row * n_half + j] = static_cast<int8_t>(Quantizer<Q>::bits(scale == 0.0f ? 0.0f : v / scale));
   }
   q_scale[row] = scale;
 }
@@ -248,6 +249,18 @@ int rows_pass(cudaStream_t s, char const* cname, int64_t n_half, std::vector<int
       reference_pass<T><<<unsigned((m + 127) / 128), 128, 0, s>>>(c, q, qs, m, n_half, o.total);
     };
     time_variant("library", s, in, o, lib, ref, bytes, written);
+    {  // e4m3 q, checked only: the same pass (signed zeros included: the data has S = ±0)
+      using E4M3 = cutlass::float_e4m3_t;
+      T const* c = in.copies[in.count() - 1];
+      cudaMemset(o.q, 0x55, o.m * o.n_half);
+      cudaMemset(o.q_ref, 0x66, o.m * o.n_half);
+      launch_swiglu_quant<T, E4M3>(c, reinterpret_cast<E4M3*>(o.q), o.q_scale, m, n_half, o.total,
+                                   s, false, sms);
+      reference_pass<T, E4M3><<<unsigned((m + 127) / 128), 128, 0, s>>>(c, o.q_ref, o.q_scale_ref,
+                                                                         m, n_half, o.total);
+      bool const ok = cudaStreamSynchronize(s) == cudaSuccess && same(o);
+      std::printf("    e4m3 q against the plain pass: %s\n", ok ? "identical" : "OUTPUT DIFFERS");
+    }
 #ifndef HEAD_LIBRARY
     if (n_half / 4 > kSplitRowMaxVectors && n_half / 4 <= 16 * candidate::kStreamChunkVectors) {
       auto ring = [&](T const* c, int8_t* q, float* qs) {

@@ -281,7 +281,10 @@ __device__ __forceinline__ RowScale row_scale(float scale) {
 __device__ __forceinline__ float quotient(float s, RowScale const& row) {
   if (row.inverse != 0.0f) {
     float const q0 = __fmul_rn(s, row.inverse);
-    return __fmaf_rn(__fmaf_rn(-q0, row.scale, s), row.inverse, q0);
+    float const q = __fmaf_rn(__fmaf_rn(-q0, row.scale, s), row.inverse, q0);
+    // ±0 / scale is s itself; the correction would turn -0 into +0 (-0 + +0), and e4m3 keeps
+    // the zero's sign (0x80): caught by a fused / unfused pair of test_moe_gpu.py's FUSED_CASES
+    return s == 0.0f ? s : q;
   }
   return row.scale == 0.0f ? 0.0f : s / row.scale;  // IEEE division, as the reference
 }
