@@ -1,8 +1,8 @@
 // Two MoE pass designs measured and not kept (session 53, benchmarks/RESULTS.md), timed by
 // moe_passes.cu: (1) long rows (N/2 > 1536 values) streamed through a shared-memory ring of 8 KB
 // chunks filled by 1-D bulk copies, a producer warp running into the next row while 8 consumer
-// warps reduce and quantize this one (0.96-1.05x the library's pass with fp32 C at 512-2048 rows,
-// slower elsewhere); (2) the fused kernels' quantize pass over every vector of S at once (a 64-bit
+// warps reduce and quantize this one (0.87-1.00x the library's pass with fp32 C at 512-2048 rows,
+// 0.4-0.9x elsewhere); (2) the fused kernels' quantize pass over every vector of S at once (a 64-bit
 // fast division finds a vector's row; within 5% of the library's rule where rows are few, 5-12%
 // behind where they are many). Same results as the library's kernels, bit for bit.
 #pragma once
