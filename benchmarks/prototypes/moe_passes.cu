@@ -25,6 +25,7 @@
 #else
 #include "moe_pass_candidates.cuh"
 #endif
+#include "graph_timing.cuh"
 
 #define CHECK(x)                                                          \
   do {                                                                    \
@@ -99,35 +100,6 @@ __global__ void reference_pass(T const* c, int8_t* q, float* q_scale, int64_t m,
     q[row * n_half + j] = static_cast<int8_t>(Quantizer<Q>::bits(scale == 0.0f ? 0.0f : v / scale));
   }
   q_scale[row] = scale;
-}
-
-template <class F>
-float graph_us(cudaStream_t s, int calls, F&& f) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
-  for (int i = 0; i < calls; ++i) f(i);
-  cudaStreamEndCapture(s, &graph);
-  cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphLaunch(exec, s);
-  cudaStreamSynchronize(s);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<float> t;
-  for (int r = 0; r < 9; ++r) {
-    cudaEventRecord(a, s);
-    cudaGraphLaunch(exec, s);
-    cudaEventRecord(b, s);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms * 1000.f / calls);
-  }
-  std::sort(t.begin(), t.end());
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return t[t.size() / 2];
 }
 
 static int sms;

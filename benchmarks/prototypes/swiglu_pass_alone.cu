@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gemmgen/moe/swiglu_quant.cuh"
+#include "graph_timing.cuh"
 
 #define CHECK(x)                                                          \
   do {                                                                    \
@@ -34,38 +35,6 @@ __global__ void write_c(float* c, int64_t vectors, float v) {  // the GEMM's sta
        i += int64_t(gridDim.x) * blockDim.x) {
     reinterpret_cast<float4*>(c)[i] = make_float4(v, -v, 0.5f * v, 2.f * v);
   }
-}
-
-// Median µs a call of `calls` calls of f(i) captured in one CUDA graph, over 9 replays.
-template <class F>
-float graph_us(cudaStream_t s, int calls, F&& f) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
-  for (int i = 0; i < calls; ++i) {
-    f(i);
-  }
-  cudaStreamEndCapture(s, &graph);
-  cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphLaunch(exec, s);
-  cudaStreamSynchronize(s);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<float> t;
-  for (int r = 0; r < 9; ++r) {
-    cudaEventRecord(a, s);
-    cudaGraphLaunch(exec, s);
-    cudaEventRecord(b, s);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms * 1000.f / calls);
-  }
-  std::sort(t.begin(), t.end());
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return t[t.size() / 2];
 }
 
 using Launch = cudaError_t (*)(float const*, int8_t*, float*, int64_t, int64_t, int64_t const*,
