@@ -736,8 +736,8 @@ cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, 
 // before it quantizes them; warps grid-stride over (row, part). Rows past the last group get
 // q = 0, q_scale = 0 (the GEMM wrote nothing there). Against one warp a row (H200, session 53,
 // benchmarks/RESULTS.md; the pass alone after a kernel that wrote S): Mixtral-8x7B's rows (14336
-// values) 38.8 -> 10.2 µs at 512 rows, 47.8 -> 22.6 at 1024, 56.2 -> 40.7 at 2048, 170 -> 137 at
-// 8192: a warp a row left most of the GPU idle below ~8000 rows and walked its row's 3584
+// values) 38.8 -> 10.2 µs at 512 rows, 47.1 -> 22.4 at 1024, 55.9 -> 40.9 at 2048, 170 -> 137.6
+// at 8192: a warp a row left most of the GPU idle below ~8000 rows and walked its row's 3584
 // vectors 128 at a time.
 constexpr int kQuantizeThreads = 256;
 constexpr int kQuantizeWarps = kQuantizeThreads / 32;
