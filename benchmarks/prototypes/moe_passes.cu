@@ -5,7 +5,8 @@
 // not kept (moe_pass_candidates.cuh: the bulk-copy ring, the flat quantize pass, 2 and 4 CTAs a
 // long row) and a copy kernel of the same traffic (a 16-byte load a thread, q's bytes written).
 // Each is checked on random data against a plain kernel (a thread a row, the IEEE division and
-// cvt.rni; bit for bit), then timed in CUDA graphs of 20 calls (median of 9): alone, inputs
+// cvt.rni; bit for bit; the unfused pass's e4m3 q too, signed zeros included), then timed in CUDA
+// graphs of 20 calls (median of 9): alone, inputs
 // rotated past the L2, and the µs it adds after a kernel that writes its input (left dirty in the
 // L2, as the GEMM leaves C or S; no PDL, as the CUTLASS kernels' passes launch).
 //
