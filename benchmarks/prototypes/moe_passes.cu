@@ -26,16 +26,8 @@
 #else
 #include "moe_pass_candidates.cuh"
 #endif
+#include "cuda_check.h"
 #include "graph_timing.cuh"
-
-#define CHECK(x)                                                          \
-  do {                                                                    \
-    cudaError_t const e = (x);                                            \
-    if (e != cudaSuccess) {                                               \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      return 1;                                                           \
-    }                                                                     \
-  } while (0)
 
 using namespace gemmgen;
 using namespace gemmgen::moe;
