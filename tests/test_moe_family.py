@@ -198,11 +198,10 @@ def _add(*lines: str) -> tuple[str, str]:
     ([("tile: [128, 128, 128]", "tile: [256, 256, 256]")], "stages", "name: mid",
      r"the minimum of 2 stages \(stages: auto\) of tile 256x256x256 need .* over the sm90 limit"),
     ([_add("split_k: 2")], "split_k", "split_k:", r"unknown key in configs\[0\]"),
-    # fused: not swap-AB, S in fp32, not A8W4, a boolean
+    # fused: not swap-AB, not A8W4, a boolean
     ([_add("fused: 1")], "fused", "fused:", "expected true or false, got 1"),
     ([("intermediate: bf16", "intermediate: fp32"), _add("swap_ab: true", "fused: true")], "fused",
      "fused:", "a fused config cannot be swap_ab: its epilogue pairs act and gate as adjacent columns"),
-    ([_add("fused: true")], "intermediate", "intermediate:", "fp32 for a fused config"),
     ([("dtypes: [e4m3]", "dtypes: [int8, {x: int8, w: int4}]"), ("intermediate: bf16", "intermediate: fp32"),
       _add("swap_ab: true", "fused: true")], "fused", "fused:",
      "a fused config cannot be swap_ab"),
@@ -491,7 +490,8 @@ def test_render_shipped_manifest_spells_every_variant():
         assert k.config.fast_accum == k.name.endswith("_fa") and (not fast or k.x == "e4m3")
         assert f"/*fast_accum=*/{'true' if fast else 'false'}> {{}};" in unit.source
         if k.config.fused:
-            assert f"{k.x} x {k.w}{fast} -> SwiGLU in the epilogue -> fp32 S + row max -> {k.x} q" in unit.source
+            assert (f"{k.x} x {k.w}{fast} -> SwiGLU in the epilogue -> {k.config.intermediate} S + row max "
+                    f"-> {k.x} q") in unit.source
             assert "/*fused=*/true," in unit.source
         else:
             assert f"{k.x} x {k.w}{fast} -> {k.config.intermediate} C -> SwiGLU -> {k.x} q" in unit.source

@@ -291,7 +291,7 @@ int fused_pass(cudaStream_t s) {
       quantize_rows<<<static_cast<unsigned>(ctas), kQuantizeThreads, 0, s>>>(sp, o.row_max, q, qs,
                                                                              m, n_half, o.total);
 #else
-      launch_quantize_rows<int8_t>(sp, o.row_max, q, qs, m, n_half, o.total, s, sms);
+      launch_quantize_rows<float, int8_t>(sp, o.row_max, q, qs, m, n_half, o.total, s, sms);
 #endif
     };
     auto ref = [&](float const* sp, int8_t* q, float* qs) {
@@ -308,9 +308,9 @@ int fused_pass(cudaStream_t s) {
       if (parts == chosen || (n_half / 4) / parts < 64) continue;
       auto fixed = [&](float const* sp, int8_t* q, float* qs) {
         int const share = static_cast<int>((n_half / 4 + parts - 1) / parts);
-        quantize_rows<int8_t><<<unsigned((m * parts + kQuantizeWarps - 1) / kQuantizeWarps),
-                                kQuantizeThreads, 0, s>>>(sp, o.row_max, q, qs, m, n_half, o.total,
-                                                          cutlass::find_log2(parts), share);
+        quantize_rows<float, int8_t><<<unsigned((m * parts + kQuantizeWarps - 1) / kQuantizeWarps),
+                                       kQuantizeThreads, 0, s>>>(sp, o.row_max, q, qs, m, n_half, o.total,
+                                                                 cutlass::find_log2(parts), share);
       };
       std::snprintf(label, sizeof label, "%d warps a row", parts);
       time_variant(label, s, in, o, fixed, ref, bytes, written);

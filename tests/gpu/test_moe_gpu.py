@@ -979,17 +979,24 @@ def test_non_finite_weight_scale_reaches_its_expert_only(kind):
 
 # ------------------------------------------------------------------ 7. fused = unfused
 
-def fused_pairs() -> list[tuple]:
-    """(fused kernel, an unfused fp32 CUTLASS kernel of the same variant and accumulation) for
-    every built fused kernel (fp8's fast and promoted accumulation round differently, and the
-    direct kernel sums in another order)."""
+def fused_pairs(s_type: str = "fp32") -> list[tuple]:
+    """(fused kernel storing S in `s_type`, an fp32 CUTLASS kernel of the same variant and
+    accumulation) for every such built fused kernel (fp8's fast and promoted accumulation round
+    differently, and the direct kernel sums in another order). For an fp32 S the partner is
+    unfused; for a bf16 S, the fused kernel of the same tile and schedule storing S in fp32 (the
+    same C and S before S's rounding)."""
     kernels = [k for k in gemmgen.list_kernels() if k.spec.family == "moe"]
     pairs = []
-    for fused in (k for k in kernels if k.spec.config.fused):
-        plain = [k for k in kernels if not k.spec.config.fused and k.spec.c == "fp32"
+    for fused in (k for k in kernels if k.spec.config.fused and k.spec.c == s_type):
+        cfg = fused.spec.config
+        plain = [k for k in kernels if k.spec.c == "fp32"
                  and (k.spec.x, k.spec.w) == (fused.spec.x, fused.spec.w)
-                 and k.spec.config.fast_accum == fused.spec.config.fast_accum
-                 and not k.spec.config.is_own]  # CUTLASS's mainloops, as the fused kernels
+                 and k.spec.config.fast_accum == cfg.fast_accum
+                 and not k.spec.config.is_own  # CUTLASS's mainloops, as the fused kernels
+                 and (not k.spec.config.fused if s_type == "fp32" else
+                      k.spec.config.fused and (k.spec.config.tile, k.spec.config.schedule,
+                                               k.spec.config.cluster)
+                      == (cfg.tile, cfg.schedule, cfg.cluster))]
         if plain:
             pairs.append((fused, plain[0]))
     return pairs
@@ -1035,9 +1042,46 @@ def test_fused_kernels_equal_unfused_bit_for_bit():
                            label, weight_bits=v.bits)
 
 
+def test_fused_kernels_with_bf16_s():
+    """A fused kernel storing S in bf16 (half the bytes its epilogue writes and the quant pass
+    reads): q and q_scale within the bf16-intermediate bounds of the reference, into poisoned
+    outputs, deterministic; and against the fused kernel of the same tile storing S in fp32 (the
+    same C and S before the rounding): the row max is the rounded S's (rounding keeps order), so
+    each q_scale lies within 2^-8 relative (half a bf16 step, 8 significant bits) of the fp32
+    kernel's, and at most the fraction of q MAX_DIFFERING allows for a bf16 intermediate differs
+    from its q."""
+    pairs = fused_pairs("bf16")
+    if not pairs:
+        pytest.skip("no built fused kernel storing S in bf16 beside one storing it in fp32")
+    for (fused, twin), (e, m, k, n, routing) in itertools.product(pairs, FUSED_CASES):
+        v = variant_of(fused.spec)
+        label = f"{fused.name} vs {twin.name} E={e} M={m} K={k} N={n} {routing}"
+        weight = random_weight((e, k, n), v)
+        weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
+        packed = pack(weight, weight_scale, v)
+        x = random_values((m, k), v.dtype)
+        x_scale = random_scales((m,), v.dtype)
+        group_list = group_list_of(routing_counts(routing, m, e), "count")
+        got = call_out_op(x, packed, x_scale, group_list, "count", fused.name)
+        again = call_out_op(x, packed, x_scale, group_list, "count", fused.name)
+        fp32 = call_out_op(x, packed, x_scale, group_list, "count", twin.name)
+        torch.cuda.synchronize()
+        assert not poison_left(*got), f"{label}: the fused kernel left poison"
+        assert same_bits(got[0], again[0]) and same_bits(got[1], again[1]), f"{label}: not deterministic"
+        assert_quant_close(*got, x, weight, weight_scale, x_scale, group_list, "count", "bf16",
+                           label, weight_bits=v.bits)
+        scale, scale32 = got[1].double(), fp32[1].double()
+        assert ((scale - scale32).abs() <= (2.0**-8 + 2.0**-22) * scale32).all(), \
+            f"{label}: q_scale further than half a bf16 step from the fp32-S kernel's"
+        differing = (got[0].view(torch.uint8) != fp32[0].view(torch.uint8)).float().mean().item()
+        limit = MAX_DIFFERING[("e4m3" if v.dtype == FP8 else "int8", "bf16")]
+        assert differing <= limit, f"{label}: {differing:.1%} of q differ from the fp32-S kernel's"
+
+
 def test_fused_non_finite_rows():
-    """The fused kernels' row max keeps a NaN (its bits exceed +inf's) and an infinity."""
-    pairs = fused_pairs()
+    """The fused kernels' row max keeps a NaN (its bits exceed +inf's) and an infinity, S in
+    fp32 or bf16."""
+    pairs = fused_pairs() + fused_pairs("bf16")
     if not pairs:
         pytest.skip("no built fused kernel")
     for fused, _ in pairs:

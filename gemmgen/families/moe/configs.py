@@ -5,7 +5,7 @@ A kernel is fixed by its activation type `x` (int8 or e4m3: also the quantized o
 weight type `w` (x's, or int4 with int8 x: A8W4) and its tile config, which also fixes the type of the intermediate C (the
 scaled GEMM result that SwiGLU reads): fp32, or bf16 to halve its bytes. Dispatch picks among every config of an element
 type, so the intermediate is a config choice, not part of the op's contract. A fused config
-(`fused`) does SwiGLU in the GEMM's epilogue: its intermediate is S (fp32, N/2 columns), not C.
+(`fused`) does SwiGLU in the GEMM's epilogue: its intermediate is S (N/2 columns), not C.
 An e4m3 config with `fast_accum` accumulates as cuBLAS's fp8 GEMMs do (no periodic promotion).
 """
 
@@ -57,7 +57,7 @@ class MoeTileConfig(DirectTile):
     schedule: str
     stages: int  # 0 means "auto"
     swap_ab: bool
-    intermediate: str  # fp32 or bf16: the element type of C (fused: of S, fp32)
+    intermediate: str  # fp32 or bf16: the element type of C (fused: of S; C stays fp32)
     fused: bool = False  # SwiGLU + row max in the epilogue, then a light quant pass
     # e4m3 only: CUTLASS's FP8FastAccum mainloop (the tensor cores' own accumulation, no
     # promotion to fp32 every few wgmmas), as cuBLAS's and the W8A8 family's fp8 kernels run

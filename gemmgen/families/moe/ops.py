@@ -179,7 +179,7 @@ def _gmm_swiglu_quant_out_impl(q, q_scale, x, w, w_scale, x_scale, group_list,
         plan = (chosen, _INTERMEDIATE[chosen.spec.c], chosen.spec.config.fused,
                 RASTER_CODES[run_knobs.raster], run_knobs.swizzle, None, lasting)
     _, c_dtype, fused, raster, swizzle, _, _ = plan
-    # the intermediate: C [M, N] (unfused) or S [M, N/2] fp32 (fused kernels)
+    # the intermediate: C [M, N] (unfused) or S [M, N/2] (fused kernels), fp32 or bf16
     c = launch.new_output((m, n // 2 if fused else n), c_dtype, x.device)
     buffer = launch.args_buffer(MoeArgs)
     ARGS_LAYOUT.pack_into(buffer, 0, x_ptr, w_ptr, w_scale_ptr, x_scale.data_ptr(),
@@ -273,9 +273,11 @@ def grouped_matmul_swiglu_quant(x: torch.Tensor, weight, weight_scale, x_scale: 
     accumulates in float32 promoted every 4 wgmmas (128 K), in the direct kernel's float32
     accumulators, or with a `fast_accum` config in the tensor cores' own accumulation over the
     whole K (as torch._scaled_mm with use_fast_accum: ~1% in q_scale at K 4096-7168), and a
-    bf16-intermediate config rounds C to bf16 (shipped: fp8's large_fa_bf16 and large_fa_c2_bf16;
-    every other config uses float32 C). So q may differ from the reference by one step
-    where S / q_scale lies within rounding distance of a tie, and q_scale by a few float32 ulps.
+    bf16-intermediate config rounds C to bf16 (shipped: fp8's large_fa_bf16 and large_fa_c2_bf16)
+    or, fused, S (fp8's small_fused_fa_bf16 and wide_pp_fused_fa_bf16, the rules' picks past
+    decode); every other config keeps both in float32. So q may differ from the reference by one
+    step where S / q_scale lies within rounding distance of a tie, and q_scale by a few float32
+    ulps (beside fast accumulation's error; a bf16 S adds up to 2^-8 relative).
     Non-finite values: a row whose S holds a NaN gets q_scale NaN, an infinite S q_scale +inf
     (q of that row unspecified); int8 K is limited to 131056 (A8W4: 2097120; int32 accumulation). kernel: force a kernel by name (default: dispatch picks by
     tokens per expert, E, N, K and rows: a tuned table's entry for the layer, else the rules).

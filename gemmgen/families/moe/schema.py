@@ -20,10 +20,11 @@
 tensor cores accumulate the whole K on their own, as cuBLAS's fp8 GEMMs (and the W8A8 family's)
 do, instead of promoting to fp32 every four wgmmas, one 128-K tile (the default, more exact).
 
-`fused: true` does SwiGLU in the GEMM's epilogue (S stored in fp32, the row max reduced by
-atomics, then a light quant pass) instead of writing C for a separate SwiGLU kernel; fused
-configs are not swap-AB (act/gate pairs are adjacent columns of a tokens-by-N tile), their
-intermediate is fp32, and the weight is not int4.
+`fused: true` does SwiGLU in the GEMM's epilogue (S stored in the config's intermediate type,
+fp32 or bf16, the row max reduced by atomics, then a light quant pass) instead of writing C for a
+separate SwiGLU kernel; C stays float32 inside the epilogue, so `intermediate: bf16` rounds S,
+not C. Fused configs are not swap-AB (act/gate pairs are adjacent columns of a tokens-by-N tile)
+and the weight is not int4.
 
 `schedule: direct` is the family's own mma.sync kernel (direct_grouped_gemm.cuh): int8
 activations with int8 or int4 weights, or e4m3 ones (float32 accumulation), tile [16·warps over features (16 to 256), 8·MMA tiles
@@ -283,9 +284,6 @@ def read_config(reader, node: Any, index: int, line: int,
     if fused and swap_ab:
         raise reader.error(c, "fused", "a fused config cannot be swap_ab: its epilogue pairs act "
                                        "and gate as adjacent columns of a tokens-by-N tile")
-    if fused and config.intermediate != "fp32":
-        raise reader.error(c, "intermediate", "fp32 for a fused config (it stores S in fp32, so "
-                                              "that q matches the unfused kernels)")
     if fused and int4:
         raise reader.error(c, "fused", "not with int4 weights (A8W4 kernels are swap-AB only)")
     if fused and config.tile[1] % 32:

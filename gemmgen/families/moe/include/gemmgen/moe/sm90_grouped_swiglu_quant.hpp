@@ -10,9 +10,11 @@
  *   3. swiglu_quant: SwiGLU and per-row quantization of C.
  *
  * A fused kernel (Config::Fused) does SwiGLU in the GEMM's epilogue instead: the epilogue's root
- * node (sm90_swiglu_rowmax_store.hpp) stores S, half C's width, in fp32 and reduces each row's
- * max |S| across the N tiles by atomic max; C is never written. Then quantize_rows quantizes S.
- * Its q and q_scale equal the fp32 unfused kernels' bit for bit (same C, same S, same max).
+ * node (sm90_swiglu_rowmax_store.hpp) stores S, half C's width, in ElementC (fp32, or bf16 for
+ * half the bytes written and read again) and reduces each row's max |S| across the N tiles by
+ * atomic max; C is never written. Then quantize_rows quantizes S. With S in fp32 its q and
+ * q_scale equal the fp32 unfused kernels' bit for bit (same C, same S, same max); a bf16 S is
+ * the float32 S rounded once (C itself stays float32).
  * Fused kernels are not swap-AB (their pairs are adjacent columns of the tokens-by-N tile).
  *
  * act and gate are interleaved in the packed weight (packing.py): C[:, 2j] is act column j,
@@ -51,7 +53,7 @@ namespace gemmgen::moe::sm90 {
 // ElementX: int8_t or cutlass::float_e4m3_t (activations; q has the same type); ElementW: the
 // weights, ElementX or cutlass::int4b_t (A8W4: converted to int8 in registers in front of the
 // int8 wgmma, CUTLASS's mixed-input mainloop; the weight must then be operand A, so swap-AB);
-// ElementC: the intermediate (float or cutlass::bfloat16_t; fused: float, the type of S);
+// ElementC: the intermediate (float or cutlass::bfloat16_t; fused: the type of S, C float32);
 // Cooperative: else Pingpong; Fused: SwiGLU in the epilogue (not with SwapAB); FastAccum: fp8's
 // FP8FastAccum mainloop (e4m3 only).
 template <class ElementX_, class ElementW_, class ElementC_, bool SwapAB_, class TileShape_,
@@ -83,8 +85,8 @@ struct GroupedSwigluQuant {
   static constexpr bool MixedInput = !cute::is_same_v<ElementW, ElementX>;
   static_assert(!MixedInput || SwapAB, "int4 weights must be CUTLASS's A operand: swap-AB only");
   static constexpr bool Fused = Config::Fused;
-  static_assert(!Fused || (!SwapAB && cute::is_same_v<ElementC, float>),
-                "fused kernels: not swap-AB (act/gate pairs are adjacent columns), S in fp32");
+  static_assert(!Fused || !SwapAB,
+                "fused kernels: not swap-AB (act/gate pairs are adjacent columns)");
   using ElementA = cute::conditional_t<SwapAB, ElementW, ElementX>;
   using ElementB = cute::conditional_t<SwapAB, ElementX, ElementW>;
   static constexpr int AlignA = 128 / cutlass::sizeof_bits<ElementA>::value;
@@ -131,13 +133,17 @@ struct GroupedSwigluQuant {
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float,
                                              cutlass::FloatRoundStyle::round_to_nearest>,
       XScale, cutlass::epilogue::fusion::Sm90AccFetch>;
+  // C's element type as the tree computes it: a fused kernel's SwiGLU reads C in float32
+  // whatever S is stored in.
+  using ElementScaled = cute::conditional_t<Fused, float, ElementC>;
   using ScaledTree = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementC, float,
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementScaled, float,
                                              cutlass::FloatRoundStyle::round_to_nearest>,
       WScale, Scaled>;
   // Fused: S = swish(act) · gate of the scaled pairs, stored by the root; no D.
   using Tree = cute::conditional_t<
-      Fused, cutlass::epilogue::fusion::Sm90EVT<Sm90SwigluRowMaxStore, ScaledTree>, ScaledTree>;
+      Fused, cutlass::epilogue::fusion::Sm90EVT<Sm90SwigluRowMaxStore<ElementC>, ScaledTree>,
+      ScaledTree>;
   using ElementD = cute::conditional_t<Fused, void, ElementC>;
 
   // The epilogue walks its tile in subtiles (auto: 32 columns), and after each one runs the
@@ -302,7 +308,7 @@ struct GroupedSwigluQuant {
     }
     if constexpr (Fused) {
       cudaError_t const launched = launch_quantize_rows(
-          static_cast<float const*>(p->c), arrays.row_max_bits, static_cast<ElementQ*>(p->q),
+          static_cast<ElementC const*>(p->c), arrays.row_max_bits, static_cast<ElementQ*>(p->q),
           p->q_scale, p->m, p->n / 2, arrays.rows_total, cuda_stream, hardware_info().sm_count);
       if (launched != cudaSuccess) {
         return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));

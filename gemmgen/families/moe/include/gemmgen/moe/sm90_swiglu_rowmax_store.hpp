@@ -1,10 +1,12 @@
 /*
  * gemmgen/moe/sm90_swiglu_rowmax_store.hpp — the fused MoE kernels' epilogue root: a CUTLASS 3.x
- * sm90 epilogue visitor node that turns the scaled GEMM tile C into S = swish(act) · gate, stores
- * S (half the columns of C) straight to global memory, and reduces every row's max |S| across
- * the N tiles with atomic max into a per-row buffer; a light pass then quantizes S
- * (swiglu_quant.cuh: quantize_rows). The collective epilogue runs with a void D: no C is ever
- * written, which is the point of fusing.
+ * sm90 epilogue visitor node that turns the scaled GEMM tile C (float32) into S = swish(act) ·
+ * gate, stores S (half the columns of C; float32, or bf16 for half the bytes) straight to global
+ * memory, and reduces every row's max |S| across the N tiles with atomic max into a per-row
+ * buffer; a light pass then quantizes S (swiglu_quant.cuh: quantize_rows). The collective
+ * epilogue runs with a void D: no C is ever written, which is the point of fusing. A bf16 S is
+ * rounded once, before the row max, so that the max is one of the stored values (as an unfused
+ * kernel's row max is of the S it computes from its stored C).
  *
  * The weights are packed with act and gate interleaved (packing.py: packed row 2j is act column
  * j, row 2j+1 gate column j), so each (act, gate) pair is two adjacent columns of C. The wgmma
@@ -30,6 +32,7 @@
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
 #include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
 
 #include "gemmgen/moe/swiglu_quant.cuh"
@@ -65,6 +68,32 @@ __device__ __forceinline__ void transpose_quad(float (&x)[4], int q) {
   }
 }
 
+// S's element type rounding: float32 keeps the value, bf16 rounds it to nearest even.
+template <class ElementS>
+__device__ __forceinline__ float stored_value(float v) {
+  return static_cast<float>(static_cast<ElementS>(v));
+}
+template <>
+__device__ __forceinline__ float stored_value<float>(float v) {
+  return v;
+}
+
+// Four S values (already rounded to ElementS) to 4 consecutive elements: one 16-byte store for
+// float32, one 8-byte store for bf16.
+__device__ __forceinline__ void store_s4(float* p, float const (&v)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void store_s4(cutlass::bfloat16_t* p, float const (&v)[4]) {
+  cutlass::Array<cutlass::bfloat16_t, 4> packed;
+  CUTLASS_PRAGMA_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    packed[k] = static_cast<cutlass::bfloat16_t>(v[k]);  // exact: v is already a bf16 value
+  }
+  *reinterpret_cast<uint2*>(p) = *reinterpret_cast<uint2 const*>(&packed);
+}
+
+// ElementS: float or cutlass::bfloat16_t, the type S is stored in.
+template <class ElementS>
 struct Sm90SwigluRowMaxStore {
   // No D: the collective sizes its (unused) D staging with this type, as for an aux store.
   using ElementAux = float;
@@ -72,7 +101,7 @@ struct Sm90SwigluRowMaxStore {
   struct SharedStorage {};
 
   struct Arguments {
-    float* const* s = nullptr;           // per group: S of its first row, rows of ld_s floats
+    ElementS* const* s = nullptr;        // per group: S of its first row, rows of ld_s elements
     uint32_t* const* row_max = nullptr;  // per group: max|S| bits of its first row (zeroed)
     int64_t ld_s = 0;                    // N / 2
   };
@@ -121,7 +150,7 @@ struct Sm90SwigluRowMaxStore {
   template <class RowMaxGmem, class RowMaxRegs, class Coords, class Residue>
   struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
     CUTLASS_DEVICE ConsumerStoreCallbacks(RowMaxGmem gmem_max, RowMaxRegs reg_max, Coords coords,
-                                          Residue residue, float* s, int64_t ld_s,
+                                          Residue residue, ElementS* s, int64_t ld_s,
                                           int64_t first_row, int64_t first_col)
         : gmem_max(gmem_max), reg_max(reg_max), coords(coords), residue(residue), s(s),
           ld_s(ld_s), first_row(first_row), first_col(first_col) {}
@@ -130,7 +159,7 @@ struct Sm90SwigluRowMaxStore {
     RowMaxRegs reg_max;
     Coords coords;
     Residue residue;
-    float* s;           // the group's S
+    ElementS* s;        // the group's S
     int64_t ld_s;
     int64_t first_row;  // the thread's first (row, column) of the group's C
     int64_t first_col;
@@ -142,8 +171,10 @@ struct Sm90SwigluRowMaxStore {
       static_assert(FragmentSize % 16 == 0, "the fragment is whole 32-column blocks of wgmma");
       // Several blocks a fragment (a whole-tile subtile): their stores are vectors, the quad's
       // shuffles hidden behind the other blocks' math; one block (a 32-column subtile between
-      // the collective's barriers): a pair at a time, which measured faster there.
-      constexpr bool VectorStores = FragmentSize >= 64;
+      // the collective's barriers): a float S a pair at a time, which measured faster there, a
+      // bf16 S in vectors too (pair by pair, 2-byte stores made the 64x256 tile up to 11% slower
+      // at thousands of rows; benchmarks/RESULTS.md, session 54).
+      constexpr bool VectorStores = FragmentSize >= 64 || !cute::is_same_v<ElementS, float>;
       using cute::_;
       auto coords_mn = coords(_, _, _, epi_m, epi_n);
       auto max_mn = reg_max(_, _, _, epi_m, epi_n);
@@ -155,7 +186,7 @@ struct Sm90SwigluRowMaxStore {
         int const rows_left = static_cast<int>(cute::get<0>(residue) - cute::get<0>(first));
         int const cols_left = static_cast<int>(cute::get<1>(residue) - cute::get<1>(first));
         // The thread's first S column: pair (k, h) is S column 4·k of it, 8·h rows down.
-        float* const s_first = s + (first_row + cute::get<0>(first)) * ld_s +
+        ElementS* const s_first = s + (first_row + cute::get<0>(first)) * ld_s +
                                ((first_col + cute::get<1>(first)) >> 1);
         CUTLASS_PRAGMA_UNROLL
         for (int h = 0; h < 2; ++h) {
@@ -163,18 +194,18 @@ struct Sm90SwigluRowMaxStore {
           CUTLASS_PRAGMA_UNROLL
           for (int k = 0; k < 4; ++k) {
             int const i = 16 * block + 2 * (2 * k + h);
-            row[k] = swiglu(static_cast<float>(c[i]), static_cast<float>(c[i + 1]));
+            row[k] = stored_value<ElementS>(
+                swiglu(static_cast<float>(c[i]), static_cast<float>(c[i + 1])));
           }
           uint32_t& held = max_mn(e + 2 * h);
           if constexpr (VectorStores) {
             // The quad's 4 x 4 block of this row transposed: lane q then holds S columns
-            // 4·q .. 4·q + 3 of lane 0's first, 16-byte aligned (the block starts at a multiple
+            // 4·q .. 4·q + 3 of lane 0's first, 4-element aligned (the block starts at a multiple
             // of 32 columns of C, N at a multiple of 8), whose 8 columns of C start 6·q past
             // the thread's own first and are all in or all out (N a multiple of 8).
             transpose_quad(row, q);
             if (8 * h < rows_left && 6 * q < cols_left) {
-              *reinterpret_cast<float4*>(s_first + h * 8 * ld_s + 3 * q) =
-                  make_float4(row[0], row[1], row[2], row[3]);
+              store_s4(s_first + h * 8 * ld_s + 3 * q, row);
               held = max(held, max(max(abs_bits(row[0]), abs_bits(row[1])),
                                    max(abs_bits(row[2]), abs_bits(row[3]))));
             }
@@ -182,7 +213,7 @@ struct Sm90SwigluRowMaxStore {
             CUTLASS_PRAGMA_UNROLL
             for (int k = 0; k < 4; ++k) {
               if (8 * h < rows_left && 8 * k < cols_left) {  // N is even: the gate is in too
-                s_first[h * 8 * ld_s + 4 * k] = row[k];
+                s_first[h * 8 * ld_s + 4 * k] = static_cast<ElementS>(row[k]);
                 held = max(held, abs_bits(row[k]));
               }
             }

@@ -206,10 +206,18 @@ __device__ __forceinline__ float swiglu(float act, float gate) {
   return __fdividef(act, 1.0f + expf(-act)) * gate;
 }
 
-// Four consecutive floats (one 16-byte load).
+// Four consecutive values as floats: one 16-byte load of float32, one 8-byte load of bf16.
 __device__ __forceinline__ void load4(float const* p, int64_t vec, float out[4]) {
   float4 const v = reinterpret_cast<float4 const*>(p)[vec];
   out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+}
+
+__device__ __forceinline__ void load4(cutlass::bfloat16_t const* p, int64_t vec, float out[4]) {
+  uint2 const v = reinterpret_cast<uint2 const*>(p)[vec];
+  cutlass::bfloat16_t const* h = reinterpret_cast<cutlass::bfloat16_t const*>(&v);
+  for (int i = 0; i < 4; ++i) {
+    out[i] = static_cast<float>(h[i]);
+  }
 }
 
 // The four (act, gate) pairs of S vector `vec` from a row of C, act and gate interleaved
@@ -249,6 +257,14 @@ struct Quantizer<int8_t> {
     int const q = v == v ? __float_as_int(__fadd_rn(v, 12582912.0f)) - 0x4B400000 : 0;
     return static_cast<uint8_t>(static_cast<int8_t>(q > 127 ? 127 : (q < -127 ? -127 : q)));
   }
+  // Four quotients' bits_by_add, little-endian in a word.
+  __device__ static uint32_t pack4(float const v[4]) {
+    uint32_t packed = 0;
+    for (int i = 0; i < 4; ++i) {
+      packed |= static_cast<uint32_t>(bits_by_add(v[i])) << (8 * i);
+    }
+    return packed;
+  }
 };
 
 template <>
@@ -258,6 +274,14 @@ struct Quantizer<cutlass::float_e4m3_t> {
     return cutlass::float_e4m3_t(isnan(v) ? v : fminf(fmaxf(v, -kMax), kMax)).storage;
   }
   __device__ static uint8_t bits_by_add(float v) { return bits(v); }
+  // Four values' bits, little-endian in a word, two a conversion (cvt's first source goes to the
+  // upper byte): `satfinite` saturates past +-448 and keeps NaN, the bits bits() gives.
+  __device__ static uint32_t pack4(float const v[4]) {
+    uint16_t low, high;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(low) : "f"(v[1]), "f"(v[0]));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(high) : "f"(v[3]), "f"(v[2]));
+    return static_cast<uint32_t>(low) | (static_cast<uint32_t>(high) << 16);
+  }
 };
 
 // A row's quantization scale and, where it allows, its reciprocal r = RN(1 / scale): then the
@@ -300,18 +324,20 @@ __device__ __forceinline__ void store4(ElementQ* q_row, int64_t vec, float const
   reinterpret_cast<uint32_t*>(q_row)[vec] = packed;
 }
 
-// store4's bits through the row's reciprocal: no division and (int8) no conversion a value. The
-// long-row pass takes it; the short-row one keeps store4 (with this arithmetic, many short rows
-// after C ran slower, unexplained: session 52).
+// store4's bits through the row's reciprocal: no division, and no conversion a value (int8) or
+// one per two values (e4m3). The long-row pass takes it, and the fused kernels' quantize pass for
+// e4m3 q; the short-row one keeps store4 (with this arithmetic, many short rows after C ran
+// slower, unexplained: session 52), and so does the quantize pass for int8 q (there the
+// reciprocal measured 7% faster at short rows and 512 Mixtral rows, 2% slower at 2048-8192
+// Mixtral rows: session 54, not taken).
 template <class ElementQ>
 __device__ __forceinline__ void store4(ElementQ* q_row, int64_t vec, float const s[4],
                                        RowScale const& row) {
-  uint32_t packed = 0;
+  float quotients[4];
   for (int i = 0; i < 4; ++i) {
-    packed |= static_cast<uint32_t>(Quantizer<ElementQ>::bits_by_add(quotient(s[i], row)))
-              << (8 * i);
+    quotients[i] = quotient(s[i], row);
   }
-  reinterpret_cast<uint32_t*>(q_row)[vec] = packed;
+  reinterpret_cast<uint32_t*>(q_row)[vec] = Quantizer<ElementQ>::pack4(quotients);
 }
 
 // q = 0 for vectors first, first + step, ... < end of a row outside every group (4 bytes each).
@@ -730,22 +756,27 @@ cudaError_t launch_swiglu_quant(ElementC const* c, ElementQ* q, float* q_scale, 
 }
 
 // The fused kernels' light pass: q = quantize(S / scale), scale = max|S_row| / QMAX from the
-// row maxima the epilogue reduced (bits of |S|). No reduction is left, so a row splits freely:
-// `parts` warps a row (2^parts_log2, quantize_row_parts), each a contiguous share of the row's
-// 16-byte vectors of S, kQuantizeBatch of them loaded by each lane (share start + lane + 32·u)
-// before it quantizes them; warps grid-stride over (row, part). Rows past the last group get
-// q = 0, q_scale = 0 (the GEMM wrote nothing there). Against one warp a row (H200, session 53,
-// benchmarks/RESULTS.md; the pass alone after a kernel that wrote S): Mixtral-8x7B's rows (14336
-// values) 38.8 -> 10.2 µs at 512 rows, 47.1 -> 22.4 at 1024, 55.9 -> 40.9 at 2048, 170 -> 137.6
-// at 8192: a warp a row left most of the GPU idle below ~8000 rows and walked its row's 3584
-// vectors 128 at a time.
+// row maxima the epilogue reduced (bits of |S|); S float32 or bf16 (ElementS). No reduction is
+// left, so a row splits freely: `parts` warps a row (2^parts_log2, quantize_row_parts), each a
+// contiguous share of the row's vectors of 4 values of S, kQuantizeBatch of them loaded by each
+// lane (share start + lane + 32·u) before it quantizes them; warps grid-stride over (row, part).
+// Rows past the last group get q = 0, q_scale = 0 (the GEMM wrote nothing there). Against one
+// warp a row (H200, session 53, benchmarks/RESULTS.md; the pass alone after a kernel that wrote
+// S): Mixtral-8x7B's rows (14336 values) 38.8 -> 10.2 µs at 512 rows, 47.1 -> 22.4 at 1024, 55.9
+// -> 40.9 at 2048, 170 -> 137.6 at 8192: a warp a row left most of the GPU idle below ~8000 rows
+// and walked its row's 3584 vectors 128 at a time. A vector is 16 bytes of a float S and 8 of a
+// bf16 one, whose lanes load twice as many before quantizing: the same bytes in flight. e4m3 q
+// through the row's reciprocal, two values a conversion (store4 with a RowScale): the pass after
+// S, Mixtral rows, 2048 of bf16 S 38.9 -> 32.4 µs, 8192 134.7 -> 109.7, 512 of fp32 S 10.1 ->
+// 8.0 (H200, session 54, benchmarks/prototypes/quantize_pass_types.cu).
 constexpr int kQuantizeThreads = 256;
 constexpr int kQuantizeWarps = kQuantizeThreads / 32;
-constexpr int kQuantizeBatch = 4;
+template <class ElementS>
+constexpr int kQuantizeBatch = 16 / sizeof(ElementS);
 
-template <class ElementQ>
+template <class ElementS, class ElementQ>
 __global__ void __launch_bounds__(kQuantizeThreads)
-quantize_rows(float const* s, uint32_t const* row_max_bits, ElementQ* q, float* q_scale,
+quantize_rows(ElementS const* s, uint32_t const* row_max_bits, ElementQ* q, float* q_scale,
               int64_t m, int64_t n_half, int64_t const* rows_total, int parts_log2, int share) {
   int64_t const total = *rows_total;
   int const vectors = static_cast<int>(n_half / 4);  // N < 2^31: the op checks
@@ -767,19 +798,25 @@ quantize_rows(float const* s, uint32_t const* row_max_bits, ElementQ* q, float* 
       continue;
     }
     float const scale = __uint_as_float(row_max_bits[row]) / Quantizer<ElementQ>::kMax;
-    float const* s_row = s + row * n_half;
-    for (int first = begin + lane; first < end; first += 32 * kQuantizeBatch) {
-      float values[kQuantizeBatch][4];
+    RowScale const reciprocal = row_scale(scale);
+    ElementS const* s_row = s + row * n_half;
+    constexpr int batch = kQuantizeBatch<ElementS>;
+    for (int first = begin + lane; first < end; first += 32 * batch) {
+      float values[batch][4];
 #pragma unroll
-      for (int u = 0; u < kQuantizeBatch; ++u) {
+      for (int u = 0; u < batch; ++u) {
         if (first + 32 * u < end) {
           load4(s_row, first + 32 * u, values[u]);
         }
       }
 #pragma unroll
-      for (int u = 0; u < kQuantizeBatch; ++u) {
+      for (int u = 0; u < batch; ++u) {
         if (first + 32 * u < end) {
-          store4(q_row, first + 32 * u, values[u], scale);
+          if constexpr (cute::is_same_v<ElementQ, int8_t>) {
+            store4(q_row, first + 32 * u, values[u], scale);
+          } else {
+            store4(q_row, first + 32 * u, values[u], reciprocal);
+          }
         }
       }
     }
@@ -806,8 +843,8 @@ inline int quantize_row_parts(int64_t m, int64_t n_half, int sm_count) {
 }
 
 // quantize_rows over S [m, n_half] on `stream`; past 2^20 CTAs the warps stride over the rest.
-template <class ElementQ>
-cudaError_t launch_quantize_rows(float const* s, uint32_t const* row_max_bits, ElementQ* q,
+template <class ElementS, class ElementQ>
+cudaError_t launch_quantize_rows(ElementS const* s, uint32_t const* row_max_bits, ElementQ* q,
                                  float* q_scale, int64_t m, int64_t n_half,
                                  int64_t const* rows_total, cudaStream_t stream, int sm_count) {
   int const parts = quantize_row_parts(m, n_half, sm_count);
@@ -816,7 +853,7 @@ cudaError_t launch_quantize_rows(float const* s, uint32_t const* row_max_bits, E
   if (ctas == 0) {
     return cudaSuccess;
   }
-  return launch_maybe_pdl(quantize_rows<ElementQ>,
+  return launch_maybe_pdl(quantize_rows<ElementS, ElementQ>,
                           dim3(static_cast<unsigned>(ctas < (1 << 20) ? ctas : (1 << 20))),
                           dim3(kQuantizeThreads), 0, stream, /*pdl=*/false, s, row_max_bits, q,
                           q_scale, m, n_half, rows_total, cutlass::find_log2(parts), share);
