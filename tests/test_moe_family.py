@@ -88,7 +88,7 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4, A8W4G}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 52
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 54
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
@@ -103,7 +103,8 @@ def test_shipped_manifest_expands_to_every_variant():
                                                  "small_fa", "large_fa", "large_fa_c2",
                                                  "large_fa_bf16", "large_fa_c2_bf16", "small_fused_fa",
                                                  "mid_fused_fa", "large_fused_fa", "mid_pp_fused_fa",
-                                                 "wide_pp_fused_fa", "stream")} | {
+                                                 "wide_pp_fused_fa", "small_fused_fa_bf16",
+                                                 "wide_pp_fused_fa_bf16", "stream")} | {
         ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "mid_pp", "tall", "large",
                                                  "stream", "stream_wide",
                                                  "small_wgmma", "mid_wgmma", "wgmma16", "wgmma32",
@@ -111,14 +112,22 @@ def test_shipped_manifest_expands_to_every_variant():
         ("int8", "int4", "group", c) for c in ("stream", "stream_wide", "stream32", "wgmma16",
                                                "wgmma32", "wgmma32_s8", "wgmma64", "wgmma80",
                                                "wgmma64_tma")}
-    # fused kernels: A8W8 only, never swap-AB, fp32 S; each has an unfused twin of its tile
+    # fused kernels: A8W8 only, never swap-AB; S in fp32 but fp8's two bf16-S tiles, each the
+    # twin of an fp32-S one (the GPU tests compare the pair)
     fused = [k for k in kernels if k.config.fused]
     assert {k.origin.config for k in fused} == {"mid_fused", "large_fused", "wide_fused", "small_fused",
                                                 "mid_pp_fused", "wide_pp_fused", "small_fused_fa",
                                                 "mid_fused_fa", "large_fused_fa", "mid_pp_fused_fa",
-                                                "wide_pp_fused_fa"}
-    assert len(fused) == 12 and all(k.name.endswith(("_fused", "_fused_fa")) for k in fused)
-    assert all(k.w != "int4" and not k.config.swap_ab and k.c == "fp32" for k in fused)
+                                                "wide_pp_fused_fa", "small_fused_fa_bf16",
+                                                "wide_pp_fused_fa_bf16"}
+    assert len(fused) == 14 and all(k.name.endswith(("_fused", "_fused_fa")) for k in fused)
+    assert all(k.w != "int4" and not k.config.swap_ab for k in fused)
+    bf16_s = [k for k in fused if k.c != "fp32"]
+    assert {k.origin.config for k in bf16_s} == {"small_fused_fa_bf16", "wide_pp_fused_fa_bf16"}
+    assert all(k.c == "bf16" and k.x == "e4m3" and k.config.fast_accum for k in bf16_s)
+    assert all(any(t.c == "fp32" and (t.config.tile, t.config.schedule, t.config.fast_accum)
+                   == (k.config.tile, k.config.schedule, k.config.fast_accum) for t in fused)
+               for k in bf16_s)
     # A8W4 kernels, and only they, are named `_i8w4_` (per group `_i8w4g_`); every one is swap-AB
     # or the family's own (direct, wgmma); per-group kernels are the family's own
     assert {k.name for k in kernels if "_i8w4_" in k.name} == {
@@ -131,9 +140,10 @@ def test_shipped_manifest_expands_to_every_variant():
     assert all(k.w == "int4" for k in kernels if k.config.is_wgmma)
     assert all(k.d == k.x for k in kernels)  # q is always x's type, int8 for A8W4
     # the defaults the shipped manifest relies on: fp32 intermediate (but fp8's two unfused
-    # 128x256 bf16-C tiles, the rules' picks: int8 and A8W4 q stay exact to the float32
-    # pipeline), stages auto (CUTLASS)
-    assert {k.origin.config for k in kernels if k.c != "fp32"} == {"large_fa_bf16", "large_fa_c2_bf16"}
+    # 128x256 bf16-C tiles and two bf16-S fused tiles, the rules' picks past decode: int8 and
+    # A8W4 q stay exact to the float32 pipeline), stages auto (CUTLASS)
+    assert {k.origin.config for k in kernels if k.c != "fp32"} == {
+        "large_fa_bf16", "large_fa_c2_bf16", "small_fused_fa_bf16", "wide_pp_fused_fa_bf16"}
     assert all(k.c == "bf16" and k.x == "e4m3" for k in kernels if k.c != "fp32")
     assert all(k.config.stages == 0 for k in kernels if not k.config.is_own)
     assert "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t64x8x128_direct_wk2_s4" in names
@@ -504,7 +514,8 @@ def test_render_shipped_manifest_spells_every_variant():
         ("int4", c) for c in ("decode", "small", "mid", "mid_pp", "tall", "large")} | {("e4m3", "small_fa")}
     assert {k.origin.config for k in kernels if k.config.fast_accum} == {
         "small_fa", "large_fa", "large_fa_c2", "large_fa_bf16", "large_fa_c2_bf16", "small_fused_fa",
-        "mid_fused_fa", "large_fused_fa", "mid_pp_fused_fa", "wide_pp_fused_fa"}
+        "mid_fused_fa", "large_fused_fa", "mid_pp_fused_fa", "wide_pp_fused_fa", "small_fused_fa_bf16",
+        "wide_pp_fused_fa_bf16"}
     assert sum("int8_t, cutlass::int4b_t, float, /*swap_ab=*/true" in u.source for u in units) == 6
     namespace: dict = {}
     exec(compile(render_bindings(manifest, kernels, "f" * 16, "lib.so"), "bindings.py", "exec"), namespace)
@@ -676,7 +687,8 @@ def fresh_dispatch():
 # each shipped family: (its class, x_dtype, weight_bits, its rules' configs in order)
 _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' configs in order)
     "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "wide_pp_fused"]),
-    "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "small_fused_fa", "wide_pp_fused_fa"]),
+    "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "small_fused_fa_bf16",
+                                       "wide_pp_fused_fa_bf16"]),
     "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "wgmma64", "wgmma80_tma", "wgmma80_tma", "tall",
                                         "large", "mid_pp"]),
     "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32_s8", "wgmma80", "wgmma64_tma"]),
@@ -704,17 +716,22 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     ("moe_int8", 1536, 100_000, "wide_pp_fused", K_DEEP),
     # e4m3: the direct kernel up to 16 rows (8 experts: 2 tokens an expert); <= 8 decode (<= 16 at
     # N >= 8192; <= 4 with 128 experts or more); then the fast-accumulation configs: at
-    # 8192 <= N < 24576 small_fa to 48; below N 24576 small_fused_fa to 32; then wide_pp_fused_fa
+    # 8192 <= N < 24576 small_fa to 48; below N 24576 small_fused_fa_bf16 to 32; then
+    # wide_pp_fused_fa_bf16 (the fused tiles storing S in bf16)
     ("moe_e4m3", 4096, 1, "stream", K_DEEP), ("moe_e4m3", 28672, 2, "stream", K_DEEP),
-    ("moe_e4m3", 4096, 8, "decode", K_DEEP), ("moe_e4m3", 4096, 9, "small_fused_fa", K_DEEP),
-    ("moe_e4m3", 4096, 32, "small_fused_fa", K_SHALLOW), ("moe_e4m3", 4096, 33, "wide_pp_fused_fa", K_DEEP),
-    ("moe_e4m3", 4096, 65, "wide_pp_fused_fa", K_SHALLOW), ("moe_e4m3", 16384, 48, "small_fa", K_DEEP),
-    ("moe_e4m3", 16384, 49, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 4096, 100_000, "wide_pp_fused_fa", K_DEEP),
+    ("moe_e4m3", 4096, 8, "decode", K_DEEP), ("moe_e4m3", 4096, 9, "small_fused_fa_bf16", K_DEEP),
+    ("moe_e4m3", 4096, 32, "small_fused_fa_bf16", K_SHALLOW),
+    ("moe_e4m3", 4096, 33, "wide_pp_fused_fa_bf16", K_DEEP),
+    ("moe_e4m3", 4096, 65, "wide_pp_fused_fa_bf16", K_SHALLOW), ("moe_e4m3", 16384, 48, "small_fa", K_DEEP),
+    ("moe_e4m3", 16384, 49, "wide_pp_fused_fa_bf16", K_DEEP),
+    ("moe_e4m3", 4096, 100_000, "wide_pp_fused_fa_bf16", K_DEEP),
     ("moe_e4m3", 8192, 16, "decode", K_DEEP), ("moe_e4m3", 8192, 17, "small_fa", K_DEEP),
     ("moe_e4m3", 16384, 17, "small_fa", K_DEEP), ("moe_e4m3", 24576, 16, "decode", K_DEEP),
-    ("moe_e4m3", 28672, 17, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 28672, 48, "wide_pp_fused_fa", K_DEEP),
-    ("moe_e4m3", 28672, 112, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 28672, 113, "wide_pp_fused_fa", K_DEEP),
-    ("moe_e4m3", 28672, 100_000, "wide_pp_fused_fa", K_DEEP), ("moe_e4m3", 28672, 3, "decode", K_DEEP),
+    ("moe_e4m3", 28672, 17, "wide_pp_fused_fa_bf16", K_DEEP),
+    ("moe_e4m3", 28672, 48, "wide_pp_fused_fa_bf16", K_DEEP),
+    ("moe_e4m3", 28672, 112, "wide_pp_fused_fa_bf16", K_DEEP),
+    ("moe_e4m3", 28672, 113, "wide_pp_fused_fa_bf16", K_DEEP),
+    ("moe_e4m3", 28672, 100_000, "wide_pp_fused_fa_bf16", K_DEEP), ("moe_e4m3", 28672, 3, "decode", K_DEEP),
     # A8W4: the wgmma kernel's tiles by rows an expert: [64, 16] to 8, [128, 32] to 32, 64 rows to
     # 48, 80 rows (TMA copies) to 80 (to 160 at N >= 8192); then CUTLASS's tiles: below N 8192 the 128x128
     # pingpong one; at N >= 8192 the 256x128 one to 512 an expert, then the 128x256 one
@@ -761,8 +778,8 @@ def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, toke
     # with 128 experts or more, decode only to 4 an expert (skewed batches' hot experts)
     ("moe_int8", 256, 4, "decode"), ("moe_int8", 256, 5, "wide_pp_fused"),
     ("moe_int8", 128, 16, "wide_pp_fused"), ("moe_int8", 64, 16, "decode"),
-    ("moe_e4m3", 256, 4, "decode"), ("moe_e4m3", 256, 5, "small_fused_fa"),
-    ("moe_e4m3", 128, 8, "small_fused_fa"), ("moe_e4m3", 64, 8, "decode")])
+    ("moe_e4m3", 256, 4, "decode"), ("moe_e4m3", 256, 5, "small_fused_fa_bf16"),
+    ("moe_e4m3", 128, 8, "small_fused_fa_bf16"), ("moe_e4m3", 64, 8, "decode")])
 def test_shipped_rules_take_fewer_decode_tiles_with_many_experts(fresh_dispatch, family, experts,
                                                                   tokens, config):
     _, dtype, bits, per_group, _ = _SHIPPED_FAMILIES[family]
