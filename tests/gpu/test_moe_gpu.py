@@ -1014,16 +1014,14 @@ FUSED_CASES = [(8, 300, 256, 520, "skewed"), (4, 2048, 272, 1416, "short"),
                (2, 40, 256, 16400, "skewed")]
 
 
-def test_fused_kernels_equal_unfused_bit_for_bit():
-    """SwiGLU in the epilogue (S stored in fp32, the row max reduced across N tiles by atomics,
-    then a quant pass) gives the fp32 unfused kernels' q and q_scale bit for bit: same C, same S,
-    same max. Also against the reference, into poisoned outputs, and run twice (the atomics)."""
-    pairs = fused_pairs()
-    if not pairs:
-        pytest.skip("no built fused kernel with an unfused fp32 kernel of its variant")
-    for (fused, plain), (e, m, k, n, routing) in itertools.product(pairs, FUSED_CASES):
+def fused_cases(pairs: list[tuple]):
+    """For each (fused kernel, partner) and FUSED_CASES case, fresh random data of the fused
+    kernel's variant run through both (the fused one twice, into poisoned outputs; checked: no
+    poison left, bit-identical runs). Yields (variant, label, the reference's arguments after
+    q and q_scale, the fused kernel's (q, q_scale), the partner's)."""
+    for (fused, partner), (e, m, k, n, routing) in itertools.product(pairs, FUSED_CASES):
         v = variant_of(fused.spec)
-        label = f"{fused.name} vs {plain.name} E={e} M={m} K={k} N={n} {routing}"
+        label = f"{fused.name} vs {partner.name} E={e} M={m} K={k} N={n} {routing}"
         weight = random_weight((e, k, n), v)
         weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
         packed = pack(weight, weight_scale, v)
@@ -1032,14 +1030,24 @@ def test_fused_kernels_equal_unfused_bit_for_bit():
         group_list = group_list_of(routing_counts(routing, m, e), "count")
         got = call_out_op(x, packed, x_scale, group_list, "count", fused.name)
         again = call_out_op(x, packed, x_scale, group_list, "count", fused.name)
-        want = call_out_op(x, packed, x_scale, group_list, "count", plain.name)
+        other = call_out_op(x, packed, x_scale, group_list, "count", partner.name)
         torch.cuda.synchronize()
         assert not poison_left(*got), f"{label}: the fused kernel left poison"
+        assert same_bits(got[0], again[0]) and same_bits(got[1], again[1]), f"{label}: not deterministic"
+        yield v, label, (x, weight, weight_scale, x_scale, group_list, "count"), got, other
+
+
+def test_fused_kernels_equal_unfused_bit_for_bit():
+    """SwiGLU in the epilogue (S stored in fp32, the row max reduced across N tiles by atomics,
+    then a quant pass) gives the fp32 unfused kernels' q and q_scale bit for bit: same C, same S,
+    same max. Also against the reference, into poisoned outputs, and run twice (the atomics)."""
+    pairs = fused_pairs()
+    if not pairs:
+        pytest.skip("no built fused kernel with an unfused fp32 kernel of its variant")
+    for v, label, reference_args, got, want in fused_cases(pairs):
         assert same_bits(got[0], want[0]) and same_bits(got[1], want[1]), \
             f"{label}: fused and unfused differ in {int((got[0].view(torch.uint8) != want[0].view(torch.uint8)).sum())} q elements"
-        assert same_bits(got[0], again[0]) and same_bits(got[1], again[1]), f"{label}: not deterministic"
-        assert_quant_close(*got, x, weight, weight_scale, x_scale, group_list, "count", "fp32",
-                           label, weight_bits=v.bits)
+        assert_quant_close(*got, *reference_args, "fp32", label, weight_bits=v.bits)
 
 
 def test_fused_kernels_with_bf16_s():
@@ -1053,23 +1061,8 @@ def test_fused_kernels_with_bf16_s():
     pairs = fused_pairs("bf16")
     if not pairs:
         pytest.skip("no built fused kernel storing S in bf16 beside one storing it in fp32")
-    for (fused, twin), (e, m, k, n, routing) in itertools.product(pairs, FUSED_CASES):
-        v = variant_of(fused.spec)
-        label = f"{fused.name} vs {twin.name} E={e} M={m} K={k} N={n} {routing}"
-        weight = random_weight((e, k, n), v)
-        weight_scale = random_weight_scales(v.scale_shape(e, k, n), v)
-        packed = pack(weight, weight_scale, v)
-        x = random_values((m, k), v.dtype)
-        x_scale = random_scales((m,), v.dtype)
-        group_list = group_list_of(routing_counts(routing, m, e), "count")
-        got = call_out_op(x, packed, x_scale, group_list, "count", fused.name)
-        again = call_out_op(x, packed, x_scale, group_list, "count", fused.name)
-        fp32 = call_out_op(x, packed, x_scale, group_list, "count", twin.name)
-        torch.cuda.synchronize()
-        assert not poison_left(*got), f"{label}: the fused kernel left poison"
-        assert same_bits(got[0], again[0]) and same_bits(got[1], again[1]), f"{label}: not deterministic"
-        assert_quant_close(*got, x, weight, weight_scale, x_scale, group_list, "count", "bf16",
-                           label, weight_bits=v.bits)
+    for v, label, reference_args, got, fp32 in fused_cases(pairs):
+        assert_quant_close(*got, *reference_args, "bf16", label, weight_bits=v.bits)
         scale, scale32 = got[1].double(), fp32[1].double()
         assert ((scale - scale32).abs() <= (2.0**-8 + 2.0**-22) * scale32).all(), \
             f"{label}: q_scale further than half a bf16 step from the fp32-S kernel's"
