@@ -2,11 +2,13 @@
 // fused MoE kernels' quantize pass (swiglu_quant.cuh: launch_quantize_rows) with S in float32 or
 // bf16 and q in int8 or e4m3, beside two ways of doing its arithmetic (the row's reciprocal,
 // RowScale, instead of a division a value; then for e4m3 one conversion instruction per two
-// values, Quantizer::pack4) and a copy kernel of the same traffic. Measured before the library
-// took the second for e4m3 q ("library" then divided a value and converted each alone). Each is checked bit for bit on every row against
-// a plain kernel (a thread a row, the IEEE division, Quantizer::bits), then timed in
-// CUDA graphs of 20 calls (median of 9): alone (inputs rotated past the L2), and the µs it adds
-// after a kernel that writes its input (left dirty in the L2, as the GEMM leaves S).
+// values, Quantizer::pack4) and a copy kernel of the same traffic. First measured before the
+// library took the second for e4m3 q ("library" then divided a value and converted each alone).
+// Each is checked bit for bit on every row against a plain kernel (a thread a row, the IEEE
+// division, Quantizer::bits), then timed in CUDA graphs of 20 calls (median of 9): alone (inputs
+// rotated past the L2), and the µs it adds after a kernel that writes its input (left dirty in
+// the L2, as the GEMM leaves S). candidate_rows repeats quantize_rows' walk on purpose: only the
+// arithmetic differs.
 //
 //   INC="-I gemmgen/templates/include -I gemmgen/families/moe/include -I <cutlass>/include"
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_90a $INC -I benchmarks/prototypes \
@@ -183,7 +185,7 @@ int run_case(cudaStream_t st, int64_t m, int64_t n_half) {
     candidate_rows<S, Q, 1><<<ctas, kQuantizeThreads, 0, st>>>(sp, row_max, q, qs, m, n_half, total,
                                                                cutlass::find_log2(parts), share);
   }, true);
-  if (std::is_same_v<Q, E4M3>) {
+  if constexpr (std::is_same_v<Q, E4M3>) {
     report("reciprocal, cvt in pairs", [&](S const* sp) {
       candidate_rows<S, Q, 2><<<ctas, kQuantizeThreads, 0, st>>>(sp, row_max, q, qs, m, n_half, total,
                                                                  cutlass::find_log2(parts), share);
