@@ -5,6 +5,7 @@ bench_moe.py's Mixtral-8x7B rows (its inputs and routings, weights rotated over 
 
     python benchmarks/prototypes/moe_kernel_times.py [--dtypes e4m3 int8] [--tokens 256 1024]
         [--kernels NAME ...]      # forced kernels by name (default: dispatch's pick)
+        [--rows 64 80 ...]        # instead of --tokens: every expert holds exactly this many rows
 """
 
 from __future__ import annotations
@@ -44,25 +45,29 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="mixtral-8x7b", choices=sorted(bench_moe.MODELS))
     p.add_argument("--tokens", nargs="+", type=int, default=[256, 1024])
     p.add_argument("--kernels", nargs="+", default=[None], metavar="NAME")
+    p.add_argument("--rows", nargs="+", type=int, default=None,
+                   help="rows an expert, the same for every expert (replaces --tokens)")
     args = p.parse_args(argv)
     model = bench_moe.MODELS[args.model]
     for dtype in args.dtypes:
         weights = bench_moe.make_weights(model, dtype, 2)
-        for tokens in args.tokens:
-            for routing in bench_moe.ROUTINGS:
-                counts = bench_moe.routing_counts(model, tokens, routing, args.model)
-                inputs = bench_moe.make_inputs(model, dtype, counts, 2)
-                for kernel in args.kernels:
-                    times = kernel_times(bench_moe.gemmgen_fn(weights.packed, inputs, kernel))
-                    print(f"{dtype} {args.model} T={tokens} {routing} (rows an expert "
-                          f"{min(counts)}-{max(counts)}), kernel {kernel or 'dispatched'}:")
-                    total = 0.0
-                    for name, values in sorted(times.items(), key=lambda kv: -sum(kv[1])):
-                        values.sort()
-                        total += sum(values) / CALLS
-                        print(f"  {len(values) // CALLS}x median {values[len(values) // 2]:8.1f} µs  "
-                              f"{name[:110]}")
-                    print(f"  sum per call {total:.1f} µs")
+        cases = ([(f"{rows} rows", "each", [rows] * model.experts) for rows in args.rows]
+                 if args.rows else
+                 [(tokens, routing, bench_moe.routing_counts(model, tokens, routing, args.model))
+                  for tokens in args.tokens for routing in bench_moe.ROUTINGS])
+        for tokens, routing, counts in cases:
+            inputs = bench_moe.make_inputs(model, dtype, counts, 2)
+            for kernel in args.kernels:
+                times = kernel_times(bench_moe.gemmgen_fn(weights.packed, inputs, kernel))
+                print(f"{dtype} {args.model} T={tokens} {routing} (rows an expert "
+                      f"{min(counts)}-{max(counts)}), kernel {kernel or 'dispatched'}:")
+                total = 0.0
+                for name, values in sorted(times.items(), key=lambda kv: -sum(kv[1])):
+                    values.sort()
+                    total += sum(values) / CALLS
+                    print(f"  {len(values) // CALLS}x median {values[len(values) // 2]:8.1f} µs  "
+                          f"{name[:110]}")
+                print(f"  sum per call {total:.1f} µs")
     return 0
 
 
