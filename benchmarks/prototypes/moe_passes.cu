@@ -291,7 +291,7 @@ int fused_pass(cudaStream_t s) {
       quantize_rows<<<static_cast<unsigned>(ctas), kQuantizeThreads, 0, s>>>(sp, o.row_max, q, qs,
                                                                              m, n_half, o.total);
 #else
-      launch_quantize_rows<float, int8_t>(sp, o.row_max, q, qs, m, n_half, o.total, s, sms);
+      launch_quantize_rows<float, int8_t>(sp, o.row_max, q, qs, m, n_half, o.total, s, false, sms);
 #endif
     };
     auto ref = [&](float const* sp, int8_t* q, float* qs) {

@@ -69,12 +69,13 @@ candidate_rows(S const* s, uint32_t const* row_max_bits, Q* q, float* q_scale, i
     float const scale = __uint_as_float(row_max_bits[r]) / Quantizer<Q>::kMax;
     RowScale const row = row_scale(scale);
     S const* s_row = s + r * n_half;
+    uint64_t const policy = l2_policy_evict_normal();
     constexpr int batch = kQuantizeBatch<S>;
     for (int first = begin + lane; first < end; first += 32 * batch) {
       float values[batch][4];
 #pragma unroll
       for (int u = 0; u < batch; ++u) {
-        if (first + 32 * u < end) load4(s_row, first + 32 * u, values[u]);
+        if (first + 32 * u < end) load4(s_row, first + 32 * u, values[u], policy);
       }
 #pragma unroll
       for (int u = 0; u < batch; ++u) {

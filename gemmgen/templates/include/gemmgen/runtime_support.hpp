@@ -48,18 +48,21 @@ struct DeviceFacts {
   std::atomic<int> sm_count{0};
   std::atomic<int> cc_major{0};
   std::atomic<int> cc_minor{0};
+  std::atomic<int> l2_bytes{0};
 };
 
 inline DeviceFacts& facts(int device) {
   static DeviceFacts table[kMaxDevices];
   DeviceFacts& f = table[device % kMaxDevices];
   if (f.sm_count.load(std::memory_order_acquire) == 0) {
-    int sms = 0, major = 0, minor = 0;
+    int sms = 0, major = 0, minor = 0, l2 = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
     f.cc_major.store(major, std::memory_order_relaxed);
     f.cc_minor.store(minor, std::memory_order_relaxed);
+    f.l2_bytes.store(l2, std::memory_order_relaxed);
     f.sm_count.store(sms, std::memory_order_release);
   }
   return f;
@@ -78,6 +81,11 @@ inline cutlass::KernelHardwareInfo hardware_info() {
   info.device_id = device;
   info.sm_count = detail::facts(device).sm_count.load(std::memory_order_acquire);
   return info;
+}
+
+// The current GPU's L2 cache in bytes.
+inline int l2_cache_bytes() {
+  return detail::facts(detail::current_device()).l2_bytes.load(std::memory_order_relaxed);
 }
 
 // Once per device (`raised`: the kernel's own flags, a static of its launcher): check that the

@@ -1,9 +1,11 @@
 /*
  * gemmgen/moe/sm90_grouped_swiglu_quant.hpp — one sm90 (CUTLASS 3.x) MoE kernel behind the C ABI:
- * grouped_matmul_swiglu_quant as three launches on one stream, none of which waits for the host:
+ * grouped_matmul_swiglu_quant as three launches on one stream, none of which waits for the host,
+ * the second and third programmatic dependents of the one before (GEMMGEN_LAUNCH_PDL: each is
+ * launched while the one before runs and waits on the GPU before it reads what that one wrote):
  *
  *   1. group_setup (swiglu_quant.cuh): per-expert problem sizes, pointers and strides from the
- *      group list, into the workspace;
+ *      group list, into the workspace (and, for a fused kernel, the row maxima zeroed);
  *   2. the pointer-array grouped GEMM (one GEMM per expert, a persistent kernel that walks the
  *      groups' tiles; an empty expert has no tiles), whose epilogue applies x_scale per row and
  *      w_scale per column and writes the intermediate C (fp32 or bf16);
@@ -179,9 +181,20 @@ struct GroupedSwigluQuant {
       LayoutB*, AlignB, ElementAcc, TileShape, typename Config::ClusterShape, StageCount,
       KernelSchedule>::CollectiveOp;
 
-  // A type of its own per kernel: Config is local to its translation unit (see the .cu).
-  struct Kernel : cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
-                                                       CollectiveEpilogue> {};
+  // A type of its own per kernel: Config is local to its translation unit (see the .cu). It is
+  // launched as a programmatic dependent (GEMMGEN_LAUNCH_PDL): CUTLASS 4.2's pointer-array
+  // kernels have no grid-dependency control of their own, so before anything else it waits for
+  // group_setup (the arrays it reads, the zeroed row maxima) and then lets the pass after it
+  // launch, whose blocks take the SMs as this kernel's leave and wait there until it completes.
+  using Universal = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
+                                                         CollectiveEpilogue>;
+  struct Kernel : Universal {
+    CUTLASS_DEVICE void operator()(typename Universal::Params const& params, char* smem) {
+      pdl_wait();
+      pdl_release();
+      Universal::operator()(params, smem);
+    }
+  };
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using StrideA = typename Kernel::InternalStrideA;
   using StrideB = typename Kernel::InternalStrideB;
@@ -227,7 +240,9 @@ struct GroupedSwigluQuant {
         {}};                                // multiply
     typename Tree::Arguments tree = [&] {
       if constexpr (Fused) {
-        return typename Tree::Arguments{scaled, {a.d, a.row_max, p.n / 2}};
+        int64_t const s_bytes = p.m * (p.n / 2) * int64_t(sizeof(ElementC));
+        bool const keep = s_kept_in_l2(s_bytes, l2_cache_bytes());
+        return typename Tree::Arguments{scaled, {a.d, a.row_max, p.n / 2, keep}};
       } else {
         return scaled;
       }
@@ -285,38 +300,37 @@ struct GroupedSwigluQuant {
       cute::get<0>(stride_c) = n;  // row-major [tokens, N]
     }
     int64_t const w_expert_bytes = int64_t(n) * k * cutlass::sizeof_bits<ElementW>::value / 8;
-    if constexpr (Fused) {  // the row maxima start at 0 (= |0.0f|): atomicMax builds them
-      cudaError_t const zeroed =
-          cudaMemsetAsync(arrays.row_max_bits, 0, sizeof(uint32_t) * p->m, cuda_stream);
-      if (zeroed != cudaSuccess) {
-        return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(zeroed));
-      }
-    }
-    group_setup<SwapAB><<<1, kSetupThreads, 0, cuda_stream>>>(
+    // Block 0 builds the per-expert arrays; a fused kernel's row maxima start at 0 (= |0.0f|,
+    // atomicMax builds them), which the blocks after it write (one launch, no memset).
+    int64_t const zeroed = Fused ? p->m : 0;
+    int64_t const zero_blocks = setup_zero_blocks(zeroed);
+    group_setup<SwapAB><<<static_cast<unsigned>(1 + zero_blocks), kSetupThreads, 0, cuda_stream>>>(
         arrays, p->group_list, p->group_list_type, p->experts, p->m, n, k, p->x, p->w,
         w_expert_bytes, static_cast<ElementC*>(p->c), Fused ? n / 2 : n, p->x_scale, p->w_scale,
-        stride_a, stride_b, stride_c);
+        stride_a, stride_b, stride_c, arrays.row_max_bits, zeroed);
     int status = launch_status(cutlass::Status::kSuccess, kernel_name);
     if (status != GEMMGEN_OK) {
       return status;
     }
+    bool const pdl = (p->launch_flags & GEMMGEN_LAUNCH_PDL) != 0;
     status = gemmgen::sm90::Launcher<Gemm>::run(make_arguments(*p, arrays),
                                                 static_cast<char*>(workspace) + own,
-                                                workspace_bytes - own, stream, kernel_name);
+                                                workspace_bytes - own, stream, kernel_name, pdl);
     if (status != GEMMGEN_OK) {
       return status;
     }
     if constexpr (Fused) {
       cudaError_t const launched = launch_quantize_rows(
           static_cast<ElementC const*>(p->c), arrays.row_max_bits, static_cast<ElementQ*>(p->q),
-          p->q_scale, p->m, p->n / 2, arrays.rows_total, cuda_stream, hardware_info().sm_count);
+          p->q_scale, p->m, p->n / 2, arrays.rows_total, cuda_stream, pdl,
+          hardware_info().sm_count);
       if (launched != cudaSuccess) {
         return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
       }
     } else {
       cudaError_t const launched = launch_swiglu_quant(
           static_cast<ElementC const*>(p->c), static_cast<ElementQ*>(p->q), p->q_scale, p->m,
-          p->n / 2, arrays.rows_total, cuda_stream, false, hardware_info().sm_count);
+          p->n / 2, arrays.rows_total, cuda_stream, pdl, hardware_info().sm_count);
       if (launched != cudaSuccess) {
         return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
       }

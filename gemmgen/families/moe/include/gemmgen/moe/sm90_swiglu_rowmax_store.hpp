@@ -79,17 +79,25 @@ __device__ __forceinline__ float stored_value<float>(float v) {
 }
 
 // Four S values (already rounded to ElementS) to 4 consecutive elements: one 16-byte store for
-// float32, one 8-byte store for bf16.
-__device__ __forceinline__ void store_s4(float* p, float const (&v)[4]) {
-  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+// float32, one 8-byte store for bf16; one float32 value; each with L2 eviction `policy`.
+__device__ __forceinline__ void store_s4(float* p, float const (&v)[4], uint64_t policy) {
+  asm volatile("st.global.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;"
+               :: "l"(p), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]), "l"(policy) : "memory");
 }
-__device__ __forceinline__ void store_s4(cutlass::bfloat16_t* p, float const (&v)[4]) {
+__device__ __forceinline__ void store_s4(cutlass::bfloat16_t* p, float const (&v)[4],
+                                         uint64_t policy) {
   cutlass::Array<cutlass::bfloat16_t, 4> packed;
   CUTLASS_PRAGMA_UNROLL
   for (int k = 0; k < 4; ++k) {
     packed[k] = static_cast<cutlass::bfloat16_t>(v[k]);  // exact: v is already a bf16 value
   }
-  *reinterpret_cast<uint2*>(p) = *reinterpret_cast<uint2 const*>(&packed);
+  uint2 const bits = *reinterpret_cast<uint2 const*>(&packed);
+  asm volatile("st.global.L2::cache_hint.v2.b32 [%0], {%1, %2}, %3;" :: "l"(p), "r"(bits.x),
+               "r"(bits.y), "l"(policy) : "memory");
+}
+__device__ __forceinline__ void store_s1(float* p, float v, uint64_t policy) {
+  asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" :: "l"(p), "f"(v), "l"(policy)
+               : "memory");
 }
 
 // ElementS: float or cutlass::bfloat16_t, the type S is stored in.
@@ -104,6 +112,7 @@ struct Sm90SwigluRowMaxStore {
     ElementS* const* s = nullptr;        // per group: S of its first row, rows of ld_s elements
     uint32_t* const* row_max = nullptr;  // per group: max|S| bits of its first row (zeroed)
     int64_t ld_s = 0;                    // N / 2
+    bool keep_in_l2 = false;             // store S evict_last (s_kept_in_l2), else evict_normal
   };
   using Params = Arguments;
 
@@ -151,9 +160,9 @@ struct Sm90SwigluRowMaxStore {
   struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
     CUTLASS_DEVICE ConsumerStoreCallbacks(RowMaxGmem gmem_max, RowMaxRegs reg_max, Coords coords,
                                           Residue residue, ElementS* s, int64_t ld_s,
-                                          int64_t first_row, int64_t first_col)
+                                          int64_t first_row, int64_t first_col, uint64_t policy)
         : gmem_max(gmem_max), reg_max(reg_max), coords(coords), residue(residue), s(s),
-          ld_s(ld_s), first_row(first_row), first_col(first_col) {}
+          ld_s(ld_s), first_row(first_row), first_col(first_col), policy(policy) {}
 
     RowMaxGmem gmem_max;
     RowMaxRegs reg_max;
@@ -163,6 +172,7 @@ struct Sm90SwigluRowMaxStore {
     int64_t ld_s;
     int64_t first_row;  // the thread's first (row, column) of the group's C
     int64_t first_col;
+    uint64_t policy;    // S's stores' L2 eviction policy
 
     template <class ElementAccumulator, class ElementInput, int FragmentSize>
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v,
@@ -205,7 +215,7 @@ struct Sm90SwigluRowMaxStore {
             // the thread's own first and are all in or all out (N a multiple of 8).
             transpose_quad(row, q);
             if (8 * h < rows_left && 6 * q < cols_left) {
-              store_s4(s_first + h * 8 * ld_s + 3 * q, row);
+              store_s4(s_first + h * 8 * ld_s + 3 * q, row, policy);
               held = max(held, max(max(abs_bits(row[0]), abs_bits(row[1])),
                                    max(abs_bits(row[2]), abs_bits(row[3]))));
             }
@@ -213,7 +223,7 @@ struct Sm90SwigluRowMaxStore {
             CUTLASS_PRAGMA_UNROLL
             for (int k = 0; k < 4; ++k) {
               if (8 * h < rows_left && 8 * k < cols_left) {  // N is even: the gate is in too
-                s_first[h * 8 * ld_s + 4 * k] = static_cast<ElementS>(row[k]);
+                store_s1(s_first + h * 8 * ld_s + 4 * k, row[k], policy);
                 held = max(held, abs_bits(row[k]));
               }
             }
@@ -265,7 +275,7 @@ struct Sm90SwigluRowMaxStore {
     return ConsumerStoreCallbacks<decltype(gmem_max), decltype(reg_max), decltype(args.tCcD),
                                   decltype(args.residue_tCcD)>(
         gmem_max, reg_max, args.tCcD, args.residue_tCcD, params.s[l], params.ld_s, first_row,
-        first_col);
+        first_col, params.keep_in_l2 ? l2_policy_evict_last() : l2_policy_evict_normal());
   }
 };
 
