@@ -187,6 +187,7 @@ quantize_flat(float const* s, uint32_t const* row_max_bits, ElementQ* q, float* 
   int64_t const total = *rows_total;
   uint64_t const count = uint64_t(m) * uint64_t(n_half / 4);
   uint64_t const first = uint64_t(blockIdx.x) * (kFlatThreads * Batch) + threadIdx.x;
+  uint64_t const policy = l2_policy_evict_first();  // as quantize_rows reads S
   float values[Batch][4];
   uint64_t rows[Batch], vecs[Batch];
 #pragma unroll
@@ -194,7 +195,7 @@ quantize_flat(float const* s, uint32_t const* row_max_bits, ElementQ* q, float* 
     uint64_t const g = first + uint64_t(u) * kFlatThreads;
     by_vectors(rows[u], vecs[u], g);
     if (g < count && int64_t(rows[u]) < total) {
-      load4(s + rows[u] * uint64_t(n_half), int64_t(vecs[u]), values[u]);
+      load4(s + rows[u] * uint64_t(n_half), int64_t(vecs[u]), values[u], policy);
     }
   }
 #pragma unroll

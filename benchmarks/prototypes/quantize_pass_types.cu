@@ -69,7 +69,7 @@ candidate_rows(S const* s, uint32_t const* row_max_bits, Q* q, float* q_scale, i
     float const scale = __uint_as_float(row_max_bits[r]) / Quantizer<Q>::kMax;
     RowScale const row = row_scale(scale);
     S const* s_row = s + r * n_half;
-    uint64_t const policy = l2_policy_evict_normal();
+    uint64_t const policy = l2_policy_evict_first();  // as quantize_rows reads S
     constexpr int batch = kQuantizeBatch<S>;
     for (int first = begin + lane; first < end; first += 32 * batch) {
       float values[batch][4];
@@ -180,7 +180,7 @@ int run_case(cudaStream_t st, int64_t m, int64_t n_half) {
                 after - written, ok ? "" : "   OUTPUT DIFFERS");
   };
   report("library", [&](S const* sp) {
-    launch_quantize_rows<S, Q>(sp, row_max, q, qs, m, n_half, total, st, sms);
+    launch_quantize_rows<S, Q>(sp, row_max, q, qs, m, n_half, total, st, false, sms);
   }, true);
   report("reciprocal", [&](S const* sp) {
     candidate_rows<S, Q, 1><<<ctas, kQuantizeThreads, 0, st>>>(sp, row_max, q, qs, m, n_half, total,
