@@ -291,7 +291,8 @@ int fused_pass(cudaStream_t s) {
       quantize_rows<<<static_cast<unsigned>(ctas), kQuantizeThreads, 0, s>>>(sp, o.row_max, q, qs,
                                                                              m, n_half, o.total);
 #else
-      launch_quantize_rows<float, int8_t>(sp, o.row_max, q, qs, m, n_half, o.total, s, false, sms);
+      launch_quantize_rows<float, int8_t>(sp, o.row_max, q, qs, m, n_half, o.total, s, false, sms,
+                                          false);  // S is read again: kept
 #endif
     };
     auto ref = [&](float const* sp, int8_t* q, float* qs) {
@@ -310,7 +311,7 @@ int fused_pass(cudaStream_t s) {
         int const share = static_cast<int>((n_half / 4 + parts - 1) / parts);
         quantize_rows<float, int8_t><<<unsigned((m * parts + kQuantizeWarps - 1) / kQuantizeWarps),
                                        kQuantizeThreads, 0, s>>>(sp, o.row_max, q, qs, m, n_half, o.total,
-                                                                 cutlass::find_log2(parts), share);
+                                                                 cutlass::find_log2(parts), share, false);
       };
       std::snprintf(label, sizeof label, "%d warps a row", parts);
       time_variant(label, s, in, o, fixed, ref, bytes, written);

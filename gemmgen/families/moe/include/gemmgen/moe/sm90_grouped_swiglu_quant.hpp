@@ -14,7 +14,9 @@
  * A fused kernel (Config::Fused) does SwiGLU in the GEMM's epilogue instead: the epilogue's root
  * node (sm90_swiglu_rowmax_store.hpp) stores S, half C's width, in ElementC (fp32, or bf16 for
  * half the bytes written and read again) and reduces each row's max |S| across the N tiles by
- * atomic max; C is never written. Then quantize_rows quantizes S. With S in fp32 its q and
+ * atomic max; C is never written. Then quantize_rows quantizes S (where S fits in a third of
+ * L2 the epilogue stores it evict_last and the pass drops each line once read: it is never
+ * written to DRAM). With S in fp32 its q and
  * q_scale equal the fp32 unfused kernels' bit for bit (same C, same S, same max); a bf16 S is
  * the float32 S rounded once (C itself stays float32).
  * Fused kernels are not swap-AB (their pairs are adjacent columns of the tokens-by-N tile).
@@ -233,6 +235,12 @@ struct GroupedSwigluQuant {
     return offset;
   }
 
+  // Fused: whether the epilogue stores S to stay in L2 for the quantize pass, which then drops it
+  // once read (s_kept_in_l2, discard_lines).
+  static bool s_in_l2(gemmgen_moe_args const& p) {
+    return s_kept_in_l2(p.m * (p.n / 2) * int64_t(sizeof(ElementC)), l2_cache_bytes());
+  }
+
   static typename Gemm::Arguments make_arguments(gemmgen_moe_args const& p, Arrays const& a) {
     typename ScaledTree::Arguments scaled{
         {a.w_scales, 0.0f, {}},             // WScale
@@ -240,9 +248,7 @@ struct GroupedSwigluQuant {
         {}};                                // multiply
     typename Tree::Arguments tree = [&] {
       if constexpr (Fused) {
-        int64_t const s_bytes = p.m * (p.n / 2) * int64_t(sizeof(ElementC));
-        bool const keep = s_kept_in_l2(s_bytes, l2_cache_bytes());
-        return typename Tree::Arguments{scaled, {a.d, a.row_max, p.n / 2, keep}};
+        return typename Tree::Arguments{scaled, {a.d, a.row_max, p.n / 2, s_in_l2(p)}};
       } else {
         return scaled;
       }
@@ -323,7 +329,7 @@ struct GroupedSwigluQuant {
       cudaError_t const launched = launch_quantize_rows(
           static_cast<ElementC const*>(p->c), arrays.row_max_bits, static_cast<ElementQ*>(p->q),
           p->q_scale, p->m, p->n / 2, arrays.rows_total, cuda_stream, pdl,
-          hardware_info().sm_count);
+          hardware_info().sm_count, s_in_l2(*p));
       if (launched != cudaSuccess) {
         return fail(GEMMGEN_LAUNCH_FAILED, kernel_name, cudaGetErrorString(launched));
       }

@@ -254,6 +254,25 @@ __device__ __forceinline__ uint64_t l2_policy_evict_first() {
 // (on an H200, 60 MiB: a bf16 S of up to 731 Mixtral-8x7B rows, 13653 of Qwen3-30B-A3B).
 inline bool s_kept_in_l2(int64_t s_bytes, int l2_bytes) { return 3 * s_bytes <= l2_bytes; }
 
+// The whole 128-byte lines within [from, to), spread over `count` threads (this one `index`),
+// dropped from L2 without their write-back (discard.global.L2, sm80 and later; the bytes become
+// undefined). For S kept in L2, which is dead once the quantize pass has read it: left dirty, it
+// would be written to DRAM when the next kernel's weights evict it. The caller makes sure every
+// read of those bytes has returned (the values used, the threads that read them synchronized with
+// this one). The op 1.4-1.7% faster where S stayed in L2 (fp8 Mixtral-8x7B 256 tokens, Qwen3-
+// 30B-A3B and DeepSeek-V2-Lite 1024 uniform), 0.5-0.7% slower where it did not (int8 Mixtral
+// 1024 tokens), level after C in the SwiGLU passes (H200, session 56, benchmarks/RESULTS.md):
+// S is dropped only when it was kept.
+__device__ __forceinline__ void discard_lines(void const* from, void const* to, int index,
+                                              int count) {
+  uintptr_t const first = (reinterpret_cast<uintptr_t>(from) + 127) & ~uintptr_t(127);
+  uintptr_t const last = reinterpret_cast<uintptr_t>(to) & ~uintptr_t(127);
+  for (uintptr_t line = first + 128 * uintptr_t(index); line < last;
+       line += 128 * uintptr_t(count)) {
+    asm volatile("discard.global.L2 [%0], 128;" : : "l"(line) : "memory");
+  }
+}
+
 // Four consecutive values as floats: one 16-byte load of float32, one 8-byte load of bf16, with
 // L2 eviction `policy` (volatile: never hoisted above the pass's pdl_wait).
 __device__ __forceinline__ void load4(float const* p, int64_t vec, float out[4], uint64_t policy) {
@@ -831,7 +850,8 @@ constexpr int kQuantizeBatch = 16 / sizeof(ElementS);
 template <class ElementS, class ElementQ>
 __global__ void __launch_bounds__(kQuantizeThreads)
 quantize_rows(ElementS const* s, uint32_t const* row_max_bits, ElementQ* q, float* q_scale,
-              int64_t m, int64_t n_half, int64_t const* rows_total, int parts_log2, int share) {
+              int64_t m, int64_t n_half, int64_t const* rows_total, int parts_log2, int share,
+              bool discard_s) {
   pdl_wait();  // S, the row maxima and the row count come from the kernels before
   pdl_release();
   int64_t const total = *rows_total;
@@ -858,7 +878,8 @@ quantize_rows(ElementS const* s, uint32_t const* row_max_bits, ElementQ* q, floa
     RowScale const reciprocal = row_scale(scale);
     ElementS const* s_row = s + row * n_half;
     constexpr int batch = kQuantizeBatch<ElementS>;
-    for (int first = begin + lane; first < end; first += 32 * batch) {
+    for (int base = begin; base < end; base += 32 * batch) {  // warp-uniform (the __syncwarp)
+      int const first = base + lane;
       float values[batch][4];
 #pragma unroll
       for (int u = 0; u < batch; ++u) {
@@ -875,6 +896,11 @@ quantize_rows(ElementS const* s, uint32_t const* row_max_bits, ElementQ* q, floa
             store4(q_row, first + 32 * u, values[u], reciprocal);
           }
         }
+      }
+      if (discard_s) {
+        __syncwarp();  // every lane's loads of this batch have returned: their values are stored
+        int const bound = base + 32 * batch < end ? base + 32 * batch : end;
+        discard_lines(s_row + 4 * int64_t(base), s_row + 4 * int64_t(bound), lane, 32);
       }
     }
     if (part == 0 && lane == 0) {
@@ -900,11 +926,12 @@ inline int quantize_row_parts(int64_t m, int64_t n_half, int sm_count) {
 }
 
 // quantize_rows over S [m, n_half] on `stream`; past 2^20 CTAs the warps stride over the rest.
+// `discard_s`: S was kept in L2 (s_kept_in_l2), drop its lines once read (discard_lines).
 template <class ElementS, class ElementQ>
 cudaError_t launch_quantize_rows(ElementS const* s, uint32_t const* row_max_bits, ElementQ* q,
                                  float* q_scale, int64_t m, int64_t n_half,
                                  int64_t const* rows_total, cudaStream_t stream, bool pdl,
-                                 int sm_count) {
+                                 int sm_count, bool discard_s) {
   int const parts = quantize_row_parts(m, n_half, sm_count);
   int const share = static_cast<int>((n_half / 4 + parts - 1) / parts);
   int64_t const ctas = (m * parts + kQuantizeWarps - 1) / kQuantizeWarps;
@@ -914,7 +941,8 @@ cudaError_t launch_quantize_rows(ElementS const* s, uint32_t const* row_max_bits
   return launch_maybe_pdl(quantize_rows<ElementS, ElementQ>,
                           dim3(static_cast<unsigned>(ctas < (1 << 20) ? ctas : (1 << 20))),
                           dim3(kQuantizeThreads), 0, stream, pdl, s, row_max_bits, q,
-                          q_scale, m, n_half, rows_total, cutlass::find_log2(parts), share);
+                          q_scale, m, n_half, rows_total, cutlass::find_log2(parts), share,
+                          discard_s);
 }
 
 }  // namespace gemmgen::moe
