@@ -46,13 +46,13 @@ def test_another_manifests_rules_name_a_kernel_of_the_same_configs(tmp_path):
     # manifest picks the other config's kernel, by the name the built library gives it
     edited = tmp_path / "moe_sm90.yaml"
     text = SHIPPED.read_text()
-    old = '{when: "tokens_per_expert <= 32", use: wgmma32_s8}'
+    old = '{when: "tokens_per_expert <= 32", use: wgmma32_s8_fused}'
     assert text.count(old) == 1
     edited.write_text(text.replace(old, '{when: "tokens_per_expert <= 32", use: wgmma32}'))
     problem = dict(x_dtype=torch.int8, m=2048, experts=128, n=1536, k=2048, weight_bits=4, per_group=True)
     names = [bench.gemmgen.dispatch.choose(bench.OP, tuned=False, source="manifests", manifests=[path],
                                            **problem).kernel.name for path in (SHIPPED, edited)]
-    assert names[0].endswith("_i8w4g_f32_t128x32x128_wgmma_s8")
+    assert names[0].endswith("_i8w4g_f32_t128x32x128_wgmma_s8_fused")
     assert names[1].endswith("_i8w4g_f32_t128x32x128_wgmma_s6")
 
 

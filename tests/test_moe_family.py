@@ -88,7 +88,7 @@ def test_shipped_manifest_expands_to_every_variant():
     classes = {k.dispatch_class for k in kernels}
     assert classes == {I8, E4M3, A8W4, A8W4G}
     assert [f.name for f in manifest.families] == ["moe_int8", "moe_e4m3", "moe_a8w4", "moe_a8w4_group"]
-    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 54
+    assert len(kernels) == sum(len(f.configs) for f in manifest.families) == 60
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90a_grouped_matmul_swiglu_quant_") for n in names)
@@ -108,13 +108,23 @@ def test_shipped_manifest_expands_to_every_variant():
         ("int8", "int4", "channel", c) for c in ("decode", "small", "mid", "mid_pp", "tall", "large",
                                                  "stream", "stream_wide",
                                                  "small_wgmma", "mid_wgmma", "wgmma16", "wgmma32",
-                                                 "wgmma64", "wgmma80", "wgmma80_tma")} | {
+                                                 "wgmma64", "wgmma80", "wgmma80_tma", "wgmma16_fused",
+                                                 "wgmma32_fused", "wgmma80_tma_fused")} | {
         ("int8", "int4", "group", c) for c in ("stream", "stream_wide", "stream32", "wgmma16",
                                                "wgmma32", "wgmma32_s8", "wgmma64", "wgmma80",
-                                               "wgmma64_tma")}
-    # fused kernels: A8W8 only, never swap-AB; S in fp32 but fp8's two bf16-S tiles, each the
-    # twin of an fp32-S one (the GPU tests compare the pair)
-    fused = [k for k in kernels if k.config.fused]
+                                               "wgmma64_tma", "wgmma16_fused", "wgmma32_s8_fused",
+                                               "wgmma64_tma_fused")}
+    # A8W4's fused kernels are the family's wgmma kernel, each the twin of an unfused one of the
+    # same tile, stages and copy (the GPU tests compare the pair), S in fp32
+    fused_wgmma = [k for k in kernels if k.config.fused and k.config.is_wgmma]
+    assert len(fused_wgmma) == 6 and all(k.w == "int4" and k.c == "fp32" for k in fused_wgmma)
+    assert all(any(not t.config.fused and t.config.is_wgmma and (t.scales, t.config.tile,
+                                                               t.config.wgmma_stages, t.config.copy)
+                   == (k.scales, k.config.tile, k.config.wgmma_stages, k.config.copy)
+                   for t in kernels) for k in fused_wgmma)
+    # CUTLASS's fused kernels: A8W8 only, never swap-AB; S in fp32 but fp8's two bf16-S tiles,
+    # each the twin of an fp32-S one (the GPU tests compare the pair)
+    fused = [k for k in kernels if k.config.fused and not k.config.is_wgmma]
     assert {k.origin.config for k in fused} == {"mid_fused", "large_fused", "wide_fused", "small_fused",
                                                 "mid_pp_fused", "wide_pp_fused", "small_fused_fa",
                                                 "mid_fused_fa", "large_fused_fa", "mid_pp_fused_fa",
@@ -343,31 +353,40 @@ _WGMMA_KERNEL = "sm90a_grouped_matmul_swiglu_quant_i8w4_f32_t128x64x128_wgmma_s4
 _WGMMA_GROUP_KERNEL = "sm90a_grouped_matmul_swiglu_quant_i8w4g_f32_t128x64x128_wgmma_s4"
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("copy", ["", "cp_async", "tma"])
 @pytest.mark.parametrize("scales,per_group", [("", "false"), (", scales: group", "true")])
-def test_wgmma_config_renders(tmp_path, scales, per_group, copy):
+def test_wgmma_config_renders(tmp_path, scales, per_group, copy, fused):
     """schedule: wgmma (A8W4, per channel or per group): named `_wgmma_s<stages>` (auto 4), with
-    `_tma` when the TMA fills its ring (`copy: tma`; cp_async, the default, adds nothing),
-    rendered as a WgmmaConfig run through WgmmaSwigluQuant, without the CUTLASS headers."""
+    `_tma` when the TMA fills its ring (`copy: tma`; cp_async, the default, adds nothing) and
+    `_fused` with SwiGLU in its epilogue (`fused: true`), rendered as a WgmmaConfig run through
+    WgmmaSwigluQuant, without the CUTLASS headers."""
     text = _WGMMA_MANIFEST.replace("w: int4}", f"w: int4{scales}}}")
     if copy:
         text = text.replace("schedule: wgmma", f"schedule: wgmma\n        copy: {copy}")
+    if fused:
+        text = text.replace("schedule: wgmma", "schedule: wgmma\n        fused: true")
     manifest = load_manifest(_write(tmp_path, text))
     (kernel,) = expand(manifest)
     tma = copy == "tma"
-    assert kernel.name == (_WGMMA_GROUP_KERNEL if scales else _WGMMA_KERNEL) + ("_tma" if tma else "")
+    assert kernel.name == ((_WGMMA_GROUP_KERNEL if scales else _WGMMA_KERNEL) + ("_tma" if tma else "")
+                           + ("_fused" if fused else ""))
     assert kernel.config.is_wgmma and kernel.config.is_own and not kernel.config.is_direct
+    assert kernel.config.fused == fused
     (unit,) = render_kernel_sources(manifest, [kernel])
     assert ("gemmgen::moe::wgmma::WgmmaConfig<cutlass::int4b_t, /*per_group=*/" + per_group +
             ", /*warp_groups=*/2, /*tokens=*/64, /*stages=*/4, /*tma=*/" +
-            ("true" if tma else "false") + "> {};") in unit.source
+            ("true" if tma else "false") + ", /*fused=*/" + ("true" if fused else "false")
+            + "> {};") in unit.source
     assert "gemmgen::moe::wgmma::WgmmaSwigluQuant<Config0>::run(" in unit.source
     assert '#include "gemmgen/moe/wgmma_grouped_gemm.cuh"' in unit.source
     assert "sm90_grouped_swiglu_quant.hpp" not in unit.source
-    assert "wgmma (int4 -> int8 in registers): int8 x int4" in unit.source
+    assert ("wgmma (int4 -> int8 in registers)" + (", fused: " if fused else ": ") + "int8 x int4"
+            in unit.source)
+    assert ("SwiGLU in the epilogue -> fp32 S + row max" in unit.source) == fused
     assert FAMILY.config_fields(manifest.families[0].configs[0]) == {
         "tile": [128, 64, 128], "schedule": "wgmma", "stages": "auto", "intermediate": "fp32",
-        "cluster": [1, 1, 1], "swap_ab": False, "fused": False,
+        "cluster": [1, 1, 1], "swap_ab": False, "fused": fused,
         "fast_accum": False, "copy": "tma" if tma else "cp_async"}  # defaults a config may spell
 
 
@@ -388,7 +407,11 @@ def test_wgmma_config_renders(tmp_path, scales, per_group, copy):
      "the wgmma kernel has no clusters"),
     ("schedule: wgmma", "schedule: wgmma\n        swap_ab: true", "swap_ab",
      r"not with schedule wgmma \(the weight is the wgmma's A by design\)"),
-    ("schedule: wgmma", "schedule: wgmma\n        fused: true", "fused", "not with schedule wgmma"),
+    ("schedule: wgmma", "schedule: wgmma\n        fused: true", None, None),  # valid: it fuses
+    ("schedule: wgmma", "schedule: direct\n        warps_k: 2\n        fused: true", "fused",
+     r"not with schedule direct \(SwiGLU runs in the pass after it; schedule wgmma fuses\)"),
+    ("schedule: wgmma", "schedule: wgmma\n        fused: true\n        intermediate: bf16",
+     "intermediate", r"fp32 for schedule wgmma \(it writes C, or fused S, in fp32"),
     ("schedule: wgmma", "schedule: wgmma\n        warps_k: 2", "warps_k",
      "warps_k belongs to schedule direct"),
     ("schedule: wgmma", "schedule: wgmma\n        intermediate: bf16", "intermediate",
@@ -474,7 +497,8 @@ def test_render_shipped_manifest_spells_every_variant():
             assert (f"gemmgen::moe::wgmma::WgmmaConfig<{element[k.w]}, /*per_group=*/"
                     f"{'true' if k.scales == 'group' else 'false'}, /*warp_groups=*/{c.tile[0] // 64}, "
                     f"/*tokens=*/{c.tile[1]}, /*stages=*/{c.wgmma_stages}, "
-                    f"/*tma=*/{'true' if c.copy == 'tma' else 'false'}> {{}};") in unit.source
+                    f"/*tma=*/{'true' if c.copy == 'tma' else 'false'}, "
+                    f"/*fused=*/{'true' if c.fused else 'false'}> {{}};") in unit.source
             assert '#include "gemmgen/moe/wgmma_grouped_gemm.cuh"' in unit.source
             assert "sm90_grouped_swiglu_quant.hpp" not in unit.source
             assert "gemmgen::moe::wgmma::WgmmaSwigluQuant<Config0>::run(" in unit.source
@@ -689,9 +713,11 @@ _SHIPPED_FAMILIES = {  # (class, x dtype, weight bits, per group, the rules' con
     "moe_int8": (I8, INT8, 8, False, ["stream_wide", "stream", "decode", "small", "wide_pp_fused"]),
     "moe_e4m3": (E4M3, FP8, 8, False, ["stream", "decode", "small_fa", "small_fused_fa_bf16",
                                        "wide_pp_fused_fa_bf16"]),
-    "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma32", "wgmma64", "wgmma80_tma", "wgmma80_tma", "tall",
-                                        "large", "mid_pp"]),
-    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma32_s8", "wgmma80", "wgmma64_tma"]),
+    "moe_a8w4": (A8W4, INT8, 4, False, ["wgmma16", "wgmma16_fused", "wgmma32_fused", "wgmma64",
+                                        "wgmma80_tma_fused", "wgmma80_tma", "wgmma80_tma_fused",
+                                        "tall", "large", "mid_pp"]),
+    "moe_a8w4_group": (A8W4G, INT8, 4, True, ["wgmma16", "wgmma16_fused", "wgmma32_s8_fused",
+                                              "wgmma80", "wgmma64_tma_fused", "wgmma64_tma"]),
 }
 K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
 
@@ -732,32 +758,40 @@ K_DEEP, K_SHALLOW = 7168, 2048  # some int8 rules differ below K 4096
     ("moe_e4m3", 28672, 112, "wide_pp_fused_fa_bf16", K_DEEP),
     ("moe_e4m3", 28672, 113, "wide_pp_fused_fa_bf16", K_DEEP),
     ("moe_e4m3", 28672, 100_000, "wide_pp_fused_fa_bf16", K_DEEP), ("moe_e4m3", 28672, 3, "decode", K_DEEP),
-    # A8W4: the wgmma kernel's tiles by rows an expert: [64, 16] to 8, [128, 32] to 32, 64 rows to
-    # 48, 80 rows (TMA copies) to 80 (to 160 at N >= 8192); then CUTLASS's tiles: below N 8192 the 128x128
-    # pingpong one; at N >= 8192 the 256x128 one to 512 an expert, then the 128x256 one
-    ("moe_a8w4", 4096, 1, "wgmma16", K_DEEP), ("moe_a8w4", 4096, 8, "wgmma16", K_DEEP),
-    ("moe_a8w4", 28672, 8, "wgmma16", K_DEEP), ("moe_a8w4", 4096, 9, "wgmma32", K_SHALLOW),
-    ("moe_a8w4", 4096, 32, "wgmma32", K_DEEP), ("moe_a8w4", 4096, 33, "wgmma64", K_DEEP),
+    # A8W4: the wgmma kernel's tiles by rows an expert: [64, 16] to 8 (fused from 3), [128, 32]
+    # fused to 32, 64 rows to 48, 80 rows (TMA copies) to 80 (fused at N >= 8192, and there to
+    # 160); then CUTLASS's tiles: below N 8192 the 128x128 pingpong one; at N >= 8192 the 256x128
+    # one to 512 an expert, then the 128x256 one
+    ("moe_a8w4", 4096, 1, "wgmma16", K_DEEP), ("moe_a8w4", 4096, 2, "wgmma16", K_DEEP),
+    ("moe_a8w4", 4096, 3, "wgmma16_fused", K_DEEP), ("moe_a8w4", 4096, 8, "wgmma16_fused", K_DEEP),
+    ("moe_a8w4", 28672, 8, "wgmma16_fused", K_DEEP), ("moe_a8w4", 4096, 9, "wgmma32_fused", K_SHALLOW),
+    ("moe_a8w4", 4096, 32, "wgmma32_fused", K_DEEP), ("moe_a8w4", 4096, 33, "wgmma64", K_DEEP),
     ("moe_a8w4", 4096, 48, "wgmma64", K_DEEP), ("moe_a8w4", 4096, 49, "wgmma80_tma", K_DEEP),
     ("moe_a8w4", 4096, 80, "wgmma80_tma", K_SHALLOW), ("moe_a8w4", 4096, 81, "mid_pp", K_DEEP),
-    ("moe_a8w4", 8192, 9, "wgmma32", K_DEEP), ("moe_a8w4", 28672, 32, "wgmma32", K_DEEP),
+    ("moe_a8w4", 8192, 9, "wgmma32_fused", K_DEEP), ("moe_a8w4", 28672, 32, "wgmma32_fused", K_DEEP),
     ("moe_a8w4", 4096, 129, "mid_pp", K_DEEP), ("moe_a8w4", 4096, 100_000, "mid_pp", K_DEEP),
-    ("moe_a8w4", 8192, 65, "wgmma80_tma", K_DEEP), ("moe_a8w4", 8192, 33, "wgmma64", K_DEEP),
-    ("moe_a8w4", 28672, 48, "wgmma64", K_DEEP), ("moe_a8w4", 28672, 49, "wgmma80_tma", K_DEEP),
-    ("moe_a8w4", 28672, 81, "wgmma80_tma", K_DEEP), ("moe_a8w4", 28672, 160, "wgmma80_tma", K_DEEP),
+    ("moe_a8w4", 8192, 65, "wgmma80_tma_fused", K_DEEP), ("moe_a8w4", 8192, 33, "wgmma64", K_DEEP),
+    ("moe_a8w4", 28672, 48, "wgmma64", K_DEEP), ("moe_a8w4", 28672, 49, "wgmma80_tma_fused", K_DEEP),
+    ("moe_a8w4", 28672, 81, "wgmma80_tma_fused", K_DEEP),
+    ("moe_a8w4", 28672, 160, "wgmma80_tma_fused", K_DEEP),
     ("moe_a8w4", 28672, 161, "tall", K_DEEP), ("moe_a8w4", 8192, 512, "tall", K_DEEP),
     ("moe_a8w4", 8192, 513, "large", K_DEEP), ("moe_a8w4", 28672, 100_000, "large", K_DEEP),
     ("moe_a8w4", 7168, 513, "mid_pp", K_DEEP),
-    # A8W4 per group: the wgmma kernel from one token on, with wider row tiles as tokens grow;
-    # at N >= 8192 the one-warpgroup 80-row tile from 49 to 128 an expert; past 32 rows otherwise
-    # the two-warpgroup 64-row tile with TMA copies
+    # A8W4 per group: the wgmma kernel from one token on, with wider row tiles as tokens grow,
+    # fused from 3 rows an expert to 32; at N >= 8192 the one-warpgroup 80-row tile from 49 to 128
+    # an expert; past 32 rows otherwise the two-warpgroup 64-row tile with TMA copies (fused at N
+    # >= 8192)
     ("moe_a8w4_group", 4096, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 1536, 2, "wgmma16", K_DEEP),
-    ("moe_a8w4_group", 28672, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 4096, 3, "wgmma16", K_DEEP),
-    ("moe_a8w4_group", 4096, 8, "wgmma16", K_DEEP), ("moe_a8w4_group", 4096, 9, "wgmma32_s8", K_DEEP),
-    ("moe_a8w4_group", 28672, 32, "wgmma32_s8", K_DEEP), ("moe_a8w4_group", 4096, 33, "wgmma64_tma", K_DEEP),
-    ("moe_a8w4_group", 1536, 100_000, "wgmma64_tma", K_DEEP), ("moe_a8w4_group", 8192, 48, "wgmma64_tma", K_DEEP),
+    ("moe_a8w4_group", 28672, 1, "wgmma16", K_DEEP), ("moe_a8w4_group", 4096, 3, "wgmma16_fused", K_DEEP),
+    ("moe_a8w4_group", 4096, 8, "wgmma16_fused", K_DEEP),
+    ("moe_a8w4_group", 4096, 9, "wgmma32_s8_fused", K_DEEP),
+    ("moe_a8w4_group", 28672, 32, "wgmma32_s8_fused", K_DEEP),
+    ("moe_a8w4_group", 4096, 33, "wgmma64_tma", K_DEEP),
+    ("moe_a8w4_group", 1536, 100_000, "wgmma64_tma", K_DEEP),
+    ("moe_a8w4_group", 8192, 48, "wgmma64_tma_fused", K_DEEP),
     ("moe_a8w4_group", 8192, 49, "wgmma80", K_DEEP), ("moe_a8w4_group", 28672, 128, "wgmma80", K_DEEP),
-    ("moe_a8w4_group", 28672, 129, "wgmma64_tma", K_DEEP), ("moe_a8w4_group", 4096, 64, "wgmma64_tma", K_DEEP)])
+    ("moe_a8w4_group", 28672, 129, "wgmma64_tma_fused", K_DEEP),
+    ("moe_a8w4_group", 4096, 64, "wgmma64_tma", K_DEEP)])
 def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, tokens, config, k):
     experts = 8
     cls, dtype, bits, per_group, order = _SHIPPED_FAMILIES[family]
@@ -771,6 +805,7 @@ def test_shipped_rules_pick_by_tokens_per_expert(fresh_dispatch, family, n, toke
         assert ("_i8w4g_" in spec.name) == per_group
         assert spec.config.is_direct == config.startswith("stream")
         assert spec.config.is_wgmma == ("wgmma" in config)
+        assert spec.config.fused == ("_fused" in config)
         assert order[choice.rule_index] == config  # the rule that fired names this config
 
 

@@ -1024,14 +1024,15 @@ def test_non_finite_weight_scale_reaches_its_expert_only(kind):
 # ------------------------------------------------------------------ 7. fused = unfused
 
 def fused_pairs(s_type: str = "fp32") -> list[tuple]:
-    """(fused kernel storing S in `s_type`, an fp32 CUTLASS kernel of the same variant and
+    """(fused CUTLASS kernel storing S in `s_type`, an fp32 CUTLASS kernel of the same variant and
     accumulation) for every such built fused kernel (fp8's fast and promoted accumulation round
     differently, and the direct kernel sums in another order). For an fp32 S the partner is
     unfused; for a bf16 S, the fused kernel of the same tile and schedule storing S in fp32 (the
-    same C and S before S's rounding)."""
+    same C and S before S's rounding). The fused wgmma kernels: fused_wgmma_pairs."""
     kernels = [k for k in gemmgen.list_kernels() if k.spec.family == "moe"]
     pairs = []
-    for fused in (k for k in kernels if k.spec.config.fused and k.spec.c == s_type):
+    for fused in (k for k in kernels if k.spec.config.fused and k.spec.c == s_type
+                  and not k.spec.config.is_own):
         cfg = fused.spec.config
         plain = [k for k in kernels if k.spec.c == "fp32"
                  and (k.spec.x, k.spec.w) == (fused.spec.x, fused.spec.w)
@@ -1117,10 +1118,66 @@ def test_fused_kernels_with_bf16_s():
         assert differing <= limit, f"{label}: {differing:.1%} of q differ from the fp32-S kernel's"
 
 
+def fused_wgmma_pairs() -> list[tuple]:
+    """(fused wgmma kernel, an unfused wgmma kernel of its variant: of the same tile and copy
+    where one is built) for every built fused wgmma kernel (A8W4). Every wgmma kernel of a
+    variant sums and scales in the same order (per channel the exact int32 sum, per group the
+    groups' promotions in K order), so their C, and S, agree bit for bit."""
+    kernels = own_kernels("wgmma")
+    pairs = []
+    for fused in (k for k in kernels if k.spec.config.fused):
+        cfg = fused.spec.config
+        plain = sorted((k for k in kernels if not k.spec.config.fused
+                        and variant_of(k.spec) == variant_of(fused.spec)),
+                       key=lambda k: (k.spec.config.tile, k.spec.config.copy) != (cfg.tile, cfg.copy))
+        if plain:
+            pairs.append((fused, plain[0]))
+    return pairs
+
+
+def test_fused_wgmma_kernels_equal_unfused_bit_for_bit():
+    """The wgmma kernel's fused epilogue (act and gate paired across lanes, S stored in fp32, each
+    token's max by shared then global atomics, the quantize pass) gives its unfused twin's q and
+    q_scale bit for bit, on WGMMA_CASES (partial chunks, groups of 128-512, feature blocks cut by
+    N, empty experts, rows past the last group) and row counts at the tile's edges; into poisoned
+    outputs, run twice (the atomics), and against the reference."""
+    pairs = fused_wgmma_pairs()
+    if not pairs:
+        pytest.skip("no built fused wgmma kernel with an unfused wgmma kernel of its variant")
+    for fused, partner in pairs:
+        v = variant_of(fused.spec)
+        t = fused.spec.config.tile[1]
+        cases = [(k, group, n, routing_counts(routing, m, e), f"E={e} M={m} {routing}")
+                 for k, group, n, e, m, routing in WGMMA_CASES if bool(group) == v.per_group]
+        edges = [t + 1, t // 4, 0, t - 1, 1, 2 * t + t // 4 + 3, t]
+        cases.append(((1024, 256, 264, edges, f"rows {edges}") if v.per_group
+                      else (800, 0, 264, edges, f"rows {edges}")))
+        for k, group, n, counts, what in cases:
+            label = f"{fused.name} vs {partner.name} K={k} group={group} N={n} {what}"
+            e, m = len(counts), sum(counts) + 5  # 5 rows past the last group
+            weight = random_weight((e, k, n), v)
+            weight_scale = random_weight_scales((e, k // group, n) if group else (e, n), v)
+            packed = pack(weight, weight_scale, v)
+            x = random_values((m, k), v.dtype)
+            x_scale = random_scales((m,), v.dtype)
+            group_list = group_list_of(counts, "count")
+            got = call_out_op(x, packed, x_scale, group_list, "count", fused.name)
+            again = call_out_op(x, packed, x_scale, group_list, "count", fused.name)
+            want = call_out_op(x, packed, x_scale, group_list, "count", partner.name)
+            torch.cuda.synchronize()
+            assert not poison_left(*got), f"{label}: the fused kernel left poison"
+            assert same_bits(got[0], again[0]) and same_bits(got[1], again[1]), \
+                f"{label}: not deterministic"
+            assert same_bits(got[0], want[0]) and same_bits(got[1], want[1]), \
+                f"{label}: fused and unfused differ in {int((got[0] != want[0]).sum())} q elements"
+            assert_quant_close(*got, x, weight, weight_scale, x_scale, group_list, "count",
+                               "fp32", label, weight_bits=v.bits)
+
+
 def test_fused_non_finite_rows():
     """The fused kernels' row max keeps a NaN (its bits exceed +inf's) and an infinity, S in
-    fp32 or bf16."""
-    pairs = fused_pairs() + fused_pairs("bf16")
+    fp32 or bf16; the fused wgmma kernels' too."""
+    pairs = fused_pairs() + fused_pairs("bf16") + fused_wgmma_pairs()
     if not pairs:
         pytest.skip("no built fused kernel")
     for fused, _ in pairs:

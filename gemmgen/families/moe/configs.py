@@ -83,12 +83,13 @@ class MoeTileConfig(DirectTile):
     @property
     def terse(self) -> str:
         """Name fragment, e.g. `f32_t128x16x128_c1x1x1_pp_sauto_swap`,
-        `f32_t64x8x128_direct_wk4_s4`, `f32_t128x64x128_wgmma_s4` or
-        `f32_t128x64x128_wgmma_s4_tma`."""
+        `f32_t64x8x128_direct_wk4_s4`, `f32_t128x64x128_wgmma_s4`,
+        `f32_t128x64x128_wgmma_s4_tma` or `f32_t128x80x128_wgmma_s5_fused`."""
         if self.is_wgmma:
             return "_".join([_SHORT[self.intermediate], "t" + "x".join(map(str, self.tile)),
                              "wgmma", f"s{self.wgmma_stages}"]
-                            + (["tma"] if self.copy == "tma" else []))
+                            + (["tma"] if self.copy == "tma" else [])
+                            + (["fused"] if self.fused else []))
         if self.is_direct:
             return "_".join([_SHORT[self.intermediate], "t" + "x".join(map(str, self.tile)),
                              "direct", f"wk{self.warps_k}", f"s{self.ring_stages}"])

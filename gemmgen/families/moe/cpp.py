@@ -28,7 +28,8 @@ class Cpp:
         return (f"gemmgen::moe::wgmma::WgmmaConfig<{self.element(k.w)}, "
                 f"/*per_group=*/{'true' if k.scales == 'group' else 'false'}, "
                 f"/*warp_groups=*/{c.tile[0] // 64}, /*tokens=*/{c.tile[1]}, "
-                f"/*stages=*/{c.wgmma_stages}, /*tma=*/{'true' if c.copy == 'tma' else 'false'}>")
+                f"/*stages=*/{c.wgmma_stages}, /*tma=*/{'true' if c.copy == 'tma' else 'false'}, "
+                f"/*fused=*/{'true' if c.fused else 'false'}>")
 
     def op_class(self, k) -> str:
         """The class template behind a kernel's C-ABI entry points."""

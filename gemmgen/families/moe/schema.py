@@ -23,8 +23,8 @@ do, instead of promoting to fp32 every four wgmmas, one 128-K tile (the default,
 `fused: true` does SwiGLU in the GEMM's epilogue (S stored in the config's intermediate type,
 fp32 or bf16, the row max reduced by atomics, then a light quant pass) instead of writing C for a
 separate SwiGLU kernel; C stays float32 inside the epilogue, so `intermediate: bf16` rounds S,
-not C. Fused configs are not swap-AB (act/gate pairs are adjacent columns of a tokens-by-N tile)
-and the weight is not int4.
+not C. Fused CUTLASS configs are not swap-AB (act/gate pairs are adjacent columns of a
+tokens-by-N tile) and their weight is not int4; A8W4 fuses with `schedule: wgmma`.
 
 `schedule: direct` is the family's own mma.sync kernel (direct_grouped_gemm.cuh): int8
 activations with int8 or int4 weights, or e4m3 ones (float32 accumulation), tile [16·warps over features (16 to 256), 8·MMA tiles
@@ -37,9 +37,10 @@ activations with int4 weights, per-channel or per-group scales, tile [64 or 128 
 two warpgroups), an expert's rows a tile (the wgmma's N: a multiple of 16 up to 128; per group
 at most 64, 80 with one warpgroup), 128], `stages` the ring depth (3 to 8, auto 4), `copy` what
 fills the ring: `cp_async` (every thread's 16-byte copies, the default) or `tma` (thread 0 queues
-a chunk's TMA boxes on an mbarrier: faster from hundreds of tokens an expert, slower at decode);
-no cluster, swap_ab, fused, warps_k, raster or swizzle; fp32 intermediate. A family with
-`scales: group` has direct and wgmma configs only.
+a chunk's TMA boxes on an mbarrier: faster from hundreds of tokens an expert, slower at decode),
+`fused: true` SwiGLU and the row maxima in its epilogue (S in fp32, then the quantize pass, as
+the CUTLASS fused configs); no cluster, swap_ab, warps_k, raster or swizzle; fp32 intermediate.
+A family with `scales: group` has direct and wgmma configs only.
 
 With `swap_ab: true` the tile is in the kernel's terms C_iᵀ = W_i · X_iᵀ: tile M runs over the
 weight's N, tile N over an expert's tokens (a narrow tile N serves decode). int4 weights need
@@ -147,15 +148,18 @@ _NO_FAST_ACCUM = {"direct": "it sums int8 exactly and e4m3 in float32 accumulato
 
 def own_kernel_problems(config: MoeTileConfig, operand: str) -> list[tuple[str, str]]:
     """What the family's own kernels (schedule direct or wgmma: `operand` names its MMA) refuse:
-    swap_ab, fused, an intermediate other than fp32."""
+    swap_ab, fused (direct; the wgmma kernel fuses), an intermediate other than fp32."""
     problems = []
+    fused_refused = config.fused and not config.is_wgmma
     for key, value, why in (("swap_ab", config.swap_ab, f"the weight is the {operand}'s A by design"),
-                            ("fused", config.fused, "SwiGLU runs in the pass after it"),
+                            ("fused", fused_refused, "SwiGLU runs in the pass after it; "
+                                                     "schedule wgmma fuses"),
                             ("fast_accum", config.fast_accum, _NO_FAST_ACCUM[config.schedule])):
         if value:
             problems.append((key, f"not with schedule {config.schedule} ({why}): leave {key} out"))
     if config.intermediate != "fp32":
-        problems.append(("intermediate", f"fp32 for schedule {config.schedule} (it writes C in fp32)"))
+        problems.append(("intermediate", f"fp32 for schedule {config.schedule} (it writes C, or "
+                                         "fused S, in fp32: int8 q rounds S to 127 steps)"))
     return problems
 
 
@@ -285,7 +289,8 @@ def read_config(reader, node: Any, index: int, line: int,
         raise reader.error(c, "fused", "a fused config cannot be swap_ab: its epilogue pairs act "
                                        "and gate as adjacent columns of a tokens-by-N tile")
     if fused and int4:
-        raise reader.error(c, "fused", "not with int4 weights (A8W4 kernels are swap-AB only)")
+        raise reader.error(c, "fused", "not with int4 weights on a CUTLASS schedule (its A8W4 "
+                                       "kernels are swap-AB only); schedule wgmma fuses A8W4")
     if fused and config.tile[1] % 32:
         raise reader.error(c, "tile", "a fused config's tile N is a multiple of 32 (its epilogue "
                                       "takes the wgmma tile 32 columns at a time); "

@@ -11,6 +11,13 @@
  *   2. the grouped GEMM below, writing C = dequantized (X_i · W_i) in fp32;
  *   3. swiglu_quant (swiglu_quant.cuh): SwiGLU and per-row quantization of C.
  *
+ * A fused GEMM (the wgmma kernel's `Fused` configs; Gemm::kFused) writes S = SwiGLU(C) instead,
+ * half C's columns, and reduces each row's max |S| by atomics into [M] maxima that step 1 zeroes
+ * (its launch's blocks after the first, or with inline grouping the permutation's: a fused op
+ * with per-group scales, which has no permutation, always launches group_work); step
+ * 3 is then quantize_rows, which only scales and rounds, as after the CUTLASS fused kernels. S
+ * is stored evict_last and dropped once read where it fits in a third of L2 (s_kept_in_l2).
+ *
  * Inline grouping: when the GEMM's grid has at most kInlineGroupingCtas CTAs (decode of a model
  * with narrow experts), step 1 is not a launch of its own: every CTA scans the group list itself
  * (the same clamped scan, by its own threads) for the expert of its slot, and CTA (0, 0, 0)
@@ -101,11 +108,13 @@ struct Params {
   int64_t* rows_total;        // inline grouping: written by CTA (0, 0, 0) for the SwiGLU pass
   int64_t experts;
   int32_t cumsum;             // group_list_type
-  float* c;             // [M, N] fp32
+  float* c;             // [M, N] fp32 (a fused GEMM: S [M, N/2])
   int m, n, k;
   int groups;           // groups per expert: K / group size (1: per channel)
   int chunks_per_group;
   int x_stride;         // x's row stride (K; the wgmma kernel's permuted copy: K rounded up to 128)
+  uint32_t* row_max = nullptr;  // a fused GEMM: [M] max|S| bits a row (zeroed by group_work)
+  bool keep_s = false;          // a fused GEMM: store S evict_last (s_kept_in_l2)
 };
 
 // The tokens of int4 weights in CUTLASS's order (even k in the low nibble) for the wgmma kernel:
@@ -135,12 +144,15 @@ __device__ __forceinline__ void permute_tokens(int8_t const* x, int8_t* x_perm, 
   }
 }
 
-// The permutation alone (the GEMM groups its rows inline).
+// The permutation alone (the GEMM groups its rows inline), and `zero_count` zeros to `zeros` (a
+// fused GEMM's row maxima).
 static __global__ void permute_tokens_for_mma(int8_t const* x, int8_t* x_perm, int64_t m, int k,
-                                              int k_pad, cutlass::FastDivmodU64 by_groups) {
+                                              int k_pad, cutlass::FastDivmodU64 by_groups,
+                                              uint32_t* zeros, int64_t zero_count) {
   pdl_wait();  // x may come from the kernel before
   pdl_release();
   permute_tokens(x, x_perm, m, k, k_pad, by_groups, blockIdx.x, gridDim.x);
+  zero_words(zeros, zero_count, blockIdx.x, gridDim.x);
 }
 
 // One block of kSetupThreads: ends[i] for every expert, the non-empty experts in order
@@ -160,28 +172,36 @@ __device__ __forceinline__ void find_groups(int64_t const* group_list, int32_t c
 
 // find_groups as a launch of its own. Internal linkage, as the kernels below: every translation
 // unit that includes this header has its own.
+// Blocks after the first zero `zero_count` words at `zeros` (a fused GEMM's row maxima).
 static __global__ void __launch_bounds__(kSetupThreads)
 group_work(int64_t const* group_list, int32_t cumsum, int64_t experts, int64_t m, int64_t* ends,
-           int32_t* active, int64_t* rows_total, int64_t* active_total) {
+           int32_t* active, int64_t* rows_total, int64_t* active_total, uint32_t* zeros,
+           int64_t zero_count) {
   pdl_wait();  // the group list comes from an earlier kernel; the previous call reads `ends`
   pdl_release();
-  find_groups(group_list, cumsum, experts, m, ends, active, rows_total, active_total);
+  if (blockIdx.x == 0) {
+    find_groups(group_list, cumsum, experts, m, ends, active, rows_total, active_total);
+  } else {
+    zero_words(zeros, zero_count, blockIdx.x - 1, gridDim.x - 1);
+  }
 }
 
 // Both in one launch: block 0 finds the groups while the others permute the tokens (the two are
-// independent). As two launches the permutation waited for the one-block scan to complete
-// (256 tokens of Qwen3-30B-A3B: 3.1 µs, then 5.9, H200 ncu).
+// independent) and zero `zero_count` words at `zeros` (a fused GEMM's row maxima). As two
+// launches the permutation waited for the one-block scan to complete (256 tokens of
+// Qwen3-30B-A3B: 3.1 µs, then 5.9, H200 ncu).
 static __global__ void __launch_bounds__(kSetupThreads)
 group_work_and_permute(int64_t const* group_list, int32_t cumsum, int64_t experts, int64_t m,
                        int64_t* ends, int32_t* active, int64_t* rows_total, int64_t* active_total,
                        int8_t const* x, int8_t* x_perm, int k, int k_pad,
-                       cutlass::FastDivmodU64 by_groups) {
+                       cutlass::FastDivmodU64 by_groups, uint32_t* zeros, int64_t zero_count) {
   pdl_wait();  // the group list and x come from earlier kernels
   pdl_release();
   if (blockIdx.x == 0) {
     find_groups(group_list, cumsum, experts, m, ends, active, rows_total, active_total);
   } else {
     permute_tokens(x, x_perm, m, k, k_pad, by_groups, blockIdx.x - 1, gridDim.x - 1);
+    zero_words(zeros, zero_count, blockIdx.x - 1, gridDim.x - 1);
   }
 }
 
@@ -218,6 +238,7 @@ struct DirectGroupedGemm {
   static constexpr bool kTokenSlotsFirst = false;   // (grouped_block)
   static constexpr bool kPermutedTokens = false;    // reads x as it is (OwnSwigluQuant)
   static constexpr bool kTmaMaps = false;           // the kernel takes Params only (OwnSwigluQuant)
+  static constexpr bool kFused = false;             // writes C for the SwiGLU pass (OwnSwigluQuant)
   static constexpr int kWeightBits = kInt4 ? 4 : 8;
   static constexpr int kWeightRowBytes = kChunkK * kWeightBits / 8;  // 64 (int4), 128 (int8)
   static constexpr int kWeightStageBytes = kRows * kWeightRowBytes;
@@ -672,15 +693,25 @@ struct OwnSwigluQuant {
   // x's permuted copy's row (K rounded up to 128), for a Gemm that reads one.
   static int64_t permuted_row(gemmgen_moe_args const* p) { return (p->k + 127) / 128 * 128; }
 
-  // Workspace: ends [E], active [min(E, M)], rows_total and active_total; and, for a Gemm that
-  // reads x permuted (kPermutedTokens), the copy [M, permuted_row].
+  // Workspace: ends [E], active [min(E, M)], rows_total and active_total; for a fused Gemm
+  // (kFused) the row maxima [M]; and, for a Gemm that reads x permuted (kPermutedTokens), the
+  // copy [M, permuted_row].
+  static size_t row_max_bytes(gemmgen_moe_args const* p) {
+    return K::kFused ? round_up(sizeof(uint32_t) * static_cast<size_t>(p->m)) : 0;
+  }
   static size_t workspace_size(gemmgen_moe_args const* p) {
     size_t const copy = K::kPermutedTokens ? round_up(static_cast<size_t>(p->m) *
                                                       static_cast<size_t>(permuted_row(p)))
                                            : 0;
     return round_up(sizeof(int64_t) * static_cast<size_t>(p->experts)) +
            round_up(sizeof(int32_t) * static_cast<size_t>(expert_slots(p))) +
-           2 * round_up(sizeof(int64_t)) + copy;
+           2 * round_up(sizeof(int64_t)) + row_max_bytes(p) + copy;
+  }
+
+  // A fused Gemm: whether its epilogue stores S (fp32 [M, N/2]) to stay in L2 for the quantize
+  // pass, which then drops it once read (s_kept_in_l2, discard_lines).
+  static bool s_in_l2(gemmgen_moe_args const* p) {
+    return s_kept_in_l2(p->m * (p->n / 2) * int64_t(sizeof(float)), l2_cache_bytes());
   }
 
   // Token slots per expert slot: about twice the mean rows per non-empty expert (at most
@@ -742,13 +773,20 @@ struct OwnSwigluQuant {
     auto* rows_total = reinterpret_cast<int64_t*>(carved);
     auto* active_total = reinterpret_cast<int64_t*>(carved + round_up(sizeof(int64_t)));
     carved += 2 * round_up(sizeof(int64_t));
+    // a fused Gemm's row maxima, zeroed by the blocks of group_work after its first
+    auto* row_max = K::kFused ? reinterpret_cast<uint32_t*>(carved) : nullptr;
+    int64_t const zeroed = K::kFused ? p->m : 0;
+    int64_t const zero_blocks = setup_zero_blocks(zeroed);
+    carved += row_max_bytes(p);
     auto const* x = static_cast<int8_t const*>(p->x);
     int x_stride = static_cast<int>(p->k);
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     bool const pdl = (p->launch_flags & GEMMGEN_LAUNCH_PDL) != 0;
     dim3 const grid(static_cast<unsigned>(feature_blocks), static_cast<unsigned>(slots),
                     static_cast<unsigned>(token_slots(p->m, slots)));
-    bool const inline_grouping = int64_t(grid.x) * grid.y * grid.z <= kInlineGroupingCtas;
+    // (a fused Gemm's row maxima need a launch before it: the permutation's, or group_work's)
+    bool const inline_grouping = (!K::kFused || K::kPermutedTokens) &&
+                                 int64_t(grid.x) * grid.y * grid.z <= kInlineGroupingCtas;
     if constexpr (K::kPermutedTokens) {  // the permutation, with group_work unless inline
       auto* x_perm = reinterpret_cast<int8_t*>(carved);
       x_stride = static_cast<int>(permuted_row(p));
@@ -759,18 +797,19 @@ struct OwnSwigluQuant {
       if (inline_grouping) {
         launch_maybe_pdl(permute_tokens_for_mma, dim3(blocks), dim3(kSetupThreads), 0,
                          cuda_stream, pdl, x, x_perm, p->m, static_cast<int>(p->k), x_stride,
-                         by_groups);
+                         by_groups, row_max, zeroed);
       } else {
         launch_maybe_pdl(group_work_and_permute, dim3(blocks + 1), dim3(kSetupThreads), 0,
                          cuda_stream, pdl, p->group_list, p->group_list_type, p->experts, p->m,
                          ends, active, rows_total, active_total, x, x_perm,
-                         static_cast<int>(p->k), x_stride, by_groups);
+                         static_cast<int>(p->k), x_stride, by_groups, row_max, zeroed);
       }
       x = x_perm;
     } else if (!inline_grouping) {
-      launch_maybe_pdl(group_work, dim3(1), dim3(kSetupThreads), 0, cuda_stream, pdl,
-                       p->group_list, p->group_list_type, p->experts, p->m, ends, active,
-                       rows_total, active_total);
+      launch_maybe_pdl(group_work, dim3(static_cast<unsigned>(1 + zero_blocks)),
+                       dim3(kSetupThreads), 0, cuda_stream, pdl, p->group_list,
+                       p->group_list_type, p->experts, p->m, ends, active, rows_total,
+                       active_total, row_max, zeroed);
     }
     Params const params{x, static_cast<unsigned char const*>(p->w),
                         p->w_scale, p->x_scale, inline_grouping ? nullptr : ends, active,
@@ -778,7 +817,8 @@ struct OwnSwigluQuant {
                         static_cast<float*>(p->c),
                         static_cast<int>(p->m), static_cast<int>(p->n), static_cast<int>(p->k),
                         static_cast<int>(p->k / group),
-                        static_cast<int>((group + K::kChunkK - 1) / K::kChunkK), x_stride};
+                        static_cast<int>((group + K::kChunkK - 1) / K::kChunkK), x_stride,
+                        row_max, K::kFused && s_in_l2(p)};
     int const sms = hardware_info().sm_count;
     int const smem = K::launch_smem_bytes(int64_t(grid.x) * grid.y * grid.z, sms);
     if constexpr (K::kTmaMaps) {  // the kernel's TMA boxes over this call's tensors
@@ -792,9 +832,15 @@ struct OwnSwigluQuant {
       launch_maybe_pdl(Kernel, grid, dim3(K::kThreads), smem, cuda_stream, pdl, params);
     }
     using ElementQ = typename K::ElementQ;
-    cudaError_t launched = launch_swiglu_quant(
-        static_cast<float const*>(p->c), static_cast<ElementQ*>(p->q), p->q_scale, p->m, p->n / 2,
-        static_cast<int64_t const*>(rows_total), cuda_stream, pdl, sms);
+    cudaError_t launched =
+        K::kFused ? launch_quantize_rows(static_cast<float const*>(p->c), row_max,
+                                         static_cast<ElementQ*>(p->q), p->q_scale, p->m, p->n / 2,
+                                         static_cast<int64_t const*>(rows_total), cuda_stream, pdl,
+                                         sms, s_in_l2(p))
+                  : launch_swiglu_quant(static_cast<float const*>(p->c),
+                                        static_cast<ElementQ*>(p->q), p->q_scale, p->m, p->n / 2,
+                                        static_cast<int64_t const*>(rows_total), cuda_stream, pdl,
+                                        sms);
     if (launched == cudaSuccess) {
       launched = cudaGetLastError();  // the launches before it
     }

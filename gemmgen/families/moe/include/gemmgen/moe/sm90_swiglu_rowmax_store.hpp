@@ -39,9 +39,6 @@
 
 namespace gemmgen::moe::sm90 {
 
-// The bits of |v|: non-negative floats order like unsigned integers, a NaN above +inf.
-__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(fabsf(v)); }
-
 // A 4 x 4 block M spread over the four lanes of a quad (lanes 4·j .. 4·j + 3, q = lane % 4):
 // lane q holds x[k] = M[k][q] on entry and x[k] = M[q][k] on return. Two butterfly steps, one
 // index bit each: over lane bit 0 (partner q ^ 1) and then bit 1 (q ^ 2), each lane sends the
@@ -79,7 +76,8 @@ __device__ __forceinline__ float stored_value<float>(float v) {
 }
 
 // Four S values (already rounded to ElementS) to 4 consecutive elements: one 16-byte store for
-// float32, one 8-byte store for bf16; one float32 value; each with L2 eviction `policy`.
+// float32, one 8-byte store for bf16, with L2 eviction `policy` (one float: store_s1, and the
+// row maxima's abs_bits, in swiglu_quant.cuh).
 __device__ __forceinline__ void store_s4(float* p, float const (&v)[4], uint64_t policy) {
   asm volatile("st.global.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;"
                :: "l"(p), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]), "l"(policy) : "memory");
@@ -94,10 +92,6 @@ __device__ __forceinline__ void store_s4(cutlass::bfloat16_t* p, float const (&v
   uint2 const bits = *reinterpret_cast<uint2 const*>(&packed);
   asm volatile("st.global.L2::cache_hint.v2.b32 [%0], {%1, %2}, %3;" :: "l"(p), "r"(bits.x),
                "r"(bits.y), "l"(policy) : "memory");
-}
-__device__ __forceinline__ void store_s1(float* p, float v, uint64_t policy) {
-  asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" :: "l"(p), "f"(v), "l"(policy)
-               : "memory");
 }
 
 // ElementS: float or cutlass::bfloat16_t, the type S is stored in.

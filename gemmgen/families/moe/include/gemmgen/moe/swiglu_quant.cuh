@@ -154,6 +154,16 @@ inline int64_t setup_zero_blocks(int64_t count) {
   return blocks < 132 ? blocks : 132;
 }
 
+// `count` zeros to `words`, the share of block `block` of `blocks` (the setup launches' blocks
+// after their first: the fused kernels' row maxima, which their epilogues' atomics build).
+__device__ __forceinline__ void zero_words(uint32_t* words, int64_t count, int64_t block,
+                                           int64_t blocks) {
+  int64_t const step = blocks * blockDim.x;
+  for (int64_t i = block * blockDim.x + threadIdx.x; i < count; i += step) {
+    words[i] = 0u;
+  }
+}
+
 // Block 0: the grouped GEMM's per-expert arrays from the group list (see scan_groups). The
 // weights are addressed in bytes (`w_expert_bytes` per expert), so packed int4 weights work
 // alike. `ld_d`: the elements of one row of D (N for C, N/2 for the fused kernels' S). The
@@ -167,11 +177,7 @@ __global__ void group_setup(Arrays arrays, int64_t const* group_list, int32_t cu
                             int64_t zero_count) {
   pdl_release();  // the GEMM may launch: it waits for this kernel before it reads anything
   if (blockIdx.x > 0) {
-    int64_t const step = int64_t(gridDim.x - 1) * blockDim.x;
-    for (int64_t i = int64_t(blockIdx.x - 1) * blockDim.x + threadIdx.x; i < zero_count;
-         i += step) {
-      zeros[i] = 0u;
-    }
+    zero_words(zeros, zero_count, blockIdx.x - 1, gridDim.x - 1);
     return;
   }
   using ElementX = cute::conditional_t<SwapAB, typename Arrays::ElementB, typename Arrays::ElementA>;
@@ -248,6 +254,17 @@ __device__ __forceinline__ uint64_t l2_policy_evict_first() {
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
+
+// One float of S to global memory with L2 eviction `policy` (the fused epilogues' stores).
+__device__ __forceinline__ void store_s1(float* p, float v, uint64_t policy) {
+  asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" :: "l"(p), "f"(v), "l"(policy)
+               : "memory");
+}
+
+// The bits of |v|, which the fused kernels' row maxima are kept as: non-negative floats order
+// like unsigned integers, and a NaN's bits exceed +inf's, so a NaN anywhere in a row wins (as in
+// the unfused kernels' max_keep_nan) under an unsigned atomicMax, which is order-independent.
+__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(fabsf(v)); }
 
 // Whether the fused kernels keep S (`s_bytes` of it) in L2 for the quantize pass: within a
 // third of the GPU's L2, the rest left to the weight tiles that an expert's row tiles share

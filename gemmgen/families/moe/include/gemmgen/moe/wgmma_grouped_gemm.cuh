@@ -42,6 +42,14 @@
  * F += s_g · float(Σ_g), a conversion and a fused multiply-add a value; C = x_scale · F. The
  * tensor cores idle for that promotion only.
  *
+ * Fused (Config::Fused): the epilogue does SwiGLU itself (fused_epilogue: act and gate of a pair
+ * sit in lanes g and g ^ 1), stores S [M, N/2] in fp32 and reduces each token's max |S| over
+ * the CTA's warps in shared memory, then over the N tiles by one global atomicMax a token and
+ * tile into maxima zeroed by the launch before; the op's pass is then quantize_rows. Against the
+ * unfused twin on the H200: 1.03-1.06x at 16-1024 tokens of Mixtral-8x7B (C of 14336-wide rows
+ * no longer written and re-read in fp32), 1.01-1.05x at 64-256 tokens of the narrower layers,
+ * slower at 1 token and 1024 (benchmarks/RESULTS.md, session 57).
+ *
  * Pipeline. wgmma reads its A registers while it runs, and a register it reads may be rewritten
  * only after a wait_group retires it (ptxas does not check this across loop iterations), so
  * chunks alternate between two fragment sets, the loop body written twice: chunk i's four
@@ -84,7 +92,7 @@ using smem::lds128;
 using smem::lds32;
 
 template <class ElementW_, bool PerGroup_, int WarpGroups_, int Tokens_, int Stages_,
-          bool Tma_ = false, int SyncChunks_ = (Stages_ >= 7 ? 2 : 1)>
+          bool Tma_ = false, bool Fused_ = false, int SyncChunks_ = (Stages_ >= 7 ? 2 : 1)>
 struct WgmmaConfig {
   using ElementW = ElementW_;  // cutlass::int4b_t; activations are int8
   static constexpr bool PerGroup = PerGroup_;     // weight scales per group of K (else per channel)
@@ -92,6 +100,7 @@ struct WgmmaConfig {
   static constexpr int Tokens = Tokens_;          // the wgmma's N: an expert's rows a tile
   static constexpr int Stages = Stages_;
   static constexpr bool Tma = Tma_;  // the ring filled by the TMA (else by every thread's cp.async)
+  static constexpr bool Fused = Fused_;  // SwiGLU + the row maxima in the epilogue (S, not C)
   static constexpr int SyncChunks = SyncChunks_;  // chunks made ready by one ring barrier
 };
 
@@ -107,6 +116,7 @@ struct WgmmaGroupedGemm {
   static constexpr int kStages = Config::Stages;
   static constexpr int kSyncChunks = Config::SyncChunks;
   static constexpr bool kTma = Config::Tma;
+  static constexpr bool kFused = Config::Fused;
   static_assert(kWarpGroups == 1 || kWarpGroups == 2, "one or two warpgroups a CTA");
   static_assert(kSyncChunks == 1 || kSyncChunks == 2, "one or two chunks a ring barrier");
   static_assert(kStages >= 2 * kSyncChunks + 1 && kStages <= 8,
@@ -276,12 +286,68 @@ struct WgmmaGroupedGemm {
     }
   }
 
-  // One row tile [t0, t_end) of expert `e` for this CTA's features: C[rows, features].
+  // The fused epilogue (kFused): S = swish(act) · gate into p.c as [M, N/2] float32, and each
+  // token's max |S| over the lane's pairs into `token_max` (the tile's tokens, shared memory).
+  // The packed weight interleaves act and gate (feature 2j act j, 2j + 1 gate j: packing.py),
+  // so lanes g and g ^ 1 (lane ^ 4) hold a pair's two features for the same tokens: of each two
+  // registers (tokens 2q and 2q + 1 of a token slot) the even lane takes the first token and the
+  // odd lane the second, each sending its partner the value it lacks (one shuffle, two outputs).
+  // C's values are the unfused store's and S is swiglu() as the SwiGLU pass computes it, so q
+  // and q_scale equal the unfused kernel's bit for bit. A lane's stores of one token (pairs
+  // g / 2 and g / 2 + 4 of its warp's 8) with its quad's fill whole 32-byte sectors. The maxima:
+  // per lane over its two pairs, over the four lanes of a token (xor 8, 16), then one shared
+  // atomicMax a token and warp; the caller adds the tile's to the rows' in global memory.
+  template <class Value>
+  static __device__ void fused_epilogue(Params const& p, int n_lo, int64_t t0, int64_t t_end,
+                                        int g, int q, Value const& value, uint32_t* token_max) {
+    bool const odd = (g & 1) != 0;
+    int64_t const n_half = p.n / 2;
+    uint64_t const policy = p.keep_s ? l2_policy_evict_last() : l2_policy_evict_normal();
+    CUTLASS_PRAGMA_UNROLL
+    for (int u = 0; u < kAccRegs / 4; ++u) {  // token slot u: tokens 8u + 2q and 8u + 2q + 1
+      int64_t const first = t0 + 8 * u + 2 * q;
+      float const xs0 = first < t_end ? p.x_scale[first] : 0.f;
+      float const xs1 = first + 1 < t_end ? p.x_scale[first + 1] : 0.f;
+      int64_t const row = first + (odd ? 1 : 0);  // this lane's token
+      uint32_t held = 0u;
+      CUTLASS_PRAGMA_UNROLL
+      for (int h = 0; h < 2; ++h) {  // features n_lo + 8h (act or gate) and its partner's
+        int const n = n_lo + 8 * h;
+        bool const inside = n < p.n;  // N is even: both of a pair or neither
+        float const v0 = inside ? value(4 * u + 2 * h, n, xs0) : 0.f;
+        float const v1 = inside ? value(4 * u + 2 * h + 1, n, xs1) : 0.f;
+        float const got = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+        if (inside && row < t_end) {
+          float const s = odd ? swiglu(got, v1) : swiglu(v0, got);
+          store_s1(p.c + row * n_half + (n >> 1), s, policy);
+          held = max(held, abs_bits(s));
+        }
+      }
+      held = max(held, __shfl_xor_sync(0xffffffffu, held, 8));
+      held = max(held, __shfl_xor_sync(0xffffffffu, held, 16));
+      if (g < 2 && held != 0u) {
+        atomicMax(token_max + 8 * u + 2 * q + (odd ? 1 : 0), held);
+      }
+    }
+  }
+
+  // One row tile [t0, t_end) of expert `e` for this CTA's features: C[rows, features] (kFused:
+  // S[rows, features / 2] and the rows' maxima).
   static __device__ void row_tile(Params const& p, char* smem_raw, int feature_block, int e,
                                   int64_t t0, int64_t t_end, Maps const& maps) {
     int const tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     int const g = lane / 4, q = lane % 4;
     int const n0 = feature_block * kFeatures;
+    // kFused: the tile's max |S| a token, over the CTA's warps. Thread t < kTokens zeroes entry
+    // t here and reads it after the tile's end barrier (so after every warp's atomics): its read
+    // of the last tile's precedes this in program order, and the mainloop's chunk barriers (one
+    // a chunk or two, K > 0) order this before any warp's atomics of this tile.
+    __shared__ uint32_t token_max[kFused ? kTokens : 1];
+    if constexpr (kFused) {
+      if (tid < kTokens) {
+        token_max[tid] = 0u;
+      }
+    }
     uint32_t const ring = (cute::cast_smem_ptr_to_uint(smem_raw) + 1023u) & ~1023u;
     int const count = (p.k + kChunkK - 1) / kChunkK;
     int64_t const row_bytes = p.k / 2;
@@ -568,21 +634,25 @@ struct WgmmaGroupedGemm {
     fence(acc);
 
     // Register r: rows (tile-local) row_lo (r % 4 < 2) or row_lo + 8, token 8·(r / 4) + 2q +
-    // r % 2 of the tile.
+    // r % 2 of the tile. C = w_scale · (x_scale · Σ) per channel, x_scale · F per group.
     float const* w_scale = p.w_scale + int64_t(e) * p.n;  // per channel: [E, N]
-    CUTLASS_PRAGMA_UNROLL
-    for (int r = 0; r < kAccRegs; ++r) {
-      int const n = n0 + row_lo + ((r % 4) < 2 ? 0 : 8);
-      int64_t const row = t0 + 8 * (r / 4) + 2 * q + (r % 2);
-      if (n < p.n && row < t_end) {
-        float const x_scale = p.x_scale[row];
-        float v;
-        if constexpr (kPerGroup) {
-          v = x_scale * scaled[r];
-        } else {
-          v = w_scale[n] * (x_scale * static_cast<float>(static_cast<int32_t>(acc[r]) >> 4));
+    auto value = [&](int r, int n, float x_scale) {
+      if constexpr (kPerGroup) {
+        return x_scale * scaled[r];
+      } else {
+        return w_scale[n] * (x_scale * static_cast<float>(static_cast<int32_t>(acc[r]) >> 4));
+      }
+    };
+    if constexpr (kFused) {
+      fused_epilogue(p, n0 + row_lo, t0, t_end, g, q, value, token_max);
+    } else {
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kAccRegs; ++r) {
+        int const n = n0 + row_lo + ((r % 4) < 2 ? 0 : 8);
+        int64_t const row = t0 + 8 * (r / 4) + 2 * q + (r % 2);
+        if (n < p.n && row < t_end) {
+          p.c[row * p.n + n] = value(r, n, p.x_scale[row]);
         }
-        p.c[row * p.n + n] = v;
       }
     }
     if constexpr (kTma) {
@@ -596,6 +666,11 @@ struct WgmmaGroupedGemm {
     } else {
       cute::cp_async_wait<0>();
       __syncthreads();  // both warpgroups are done with the ring: the next row tile may refill it
+    }
+    if constexpr (kFused) {  // every warp's maxima are in token_max: the tile's into the rows'
+      if (tid < kTokens && t0 + tid < t_end && token_max[tid] != 0u) {
+        atomicMax(p.row_max + t0 + tid, token_max[tid]);
+      }
     }
   }
 };
