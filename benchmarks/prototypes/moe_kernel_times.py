@@ -3,7 +3,7 @@ device time of each kernel gemmgen's MoE op launches (group setup, the row-max m
 grouped GEMM, the SwiGLU or quantize pass), from torch.profiler over 20 calls, at
 bench_moe.py's Mixtral-8x7B rows (its inputs and routings, weights rotated over two copies).
 
-    python benchmarks/prototypes/moe_kernel_times.py [--dtypes e4m3 int8] [--tokens 256 1024]
+    python benchmarks/prototypes/moe_kernel_times.py [--dtypes e4m3 int8 a8w4 a8w4g] [--tokens 256 1024]
         [--kernels NAME ...]      # forced kernels by name (default: dispatch's pick)
         [--rows 64 80 ...]        # instead of --tokens: every expert holds exactly this many rows
 """
@@ -41,7 +41,7 @@ def kernel_times(fn) -> dict[str, list[float]]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dtypes", nargs="+", default=["e4m3", "int8"], choices=["e4m3", "int8"])
+    p.add_argument("--dtypes", nargs="+", default=["e4m3", "int8"], choices=sorted(bench_moe.DTYPES))
     p.add_argument("--model", default="mixtral-8x7b", choices=sorted(bench_moe.MODELS))
     p.add_argument("--tokens", nargs="+", type=int, default=[256, 1024])
     p.add_argument("--kernels", nargs="+", default=[None], metavar="NAME")
