@@ -46,7 +46,7 @@
  * sit in lanes g and g ^ 1), stores S [M, N/2] in fp32 and reduces each token's max |S| over
  * the CTA's warps in shared memory, then over the N tiles by one global atomicMax a token and
  * tile into maxima zeroed by the launch before; the op's pass is then quantize_rows. Against the
- * unfused twin on the H200: 1.03-1.06x at 16-1024 tokens of Mixtral-8x7B (C of 14336-wide rows
+ * unfused twin on the H200: 1.02-1.06x at 16-1024 tokens of Mixtral-8x7B (C of 14336-wide rows
  * no longer written and re-read in fp32), 1.01-1.05x at 64-256 tokens of the narrower layers,
  * slower at 1 token and 1024 (benchmarks/RESULTS.md, session 57).
  *
