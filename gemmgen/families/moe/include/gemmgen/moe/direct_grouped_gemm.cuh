@@ -113,7 +113,7 @@ struct Params {
   int groups;           // groups per expert: K / group size (1: per channel)
   int chunks_per_group;
   int x_stride;         // x's row stride (K; the wgmma kernel's permuted copy: K rounded up to 128)
-  uint32_t* row_max = nullptr;  // a fused GEMM: [M] max|S| bits a row (zeroed by group_work)
+  uint32_t* row_max = nullptr;  // a fused GEMM: [M] max|S| bits a row (zeroed by the launch before)
   bool keep_s = false;          // a fused GEMM: store S evict_last (s_kept_in_l2)
 };
 
@@ -170,9 +170,9 @@ __device__ __forceinline__ void find_groups(int64_t const* group_list, int32_t c
               });
 }
 
-// find_groups as a launch of its own. Internal linkage, as the kernels below: every translation
-// unit that includes this header has its own.
-// Blocks after the first zero `zero_count` words at `zeros` (a fused GEMM's row maxima).
+// find_groups as a launch of its own (block 0), its blocks after the first zeroing `zero_count`
+// words at `zeros` (a fused GEMM's row maxima). Internal linkage, as the kernels below: every
+// translation unit that includes this header has its own.
 static __global__ void __launch_bounds__(kSetupThreads)
 group_work(int64_t const* group_list, int32_t cumsum, int64_t experts, int64_t m, int64_t* ends,
            int32_t* active, int64_t* rows_total, int64_t* active_total, uint32_t* zeros,

@@ -293,8 +293,9 @@ struct WgmmaGroupedGemm {
   // registers (tokens 2q and 2q + 1 of a token slot) the even lane takes the first token and the
   // odd lane the second, each sending its partner the value it lacks (one shuffle, two outputs).
   // C's values are the unfused store's and S is swiglu() as the SwiGLU pass computes it, so q
-  // and q_scale equal the unfused kernel's bit for bit. A lane's stores of one token (pairs
-  // g / 2 and g / 2 + 4 of its warp's 8) with its quad's fill whole 32-byte sectors. The maxima:
+  // and q_scale equal the unfused kernel's bit for bit. A lane's two stores of its token (pairs
+  // g / 2 and g / 2 + 4 of its warp's 8) and those of the three lanes of the same q and parity
+  // fill one whole 32-byte sector. The maxima:
   // per lane over its two pairs, over the four lanes of a token (xor 8, 16), then one shared
   // atomicMax a token and warp; the caller adds the tile's to the rows' in global memory.
   template <class Value>
