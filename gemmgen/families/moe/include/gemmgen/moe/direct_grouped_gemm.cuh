@@ -777,6 +777,7 @@ struct OwnSwigluQuant {
     auto* row_max = K::kFused ? reinterpret_cast<uint32_t*>(carved) : nullptr;
     int64_t const zeroed = K::kFused ? p->m : 0;
     int64_t const zero_blocks = setup_zero_blocks(zeroed);
+    bool const keep_s = K::kFused && s_in_l2(p);  // S stored evict_last, dropped once quantized
     carved += row_max_bytes(p);
     auto const* x = static_cast<int8_t const*>(p->x);
     int x_stride = static_cast<int>(p->k);
@@ -818,7 +819,7 @@ struct OwnSwigluQuant {
                         static_cast<int>(p->m), static_cast<int>(p->n), static_cast<int>(p->k),
                         static_cast<int>(p->k / group),
                         static_cast<int>((group + K::kChunkK - 1) / K::kChunkK), x_stride,
-                        row_max, K::kFused && s_in_l2(p)};
+                        row_max, keep_s};
     int const sms = hardware_info().sm_count;
     int const smem = K::launch_smem_bytes(int64_t(grid.x) * grid.y * grid.z, sms);
     if constexpr (K::kTmaMaps) {  // the kernel's TMA boxes over this call's tensors
@@ -836,7 +837,7 @@ struct OwnSwigluQuant {
         K::kFused ? launch_quantize_rows(static_cast<float const*>(p->c), row_max,
                                          static_cast<ElementQ*>(p->q), p->q_scale, p->m, p->n / 2,
                                          static_cast<int64_t const*>(rows_total), cuda_stream, pdl,
-                                         sms, s_in_l2(p))
+                                         sms, keep_s)
                   : launch_swiglu_quant(static_cast<float const*>(p->c),
                                         static_cast<ElementQ*>(p->q), p->q_scale, p->m, p->n / 2,
                                         static_cast<int64_t const*>(rows_total), cuda_stream, pdl,
