@@ -364,7 +364,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     options = TuneOptions(
         shapes=shapes, m_grid=m_grid,
         library=args.library, family=args.family, dtypes=tuple(args.dtypes or ()), out_dtype=args.out_dtype,
-        epilogue=args.epilogue, knob_top=args.knob_top, tolerance=args.tolerance, fresh=args.fresh,
+        epilogue=args.epilogue, knob_top=args.knob_top, tolerance=args.tolerance,
+        settled_tolerance=args.settled_tolerance, fresh=args.fresh,
         out=args.out, select=args.select, select_dir=args.select_dir, gpus=args.gpus,
         from_cache=args.from_cache, extend=args.extend, update=args.update,
         command="gemmgen " + " ".join(args.argv),
@@ -449,6 +450,9 @@ def _parser() -> argparse.ArgumentParser:
                              "kernel's K splits)")
     tuning.add_argument("--tolerance", type=_non_negative(float), default=0.02,
                         help="times within this fraction of the best are ties (stable tie-break)")
+    tuning.add_argument("--settled-tolerance", type=_non_negative(float), default=0.01,
+                        help="the tie fraction among candidates re-timed side by side (settled); "
+                             "at most --tolerance")
     tuning.add_argument("--out", help="table path (default: <manifest>.tuned.<gpu>.yaml next to the manifest, "
                            "e.g. w8a8_sm90.tuned.h200.yaml)")
     tuning.add_argument("--extend", metavar="TABLE",

@@ -261,3 +261,31 @@ def test_the_tuned_cost_model_is_the_fit_of_the_times_its_table_stores(scripted,
     (table,) = tuning.build_tables(lib, store, options)
     assert sorted(table.model.times[(N, K, M_CLEAR)].values()) == [10.12, 15.65, 20.0]
     assert tuning.model_from_times(lib, table.key, table.model.times).coef == table.model.coef
+
+
+def test_settled_near_ties_are_ties_within_the_smaller_tolerance(scripted, tmp_path, monkeypatch):
+    """Side by side, large is 1.5% faster than small at M_TIE: beyond the settled tolerance (1%),
+    so the table takes large although the one-pass tolerance (2%) would call it a tie and give it
+    to small, the earlier config; at 0.5% apart the two are a tie even settled. A point whose
+    near-ties were not re-timed side by side keeps the one-pass tolerance."""
+    import sys
+    module = sys.modules[__name__]
+    lib, calls = scripted
+    shapes = [WeightShape("o", N, K, "test", "x:1")]
+    config_of = {name: k.spec.origin.config for name, k in lib.kernels.items()}
+    for large, want in ((10.0 / 1.015, "large"), (10.0 / 1.005, "small")):
+        calls.clear()  # a fresh GPU script: each kernel's first time, then its side-by-side one
+        monkeypatch.setattr(module, "SIDE_BY_SIDE", {"small": 10.0, "large": large})
+        options = tuning.TuneOptions(shapes=shapes, m_grid=(M_TIE,), dtypes=("int8",), knob_top=0)
+        store = Store(tmp_path / f"{want}.jsonl")
+        tuning.measure(lib, store, options, shapes)
+        assert all(r.settled for r in store.records.values() if config_of[r.kernel] != "mid")
+        (table,) = tuning.build_tables(lib, store, options)
+        assert config_of[table.shapes[0].bucket_for(M_TIE).kernel] == want, large
+        # the same times, not re-timed side by side: the one-pass tolerance, small's tie
+        unsettled = Store(tmp_path / f"{want}-unsettled.jsonl")
+        for r in store.records.values():
+            unsettled.put(Record(r.cls, r.n, r.k, r.m, r.kernel, r.raster, r.swizzle, r.split_k, r.us))
+        (table,) = tuning.build_tables(lib, unsettled, options)
+        assert config_of[table.shapes[0].bucket_for(M_TIE).kernel] == "small"
+    assert select.SETTLED_TOLERANCE < DEFAULT_TOLERANCE

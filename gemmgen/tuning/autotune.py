@@ -293,7 +293,8 @@ def _tune_point(library, key, m, n, k, gpu, device) -> Entry | None:
             spent = time.perf_counter() - started
         row = store.times(key, [(n, k)]).get((n, k, m), {})
         try:
-            best = selection.pick(row, tuning.candidate_rank(library), options.tolerance)
+            best = selection.pick(row, tuning.candidate_rank(library),
+                                  tuning.tie_tolerance(store, key, n, k, m, row, options))
         except ValueError:  # no candidate implements it
             return None
         entry = Entry(tuple(key), n, k, m_bucket(m), m, best.kernel, best.knobs, row[best],

@@ -21,6 +21,12 @@ Point = tuple  # a measured problem, M last: (n, k, m) or (a dtype, n, k, m)
 Times = Mapping[Point, Mapping[Hashable, float]]  # µs; math.inf: cannot implement the point
 
 DEFAULT_TOLERANCE = 0.02
+# Candidates re-timed side by side (interleaved rounds, each compared within its round: the
+# tuner's "settled" times) are ties within this smaller fraction: their comparison no longer
+# carries the clock's drift between one-pass timings minutes apart, which the 2% covers. With 2%
+# the H200 MoE table kept unfused A8W4 tiles at 30 points where the fused twin, settled, was
+# 1-2% faster (benchmarks/RESULTS.md, session 58).
+SETTLED_TOLERANCE = 0.01
 MIN_RATIO = 0.97  # pruning: each point keeps ≥ 97% of the oracle's speed ...
 MIN_GEOMEAN = 0.99  # ... and ≥ 99% geomean over all points
 EXHAUSTIVE_LIMIT = 16  # groups; above it the selection is greedy

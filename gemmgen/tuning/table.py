@@ -62,7 +62,8 @@ _READABLE_FORMATS = (1, 2)
 TABLE_SUFFIX = ".tuned.yaml"
 TUNED_TABLE_FILE = "tuned.yaml"  # its name inside a published library folder
 _METADATA_KEYS = ("library", "arch", "kernel_set", "gpu", "sm_count", "cuda", "cutlass", "gemmgen",
-                  "torch", "shapes", "m_grid", "tie_tolerance", "kernels", "buckets")
+                  "torch", "shapes", "m_grid", "tie_tolerance", "settled_tie_tolerance", "kernels",
+                  "buckets")
 _REQUIRED_METADATA = {"library", "arch", "kernel_set", "gpu", "sm_count"}
 _BUCKET_KEYS = {"m_max", "kernel", "raster", "swizzle", "split_k"}
 

@@ -61,6 +61,7 @@ class TuneOptions:
     epilogue: str = "ScaledEpilogueBias"
     knob_top: int = 3
     tolerance: float = selection.DEFAULT_TOLERANCE
+    settled_tolerance: float = selection.SETTLED_TOLERANCE  # ties among settled times
     fresh: bool = False
     out: str | None = None  # table path (default: next to the manifest)
     select: bool = False
@@ -397,7 +398,8 @@ def build_tables(library: Library, store: Store, options: TuneOptions,
                 row = {c: t for c, t in times.get((n, k, m), {}).items()
                        if allowed is None or c.kernel in allowed}
                 if row and any(math.isfinite(t) for t in row.values()):
-                    winners[m] = selection.pick(row, rank, options.tolerance)
+                    winners[m] = selection.pick(row, rank, tie_tolerance(store, cls, n, k, m, row,
+                                                                         options))
             if not winners:
                 raise GemmgenError(f"no measurement for {' '.join(cls)} (n={n}, k={k}); run the tune first")
             buckets = tuple(Bucket(m_max, c.kernel, c.knobs) for m_max, c in selection.buckets(winners))
@@ -405,6 +407,19 @@ def build_tables(library: Library, store: Store, options: TuneOptions,
         model = fit_cost_model(library, cls, times, grid, allowed)
         tables.append(ClassTable(tuple(cls), tuple(entries), model=model))
     return tables
+
+
+def tie_tolerance(store: Store, cls: MeasuredClass, n: int, k: int, m: int, row: dict,
+                  options: TuneOptions) -> float:
+    """The tie tolerance of one point: `options.settled_tolerance` when every candidate within
+    `options.tolerance` of the fastest was re-timed side by side with the others (settled), else
+    `options.tolerance` (one-pass times minutes apart, with the clock's drift between them)."""
+    finite = {c: t for c, t in row.items() if math.isfinite(t)}
+    best = min(finite.values(), default=math.inf)
+    near = [c for c, t in finite.items() if t <= best * (1 + options.tolerance)]
+    if len(near) > 1 and all(store.get(cls, n, k, m, c).settled for c in near):
+        return min(options.settled_tolerance, options.tolerance)
+    return options.tolerance
 
 
 def fit_cost_model(library: Library, cls: MeasuredClass, times: dict, grid: set[int],
@@ -452,6 +467,7 @@ def metadata(library: Library, options: TuneOptions, kernel_set: str,
             "gemmgen": __version__, "torch": str(torch.__version__),
             "shapes": options.shape_sources or sorted({s.model for s in options.shapes}),
             "m_grid": list(options.m_grid), "tie_tolerance": options.tolerance,
+            "settled_tie_tolerance": min(options.settled_tolerance, options.tolerance),
             "kernels": sorted(kernels) if kernels is not None else sorted(library.kernels)}
 
 
