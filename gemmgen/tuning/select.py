@@ -24,8 +24,8 @@ DEFAULT_TOLERANCE = 0.02
 # Candidates re-timed side by side (interleaved rounds, each compared within its round: the
 # tuner's "settled" times) are ties within this smaller fraction: their comparison no longer
 # carries the clock's drift between one-pass timings minutes apart, which the 2% covers. With 2%
-# the H200 MoE table kept unfused A8W4 tiles at 30 points where the fused twin, settled, was
-# 1-2% faster (benchmarks/RESULTS.md, session 58).
+# the H200 MoE table kept the earlier config at 27 A8W4 points where another, settled, was 1-2%
+# faster; taken, 12 benchmark rows ran 1.007-1.034x (benchmarks/RESULTS.md, session 58).
 SETTLED_TOLERANCE = 0.01
 MIN_RATIO = 0.97  # pruning: each point keeps ≥ 97% of the oracle's speed ...
 MIN_GEOMEAN = 0.99  # ... and ≥ 99% geomean over all points
