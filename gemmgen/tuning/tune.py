@@ -74,6 +74,10 @@ class TuneOptions:
     command: str = ""
     shape_sources: list[str] = field(default_factory=list)
 
+    def __post_init__(self):
+        # settled times are never looser ties than one-pass ones
+        self.settled_tolerance = min(self.settled_tolerance, self.tolerance)
+
 
 def _say(message: str) -> None:
     print(f"gemmgen tune: {message}", flush=True)
@@ -418,7 +422,7 @@ def tie_tolerance(store: Store, cls: MeasuredClass, n: int, k: int, m: int, row:
     best = min(finite.values(), default=math.inf)
     near = [c for c, t in finite.items() if t <= best * (1 + options.tolerance)]
     if len(near) > 1 and all(store.get(cls, n, k, m, c).settled for c in near):
-        return min(options.settled_tolerance, options.tolerance)
+        return options.settled_tolerance
     return options.tolerance
 
 
@@ -467,7 +471,7 @@ def metadata(library: Library, options: TuneOptions, kernel_set: str,
             "gemmgen": __version__, "torch": str(torch.__version__),
             "shapes": options.shape_sources or sorted({s.model for s in options.shapes}),
             "m_grid": list(options.m_grid), "tie_tolerance": options.tolerance,
-            "settled_tie_tolerance": min(options.settled_tolerance, options.tolerance),
+            "settled_tie_tolerance": options.settled_tolerance,
             "kernels": sorted(kernels) if kernels is not None else sorted(library.kernels)}
 
 
