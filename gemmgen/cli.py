@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from . import __version__, families, settings
+from .tuning import select as selection
 from .errors import GemmgenError, ManifestError
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
@@ -448,9 +449,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="try every run-time knob on this many fastest kernels per point "
                              "(and on those the family always tries, e.g. the mixed wgmma "
                              "kernel's K splits)")
-    tuning.add_argument("--tolerance", type=_non_negative(float), default=0.02,
+    tuning.add_argument("--tolerance", type=_non_negative(float), default=selection.DEFAULT_TOLERANCE,
                         help="times within this fraction of the best are ties (stable tie-break)")
-    tuning.add_argument("--settled-tolerance", type=_non_negative(float), default=0.01,
+    tuning.add_argument("--settled-tolerance", type=_non_negative(float),
+                        default=selection.SETTLED_TOLERANCE,
                         help="the tie fraction among candidates re-timed side by side (settled); "
                              "at most --tolerance")
     tuning.add_argument("--out", help="table path (default: <manifest>.tuned.<gpu>.yaml next to the manifest, "
