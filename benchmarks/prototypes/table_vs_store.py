@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""How far a shipped tuned table's picks are from the fastest candidate of a newer measurement
+store, offline (session 59): whether a re-tune is worth its device time.
+
+A store (`<build>/tune/*.jsonl`, or a `benchmarks/data/*.jsonl.gz`) holds every candidate's time
+at each point (class, N, K, M) it reached, even when the tune that wrote it stopped early. For
+each such point whose (N, K) the table lists in its class, the table's bucket (kernel and run-time
+knobs) is looked up and its time in the store is divided by the fastest candidate's there: 1.000
+means the table still picks the fastest. Points where the store lacks the table's candidate are
+counted apart (a kernel the store's library did not have, or knobs it never timed).
+
+    python benchmarks/prototypes/table_vs_store.py TABLE STORE [--shapes N,K ...] [--m 1 4 16]
+        [--worst 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from gemmgen.tuning.measure import Candidate, Store  # noqa: E402
+from gemmgen.tuning.table import load_table  # noqa: E402
+
+
+def compare(table_path: Path, store_path: Path, shapes: set[tuple[int, int]] | None,
+            ms: set[int] | None):
+    """{(class, m): [(ratio, n, k, table candidate, fastest candidate, their µs)]} and the
+    number of points whose table candidate the store lacks."""
+    table = load_table(table_path)
+    store = Store(store_path)
+    by_point: dict[tuple, dict[Candidate, float]] = defaultdict(dict)
+    for r in store.records.values():
+        by_point[(r.cls, r.n, r.k, r.m)][r.candidate] = r.us
+    rows: dict[tuple, list] = defaultdict(list)
+    missing = 0
+    for (cls, n, k, m), times in sorted(by_point.items()):
+        ctable = table.classes.get(cls)
+        if ctable is None or (shapes and (n, k) not in shapes) or (ms and m not in ms):
+            continue
+        hit = ctable.lookup(m, n, k)
+        if hit is None or not hit.exact_shape or hit.dropped:
+            continue
+        b = hit.bucket
+        chosen = Candidate(b.kernel, b.knobs.raster, b.knobs.swizzle, b.knobs.split_k_slices)
+        if chosen not in times:
+            missing += 1
+            continue
+        fastest = min(times, key=times.get)
+        rows[(cls, m)].append((times[chosen] / times[fastest], n, k, chosen, fastest,
+                               times[chosen], times[fastest]))
+    return rows, missing
+
+
+def describe(c: Candidate) -> str:
+    """A candidate as the table spells it: the kernel and the knobs that are not the defaults."""
+    knobs = [f"{name} {value}" for name, value, default in
+             (("raster", c.raster, "heuristic"), ("swizzle", c.swizzle, 1), ("split", c.split_k, 1))
+             if value != default]
+    return c.kernel + (f" ({', '.join(knobs)})" if knobs else "")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("table", type=Path)
+    p.add_argument("store", type=Path)
+    p.add_argument("--shapes", nargs="+", default=None, metavar="N,K",
+                   help="only these weight shapes (default: every shape both hold)")
+    p.add_argument("--m", nargs="+", type=int, default=None, help="only these M")
+    p.add_argument("--worst", type=int, default=3, help="list this many worst points a class")
+    args = p.parse_args(argv)
+    shapes = {tuple(int(v) for v in s.split(",")) for s in args.shapes} if args.shapes else None
+    rows, missing = compare(args.table, args.store, shapes, set(args.m) if args.m else None)
+    worst_of: dict[tuple, list] = defaultdict(list)
+    for (cls, m), points in sorted(rows.items()):
+        ratios = [r[0] for r in points]
+        geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        print(f"{'/'.join(cls)} M={m:5d}: table / fastest geomean {geomean:.3f}, worst "
+              f"{max(ratios):.3f} over {len(points)} shapes")
+        worst_of[cls] += points
+    for cls, points in worst_of.items():
+        for ratio, n, k, chosen, fastest, t_chosen, t_fastest in sorted(points, key=lambda r: -r[0])[:args.worst]:
+            if ratio > 1.0:
+                print(f"  {'/'.join(cls)} {n}x{k}: {ratio:.3f}  table {describe(chosen)} "
+                      f"{t_chosen:.1f} µs, fastest {describe(fastest)} {t_fastest:.1f} µs")
+    if missing:
+        print(f"({missing} points: the store lacks the table's candidate)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
