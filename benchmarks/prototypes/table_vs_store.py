@@ -32,26 +32,23 @@ def compare(table_path: Path, store_path: Path, shapes: set[tuple[int, int]] | N
     number of points whose table candidate the store lacks."""
     table = load_table(table_path)
     store = Store(store_path)
-    by_point: dict[tuple, dict[Candidate, float]] = defaultdict(dict)
-    for r in store.records.values():
-        by_point[(r.cls, r.n, r.k, r.m)][r.candidate] = r.us
     rows: dict[tuple, list] = defaultdict(list)
     missing = 0
-    for (cls, n, k, m), times in sorted(by_point.items()):
-        ctable = table.classes.get(cls)
-        if ctable is None or (shapes and (n, k) not in shapes) or (ms and m not in ms):
-            continue
-        hit = ctable.lookup(m, n, k)
-        if hit is None or not hit.exact_shape or hit.dropped:
-            continue
-        b = hit.bucket
-        chosen = Candidate(b.kernel, b.knobs.raster, b.knobs.swizzle, b.knobs.split_k_slices)
-        if chosen not in times:
-            missing += 1
-            continue
-        fastest = min(times, key=times.get)
-        rows[(cls, m)].append((times[chosen] / times[fastest], n, k, chosen, fastest,
-                               times[chosen], times[fastest]))
+    for cls, ctable in table.classes.items():
+        for (n, k, m), times in sorted(store.times(cls, shapes).items()):
+            if ms and m not in ms:
+                continue
+            hit = ctable.lookup(m, n, k)
+            if hit is None or not hit.exact_shape or hit.dropped:
+                continue
+            b = hit.bucket
+            chosen = Candidate(b.kernel, b.knobs.raster, b.knobs.swizzle, b.knobs.split_k_slices)
+            if chosen not in times:
+                missing += 1
+                continue
+            fastest = min(times, key=times.get)
+            rows[(cls, m)].append((times[chosen] / times[fastest], n, k, chosen, fastest,
+                                   times[chosen], times[fastest]))
     return rows, missing
 
 
