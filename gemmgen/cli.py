@@ -355,8 +355,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                            "gemmgen " + " ".join(args.argv))
         print(f"gemmgen tune: wrote {path}")
         return 0
-    if not args.shapes and not args.from_cache:
-        raise GemmgenError("tune: give --shapes, --from-cache, or both")
+    if not args.shapes and not args.from_cache and not args.retune:
+        raise GemmgenError("tune: give --shapes, --from-cache, or both (or --retune TABLE)")
     shapes = load_many(args.shapes) if args.shapes else []
     try:
         m_grid = parse_m_grid(args.m) if args.m else ()  # (): the tuned family's own grid
@@ -368,7 +368,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         epilogue=args.epilogue, knob_top=args.knob_top, tolerance=args.tolerance,
         settled_tolerance=args.settled_tolerance, fresh=args.fresh,
         out=args.out, select=args.select, select_dir=args.select_dir, gpus=args.gpus,
-        from_cache=args.from_cache, extend=args.extend, update=args.update,
+        from_cache=args.from_cache, extend=args.extend, update=args.update, retune=args.retune,
         command="gemmgen " + " ".join(args.argv),
         shape_sources=[resolve_shapes_arg(s).name for s in args.shapes or ()]
         + (["autotune cache"] if args.from_cache else []))
@@ -466,6 +466,12 @@ def _parser() -> argparse.ArgumentParser:
                              "fp8 configs) and write them into this tuned table (measured on this GPU "
                              "for this library), keeping its other classes; every kernel new since "
                              "the table must be of a measured class")
+    tuning.add_argument("--retune", metavar="TABLE",
+                        help="re-time points of this tuned table (measured on this GPU for this "
+                             "library's kernel set): the shapes it lists for the classes this tune "
+                             "measures (--shapes: only those; --dtypes: only those classes) at the "
+                             "M values of --m (a subset of its grid; default: all of it), timed "
+                             "afresh; their picks are rewritten, every other point's kept")
     tuning.add_argument("--refit", metavar="TABLE",
                         help="rewrite this table's cost model (how it chooses for shapes it does not list) "
                              "in this gemmgen's cost features, fitted to the times it stores: no GPU, "

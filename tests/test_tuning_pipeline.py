@@ -385,3 +385,76 @@ def test_update_retunes_the_measured_classes_and_keeps_the_others(library, tmp_p
         del library.kernels[name]
     message = refused(dtypes=("e4m3",))
     assert "no longer has" in message and gone[0] in message
+
+
+def test_retune_rewrites_the_chosen_points_and_keeps_the_others(library, tmp_path, monkeypatch):
+    """`gemmgen tune --retune TABLE --m 256,4096 --shapes <one shape>`: only those points are
+    timed, afresh (a store of their own, not the full tune's); where the new times name another
+    winner the shape's buckets change there alone, every other point and shape keeps its pick,
+    the cost model's times at the re-timed points are the new ones. Without --shapes every
+    shape the table lists is re-timed. Refused: an M off the table's grid, a shape it does not
+    list, another kernel set, and --retune with --update."""
+    import sys
+    from gemmgen.errors import GemmgenError
+    library, calls = library
+    first = _options(tmp_path, command="gemmgen tune --shapes both", out=str(tmp_path / "table.tuned.yaml"))
+    tuning.measure(library, Store(tmp_path / "first.jsonl"), first, first.shapes)
+    before = load_table(tuning.write_table(library, Store(tmp_path / "first.jsonl"), first))
+    (key,) = before.classes
+    plain_model = _model_us
+
+    def mid_wins_at_256(kernel, knobs, m, n, k):  # what a new measurement finds at m = 256
+        us = plain_model(kernel, knobs, m, n, k)
+        return us * 0.5 if m == 256 and kernel.spec.origin.config == "mid" else us
+    monkeypatch.setattr(sys.modules[__name__], "_model_us", mid_wins_at_256)
+
+    def picks(table, n):
+        entry = next(s for s in table.classes[key].shapes if s.n == n)
+        return {m: (entry.bucket_for(m).kernel, entry.bucket_for(m).knobs) for m in GRID}
+
+    options = _options(tmp_path, shapes=[SHAPES[1]], m_grid=(256, 4096), retune=first.out, out=None,
+                       command="gemmgen tune --m 256,4096 --retune t")
+    retuning = tuning.table_to_retune(library, options)
+    assert options.m_grid == (256, 4096) and [s.name for s in options.shapes] == ["up"]
+    assert tuning.store_path(library, options).name.endswith("-seed0-retune.jsonl")
+    calls.clear()
+    store = Store(tmp_path / "retune.jsonl")
+    tuning.measure(library, store, options, options.shapes)
+    assert {p for _, p in calls} == {(256, 28672, 4096), (4096, 28672, 4096)}
+    path, changed = tuning.retune_table(library, store, options, retuning)
+    assert path == Path(first.out)
+    after = load_table(path, known_kernels=library.kernels)
+    old_up, new_up = picks(before, 28672), picks(after, 28672)
+    assert library.kernels[new_up[256][0]].spec.origin.config == "mid" != \
+        library.kernels[old_up[256][0]].spec.origin.config
+    assert {m: p for m, p in new_up.items() if m != 256} == {m: p for m, p in old_up.items() if m != 256}
+    assert picks(after, 4096) == picks(before, 4096)  # the shape not re-timed
+    assert len(changed) == 1 and "n=28672 k=4096 m=256" in changed[0] and "-> " + new_up[256][0] in changed[0]
+    old_times, new_times = before.classes[key].model.times, after.classes[key].model.times
+    assert set(new_times) == set(old_times)
+    assert {p for p in old_times if new_times[p] != old_times[p]} == {(28672, 4096, 256), (28672, 4096, 4096)}
+    mid = next(k for k in new_times[(28672, 4096, 256)] if library.kernels[k].spec.origin.config == "mid")
+    assert new_times[(28672, 4096, 256)][mid] < 0.6 * old_times[(28672, 4096, 256)][mid]
+    text = path.read_text()
+    assert "# Command: gemmgen tune --shapes both" in text
+    assert "# Re-tuned by: gemmgen tune --m 256,4096 --retune t (M 256,4096; 2 points re-timed, 1 picks changed" in text
+    assert after.metadata["kernel_set"] == before.metadata["kernel_set"]
+
+    every = _options(tmp_path, shapes=[], m_grid=(), retune=first.out)
+    tuning.table_to_retune(library, every)
+    assert every.m_grid == GRID and {(s.n, s.k) for s in every.shapes} == {(s.n, s.k) for s in SHAPES}
+
+    def refused(**changes) -> str:
+        opts = _options(tmp_path, **{"retune": first.out, **changes})
+        with pytest.raises(GemmgenError) as err:
+            tuning.table_to_retune(library, opts)
+        return str(err.value)
+
+    assert "--m 300 is not on the table's M grid" in refused(m_grid=(256, 300))
+    assert "does not list 1024x4096" in refused(shapes=[WeightShape("x", 1024, 4096, "test", "x:3")])
+    other_set = tmp_path / "other.tuned.yaml"
+    other_set.write_text(text.replace(f"kernel_set: {library.kernel_set}", "kernel_set: 0123456789abcdef"))
+    assert "kernel set 0123456789abcdef" in refused(retune=str(other_set))
+    monkeypatch.setattr(tuning.torch.cuda, "is_available", lambda: True)
+    with pytest.raises(GemmgenError, match=r"one at a time \(given: --update, --retune\)"):
+        tuning.tune(_options(tmp_path, library="demo", retune=first.out, update=first.out))

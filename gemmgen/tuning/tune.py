@@ -9,7 +9,8 @@ shape, and per class the cost model for unlisted shapes (cost_model.py) → the 
 `<manifest>.tuned.<gpu>.yaml`. With several GPUs, shapes are dealt round-robin to one worker
 process per GPU. What is family-specific (classes, inputs, one timed call, knobs) comes from the
 family's tuner hooks (`OpFamily.tuner`). `--extend TABLE` times only the shapes a table does not
-list and merges them into it (its buckets and stored times kept, the cost model fitted again).
+list and merges them into it (its buckets and stored times kept, the cost model fitted again);
+`--retune TABLE` times chosen M of the shapes it lists afresh and rewrites their picks alone.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class TuneOptions:
     from_cache: bool = False  # add the shapes tuning at first use recorded (gemmgen/tuning/autotune.py)
     extend: str | None = None  # a tuned table to add the new shapes to (its buckets and times kept)
     update: str | None = None  # a tuned table whose measured classes this tune replaces (others kept)
+    retune: str | None = None  # a tuned table whose points (its shapes at m_grid) are re-timed
     command: str = ""
     shape_sources: list[str] = field(default_factory=list)
 
@@ -238,8 +240,9 @@ def store_path(library: Library, options: TuneOptions) -> Path:
     slug = "".join(ch if ch.isalnum() else "_" for ch in gpu).strip("_")
     hooks = hooks_of((next(iter(library.kernels.values())).spec.op,)) if library.kernels else None
     method = f"-{hooks.MEASURE_METHOD}" if getattr(hooks, "MEASURE_METHOD", None) else ""
+    retune = "-retune" if options.retune else ""  # re-timed afresh, not taken from a full tune's store
     return settings.build_dir() / "tune" / (f"{library.name}-{library.kernel_set}{method}-{slug}-"
-                                            f"{sms}sm-seed{options.seed}.jsonl")
+                                            f"{sms}sm-seed{options.seed}{retune}.jsonl")
 
 
 def _progress(total: int, position: int = 0, desc: str = "tune", disable: bool = False):
@@ -552,8 +555,8 @@ def table_to_extend(library: Library, options: TuneOptions) -> TunedTable:
 
 
 def _checked_table(flag: str, library: Library, options: TuneOptions) -> TunedTable:
-    """The table `flag` (--extend, --update) names, checked to be of this library and GPU and of
-    this tune's M grid (options.m_grid defaults to the table's)."""
+    """The table `flag` (--extend, --update, --retune) names, checked to be of this library and
+    GPU and of this tune's M grid (options.m_grid defaults to the table's)."""
     path = Path(getattr(options, flag.lstrip("-")))
     if not path.is_file():
         raise GemmgenError(f"{flag} {path}: no such table")
@@ -609,6 +612,106 @@ def table_to_update(library: Library, options: TuneOptions) -> TunedTable:
         raise GemmgenError(f"--update {path}: classes it keeps name kernels the library no longer has "
                            f"({', '.join(gone)}): measure those classes too (--dtypes) or re-tune whole")
     return table
+
+
+def table_to_retune(library: Library, options: TuneOptions) -> TunedTable:
+    """The table `--retune` names, checked to be one whose points this tune may re-time: of this
+    library, GPU and kernel set (a kernel new since the table would be timed at the re-timed
+    points alone), --m a subset of its M grid (default: the whole grid), --shapes (default:
+    every shape it lists for the measured classes) among the shapes it lists. Sets
+    options.m_grid to the M values re-timed and options.shapes to the shapes."""
+    wanted_m, options.m_grid = tuple(options.m_grid), ()
+    table = _checked_table("--retune", library, options)  # options.m_grid: the table's grid
+    path, grid = options.retune, options.m_grid
+    off_grid = sorted(set(wanted_m) - set(grid))
+    if off_grid:
+        raise GemmgenError(f"--retune {path}: --m {','.join(map(str, off_grid))} is not on the table's M "
+                           f"grid ({','.join(map(str, grid))}): a re-tune re-times points the table has "
+                           "buckets for; re-tune it whole to change its grid")
+    options.m_grid = wanted_m or grid
+    if table.metadata["kernel_set"] != library.kernel_set:
+        raise GemmgenError(f"--retune {path}: tuned for kernel set {table.metadata['kernel_set']}, the library "
+                           f"has {library.kernel_set} (the manifest changed): its other points never saw "
+                           "the new kernels; re-tune the changed classes whole (`--update`)")
+    classes = [cls for cls in classes_of(library, options) if cls in table.classes]
+    if not classes:
+        raise GemmgenError(f"--retune {path}: the table has none of the classes this tune measures "
+                           f"({'; '.join(_describe(c) for c in classes_of(library, options))})")
+    listed = {(s.n, s.k) for cls in classes for s in table.classes[cls].shapes}
+    if options.shapes:
+        unlisted = sorted({(s.n, s.k) for s in options.shapes} - listed)
+        if unlisted:
+            raise GemmgenError(f"--retune {path}: it does not list {', '.join(f'{n}x{k}' for n, k in unlisted)} "
+                               "for the classes this tune measures; add shapes with --extend")
+        return table
+    options.shapes = [WeightShape(f"n{n}_k{k}", n, k, f"table {Path(path).name}", str(path))
+                      for n, k in sorted(listed)]
+    for cls in classes:
+        if not shapes_for(cls, options.shapes):
+            raise GemmgenError(f"--retune {path}: the table keeps only (N, K) of its shapes, and the tuner "
+                               f"of {_describe(cls)} needs more of a shape (e.g. an MoE layer's experts "
+                               "and top-k): give their shape files (--shapes)")
+    return table
+
+
+def retune_table(library: Library, store: Store, options: TuneOptions, old: TunedTable) -> tuple[Path, list[str]]:
+    """Write `old` (the table `options.retune` names) with the picks at the re-timed points (its
+    shapes in options.shapes, at options.m_grid, of the classes this tune measures) chosen from
+    this tune's times and every other point's pick kept; each shape's buckets are merged again
+    over the table's grid, and a re-tuned class's cost model is fitted to its stored times with
+    the re-timed points' replaced. Returns the path and one line per point whose pick changed."""
+    measured = set(classes_of(library, options))
+    rank = candidate_rank(library)
+    grid = tuple(int(m) for m in old.metadata["m_grid"])
+    retimed, changed, kept_old = 0, [], []
+    classes = []
+    for key, ctable in old.classes.items():
+        wanted = {(s.n, s.k) for s in shapes_for(key, options.shapes)} if key in measured else set()
+        if not wanted & {(s.n, s.k) for s in ctable.shapes}:
+            classes.append(ctable)
+            continue
+        times = store.times(key, wanted)
+        model_times = {point: dict(row) for point, row in (ctable.model.times if ctable.model else {}).items()}
+        entries = []
+        for entry in ctable.shapes:
+            n, k = entry.n, entry.k
+            if (n, k) not in wanted:
+                entries.append(entry)
+                continue
+            winners = {m: _candidate_of(entry.bucket_for(m)) for m in grid}
+            for m in options.m_grid:
+                row = times.get((n, k, m), {})
+                if not any(math.isfinite(t) for t in row.values()):
+                    kept_old.append(f"{_describe(key)} n={n} k={k} m={m}")
+                    continue
+                retimed += 1
+                new = selection.pick(row, rank, tie_tolerance(store, key, n, k, m, row, options))
+                if new != winners[m]:
+                    before = row.get(winners[m], math.nan)
+                    ratio = (f"{before / row[new]:.3f}x the new one's time" if math.isfinite(before)
+                             else "not timed with its knobs")
+                    changed.append(f"{_describe(key)} n={n} k={k} m={m}: {winners[m].label()} -> "
+                                   f"{new.label()} (the old pick: {ratio})")
+                winners[m] = new
+                defaults = {kernel.name: stored_time(row[Candidate.of(kernel)]) for kernel in kernels_of(library, key)
+                            if math.isfinite(row.get(Candidate.of(kernel), math.inf))}
+                if defaults:
+                    model_times[(n, k, m)] = defaults
+            entries.append(replace(entry, buckets=tuple(Bucket(m_max, c.kernel, c.knobs)
+                                                        for m_max, c in selection.buckets(winners))))
+        model = model_from_times(library, key, model_times) if ctable.model is not None else None
+        classes.append(ClassTable(key, tuple(entries), model=model))
+    if kept_old:
+        _say(f"no candidate ran at {len(kept_old)} point(s), their picks kept: {'; '.join(kept_old)}")
+    path = _rewrite_table(library, options, old, old.metadata, classes,
+                          f"Re-tuned by: {options.command or 'gemmgen tune --retune'} (M "
+                          f"{','.join(map(str, options.m_grid))}; {retimed} points re-timed, {len(changed)} "
+                          f"picks changed; gemmgen {__version__}, torch {torch.__version__})")
+    return path, changed
+
+
+def _candidate_of(bucket: Bucket) -> Candidate:
+    return Candidate(bucket.kernel, bucket.knobs.raster, bucket.knobs.swizzle, bucket.knobs.split_k_slices)
 
 
 def update_table(library: Library, store: Store, options: TuneOptions, old: TunedTable) -> Path:
@@ -677,7 +780,7 @@ def extend_table(library: Library, store: Store, options: TuneOptions, old: Tune
 
 
 # The header lines that say how a table came to be, kept when it is rewritten
-_HISTORY = ("Command:", "Extended by:", "Updated by:", "Merged:")
+_HISTORY = ("Command:", "Extended by:", "Updated by:", "Re-tuned by:", "Merged:")
 
 
 def _header_of(path: Path) -> list[str]:
@@ -838,20 +941,25 @@ def tune(options: TuneOptions) -> Path:
     options.library = library.name
     if options.from_cache:
         options.shapes = options.shapes + cached_shapes(library, options.shapes)
-    if not options.shapes:
+    if not options.shapes and not options.retune:
         raise GemmgenError("no shapes to tune: give --shapes, or --from-cache once tuning at first "
                            "use recorded some (gemmgen.autotune(), GEMMGEN_AUTOTUNE=1)")
-    extending = updating = None
-    if options.extend and options.update:
-        raise GemmgenError("--extend adds shapes to a table, --update replaces its measured classes: one "
-                           "at a time")
-    if (options.extend or options.update) and options.select:
-        raise GemmgenError(f"{'--extend' if options.extend else '--update'} writes into a table; "
-                           "--select prunes the manifest: one at a time")
+    extending = updating = retuning = None
+    rewrites = [flag for flag in ("extend", "update", "retune") if getattr(options, flag)]
+    if len(rewrites) > 1:
+        raise GemmgenError("--extend adds shapes to a table, --update replaces its measured classes, "
+                           f"--retune re-times its points: one at a time (given: --{', --'.join(rewrites)})")
+    if rewrites and options.select:
+        raise GemmgenError(f"--{rewrites[0]} writes into a table; --select prunes the manifest: one at a time")
+    if options.retune and options.from_cache:
+        raise GemmgenError("--retune re-times shapes a table lists; --from-cache adds shapes (--extend): "
+                           "one at a time")
     if options.extend:
         extending = table_to_extend(library, options)
     if options.update:
         updating = table_to_update(library, options)
+    if options.retune:
+        retuning = table_to_retune(library, options)
     if not options.m_grid:
         options.m_grid = default_m_grid(library, options)
     check_plan(library, options)
@@ -880,7 +988,11 @@ def tune(options: TuneOptions) -> Path:
     else:
         measure(library, Store(path), options, options.shapes)
     store = Store(path)
-    table = write_table(library, store, options, extending, updating)
+    if retuning is not None:
+        table, changed = retune_table(library, store, options, retuning)
+        _say(f"the pick changed at {len(changed)} point(s)" + "".join(f"\n  {line}" for line in changed))
+    else:
+        table = write_table(library, store, options, extending, updating)
     _say(f"wrote {table}")
     if options.select:
         _say(select_and_write(library, store, options))
