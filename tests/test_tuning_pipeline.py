@@ -389,11 +389,13 @@ def test_update_retunes_the_measured_classes_and_keeps_the_others(library, tmp_p
 
 def test_retune_rewrites_the_chosen_points_and_keeps_the_others(library, tmp_path, monkeypatch):
     """`gemmgen tune --retune TABLE --m 256,4096 --shapes <one shape>`: only those points are
-    timed, afresh (a store of their own, not the full tune's); where the new times name another
-    winner the shape's buckets change there alone, every other point and shape keeps its pick,
-    the cost model's times at the re-timed points are the new ones. Without --shapes every
-    shape the table lists is re-timed. Refused: an M off the table's grid, a shape it does not
-    list, another kernel set, and --retune with --update."""
+    timed, afresh (a store of their own, not the full tune's), the table's pick among them even
+    where the knob pass leaves its knobs out, and re-timed side by side with the fastest; where
+    the new times name a clearly faster winner the shape's buckets change there alone, a winner
+    within the tie tolerance of the old pick does not move it, every other point and shape keeps
+    its pick, the cost model's times at the re-timed points are the new ones. Without --shapes
+    every shape the table lists is re-timed. Refused: an M off the table's grid, a shape it does
+    not list, another kernel set, and --retune with --update."""
     import sys
     from gemmgen.errors import GemmgenError
     library, calls = library
@@ -403,17 +405,23 @@ def test_retune_rewrites_the_chosen_points_and_keeps_the_others(library, tmp_pat
     (key,) = before.classes
     plain_model = _model_us
 
-    def mid_wins_at_256(kernel, knobs, m, n, k):  # what a new measurement finds at m = 256
+    def remeasured(kernel, knobs, m, n, k):
+        """What a new measurement finds: `mid` far ahead at m = 256; at 4096 `large` with its
+        default knobs 1% ahead of the old pick (`large` along N, swizzle 4): a tie."""
         us = plain_model(kernel, knobs, m, n, k)
-        return us * 0.5 if m == 256 and kernel.spec.origin.config == "mid" else us
-    monkeypatch.setattr(sys.modules[__name__], "_model_us", mid_wins_at_256)
+        if m == 256 and kernel.spec.origin.config == "mid":
+            return us * 0.5
+        if m == 4096 and kernel.spec.origin.config == "large" and knobs == kernel.spec.knobs:
+            return us * 0.9 * 0.99
+        return us
+    monkeypatch.setattr(sys.modules[__name__], "_model_us", remeasured)
 
     def picks(table, n):
         entry = next(s for s in table.classes[key].shapes if s.n == n)
         return {m: (entry.bucket_for(m).kernel, entry.bucket_for(m).knobs) for m in GRID}
 
     options = _options(tmp_path, shapes=[SHAPES[1]], m_grid=(256, 4096), retune=first.out, out=None,
-                       command="gemmgen tune --m 256,4096 --retune t")
+                       knob_top=0, settled_tolerance=0.02, command="gemmgen tune --m 256,4096 --retune t")
     retuning = tuning.table_to_retune(library, options)
     assert options.m_grid == (256, 4096) and [s.name for s in options.shapes] == ["up"]
     assert tuning.store_path(library, options).name.endswith("-seed0-retune.jsonl")
@@ -421,6 +429,16 @@ def test_retune_rewrites_the_chosen_points_and_keeps_the_others(library, tmp_pat
     store = Store(tmp_path / "retune.jsonl")
     tuning.measure(library, store, options, options.shapes)
     assert {p for _, p in calls} == {(256, 28672, 4096), (4096, 28672, 4096)}
+    old_pick = retuning.classes[key].lookup(4096, 28672, 4096).bucket
+    assert (old_pick.knobs.raster, old_pick.knobs.swizzle) == ("along_n", 4)
+    assert any(c.kernel == old_pick.kernel and c.knobs == old_pick.knobs and p[0] == 4096
+               for c, p in calls)  # timed though --knob-top 0 times no knob variant
+    # the old pick at 256, far behind `mid` in the first pass, was re-timed side by side with it
+    pick_256 = tuning._candidate_of(retuning.classes[key].lookup(256, 28672, 4096).bucket)
+    assert store.get(key, 28672, 4096, 256, pick_256).settled
+    row = store.times(key, {(28672, 4096)})[(28672, 4096, 4096)]
+    plain_pick = tuning.selection.pick(row, tuning.candidate_rank(library), 0.02)
+    assert plain_pick.kernel == old_pick.kernel and plain_pick.knobs != old_pick.knobs  # a tie the rank alone would move
     path, changed = tuning.retune_table(library, store, options, retuning)
     assert path == Path(first.out)
     after = load_table(path, known_kernels=library.kernels)

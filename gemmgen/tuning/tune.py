@@ -253,9 +253,11 @@ def _progress(total: int, position: int = 0, desc: str = "tune", disable: bool =
 
 def measure(library: Library, store: Store, options: TuneOptions, shapes: list[WeightShape],
             position: int = 0, progress: bool = True) -> None:
-    """Time every candidate at every point not already in the store (`progress`: a bar)."""
+    """Time every candidate at every point not already in the store (`progress`: a bar); with
+    --retune also the table's pick at each point, knobs and all (`previous_picks`)."""
     classes = classes_of(library, options)
     sm_count = gpu_identity()[1]
+    previous = previous_picks(library, options)
     bar = _progress(sum(len(grid_for(cls, s, options.m_grid)) for cls in classes
                         for s in shapes_for(cls, shapes)),
                     position, f"tune {torch.cuda.current_device()}", disable=not progress)
@@ -301,11 +303,15 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
                         continue  # e.g. raster/swizzle below one wave of tiles
                     for c in hooks.knob_variants(kernel)[1:]:
                         timed(c)
+                incumbents = [c for c in previous(cls, shape.n, shape.k, m) if math.isfinite(timed(c))]
                 window = retime_window(m) if retime_window is not None else None
 
                 def unsettled_ties() -> list[Candidate]:
-                    """The near-ties, when one of them has not been re-timed side by side."""
+                    """The near-ties (and a re-tuned table's pick, however far behind its first
+                    pass: it loses its point only side by side), when one of them has not been
+                    re-timed side by side."""
                     ties = near_ties(store, cls, shape.n, shape.k, m, options.tolerance, window)
+                    ties += [c for c in incumbents if c not in ties]
                     settled_all = all(store.get(cls, shape.n, shape.k, m, c).settled for c in ties)
                     return [] if len(ties) < 2 or settled_all else ties
 
@@ -332,6 +338,24 @@ def measure(library: Library, store: Store, options: TuneOptions, shapes: list[W
                 del problem
                 bar.update(1)
     bar.close()
+
+
+def previous_picks(library: Library, options: TuneOptions):
+    """(class, n, k, m) -> the candidates a tune times besides its own: with --retune, the pick of
+    the table it re-times at that point (its knobs may be ones the knob pass leaves out), re-timed
+    side by side with the near-ties, so that the re-tune weighs the pick it may replace without
+    the clock's drift between one-pass times; otherwise none."""
+    if not options.retune:
+        return lambda cls, n, k, m: []
+    table = load_table(options.retune)
+
+    def picks(cls: MeasuredClass, n: int, k: int, m: int) -> list[Candidate]:
+        ctable = table.classes.get(tuple(cls))
+        hit = ctable.lookup(m, n, k) if ctable is not None else None
+        if hit is None or not hit.exact_shape or hit.bucket.kernel not in library.kernels:
+            return []
+        return [_candidate_of(hit.bucket)]
+    return picks
 
 
 TIE_WINDOW = 3  # near-ties: within TIE_WINDOW × tolerance of the fastest get re-timed
@@ -657,9 +681,15 @@ def table_to_retune(library: Library, options: TuneOptions) -> TunedTable:
 def retune_table(library: Library, store: Store, options: TuneOptions, old: TunedTable) -> tuple[Path, list[str]]:
     """Write `old` (the table `options.retune` names) with the picks at the re-timed points (its
     shapes in options.shapes, at options.m_grid, of the classes this tune measures) chosen from
-    this tune's times and every other point's pick kept; each shape's buckets are merged again
-    over the table's grid, and a re-tuned class's cost model is fitted to its stored times with
-    the re-timed points' replaced. Returns the path and one line per point whose pick changed."""
+    this tune's times (the old pick kept where it ties with the fastest: a tie moves no pick)
+    and every other point's pick kept; each shape's buckets are merged again over the table's
+    grid, and a re-tuned class's cost model is fitted to its stored times with the re-timed
+    points' replaced. Returns the path and one line per point whose pick changed.
+
+    NOTES: the old pick wins ties because a re-tune otherwise churns. At large M on an H200 many
+    tiles and knob settings run within 1-3% of each other, and a fresh tune of 56 int8 points
+    picked another candidate at 36 of them, with no speed the benchmark could see (0.2%,
+    benchmarks/RESULTS.md, session 60)."""
     measured = set(classes_of(library, options))
     rank = candidate_rank(library)
     grid = tuple(int(m) for m in old.metadata["m_grid"])
@@ -685,7 +715,9 @@ def retune_table(library: Library, store: Store, options: TuneOptions, old: Tune
                     kept_old.append(f"{_describe(key)} n={n} k={k} m={m}")
                     continue
                 retimed += 1
-                new = selection.pick(row, rank, tie_tolerance(store, key, n, k, m, row, options))
+                incumbent = winners[m]  # a tie keeps it: a pick changes only for a measured gain
+                new = selection.pick(row, lambda c, incumbent=incumbent: (c != incumbent, rank(c)),
+                                     tie_tolerance(store, key, n, k, m, row, options))
                 if new != winners[m]:
                     before = row.get(winners[m], math.nan)
                     ratio = (f"{before / row[new]:.3f}x the new one's time" if math.isfinite(before)
