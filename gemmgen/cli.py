@@ -471,7 +471,8 @@ def _parser() -> argparse.ArgumentParser:
                              "library's kernel set): the shapes it lists for the classes this tune "
                              "measures (--shapes: only those; --dtypes: only those classes) at the "
                              "M values of --m (a subset of its grid; default: all of it), timed "
-                             "afresh; their picks are rewritten, every other point's kept")
+                             "afresh; a pick changes where the old one loses side by side by more "
+                             "than the tie tolerance, every other point's is kept")
     tuning.add_argument("--refit", metavar="TABLE",
                         help="rewrite this table's cost model (how it chooses for shapes it does not list) "
                              "in this gemmgen's cost features, fitted to the times it stores: no GPU, "
