@@ -1536,6 +1536,33 @@ def test_the_tuner_measures_every_moe_class_on_expert_layers_only():
     assert FAMILY.has_tables and FAMILY.table_point((5, 128, 1536, 2048, 600)) == (600, 1536, 2048)
 
 
+def test_a_retune_of_the_moe_table_takes_its_shape_files(monkeypatch):
+    """`gemmgen tune --library moe --retune <the shipped H200 table>`: the table keeps only (N, K)
+    of its layers, and the MoE tuner needs their experts and top-k, so without --shapes it is
+    refused with a message that says so; with the shape files it re-times the asked rows of the
+    layers the table lists, and the table's pick at each point is among what it times."""
+    from gemmgen.tuning import tune as tuning
+    from gemmgen.tuning.shapes import load_many
+    from gemmgen.tuning.tune import TuneOptions
+
+    monkeypatch.setattr(tuning, "gpu_identity", lambda: ("NVIDIA H200", 132))
+    lib = _library_of_shipped_manifest()
+    table = DEFAULT_MANIFEST_DIR / "moe_sm90.tuned.h200.yaml"
+    bare = TuneOptions(shapes=[], m_grid=(256, 512), dtypes=("e4m3",), retune=str(table))
+    with pytest.raises(GemmgenError, match=r"keeps only \(N, K\) of its shapes.*experts and top-k.*--shapes"):
+        tuning.table_to_retune(lib, bare)
+    options = TuneOptions(shapes=load_many(["moe_mixtral_8x7b"]), m_grid=(256, 512), dtypes=("e4m3",),
+                          retune=str(table))
+    retuning = tuning.table_to_retune(lib, options)
+    assert options.m_grid == (256, 512) and [(s.n, s.k) for s in options.shapes] == [(28672, 4096)]
+    (cls,) = tuning.classes_of(lib, options)
+    picks = tuning.previous_picks(lib, options)
+    for m in (256, 512):
+        bucket = retuning.classes[cls].lookup(m, 28672, 4096).bucket
+        assert picks(cls, 28672, 4096, m) == [tuning._candidate_of(bucket)]
+    assert picks(cls, 1536, 2048, 256) and picks(cls, 4096, 4096, 256) == []  # a layer it lists; one it does not
+
+
 def test_the_tuner_refuses_what_cannot_give_an_moe_table(tmp_path):
     """Before anything is measured: no expert layer among the shapes, or --select (whose pruned
     rules are over m); two expert layers of one (n, k) with other experts or top-k clash."""

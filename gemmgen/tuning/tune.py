@@ -696,7 +696,8 @@ def retune_table(library: Library, store: Store, options: TuneOptions, old: Tune
     retimed, changed, kept_old = 0, [], []
     classes = []
     for key, ctable in old.classes.items():
-        wanted = {(s.n, s.k) for s in shapes_for(key, options.shapes)} if key in measured else set()
+        given = {(s.n, s.k): s for s in shapes_for(key, options.shapes)} if key in measured else {}
+        wanted = set(given)
         if not wanted & {(s.n, s.k) for s in ctable.shapes}:
             classes.append(ctable)
             continue
@@ -709,7 +710,7 @@ def retune_table(library: Library, store: Store, options: TuneOptions, old: Tune
                 entries.append(entry)
                 continue
             winners = {m: _candidate_of(entry.bucket_for(m)) for m in grid}
-            for m in options.m_grid:
+            for m in grid_for(key, given[(n, k)], options.m_grid):  # the points measure() timed
                 row = times.get((n, k, m), {})
                 if not any(math.isfinite(t) for t in row.values()):
                     kept_old.append(f"{_describe(key)} n={n} k={k} m={m}")
