@@ -1791,7 +1791,7 @@ def test_a_store_names_its_familys_measuring_method(monkeypatch, tmp_path):
     def library(name, op):
         kernel = SimpleNamespace(spec=SimpleNamespace(op=op))
         return SimpleNamespace(name=name, kernel_set="abc", kernels={"k": kernel})
-    options = SimpleNamespace(seed=0)
+    options = SimpleNamespace(seed=0, retune=None)
     moe = tuning.store_path(library("moe", "grouped_matmul_swiglu_quant"), options)
     assert moe == tmp_path / "tune" / "moe-abc-uniform+skewed-unitc-NVIDIA_H200-132sm-seed0.jsonl"
     w8a8 = tuning.store_path(library("w8a8", "scaled_mm"), options)
