@@ -687,8 +687,9 @@ def retune_table(library: Library, store: Store, options: TuneOptions, old: Tune
     points' replaced. Returns the path and one line per point whose pick changed.
 
     NOTES: the old pick wins ties because a re-tune otherwise churns. At large M on an H200 many
-    tiles and knob settings run within 1-3% of each other, and a fresh tune of 56 int8 points
-    picked another candidate at 36 of them, with no speed the benchmark could see (0.2%,
+    tiles and knob settings run within 1-3% of each other: re-timing 56 int8 points of the W8A8
+    table by the plain rank changed 36 picks, with the old pick defending its point side by side
+    27, and the benchmark ran either table within its spread of the old one (0.2% and 0.5%,
     benchmarks/RESULTS.md, session 60)."""
     measured = set(classes_of(library, options))
     rank = candidate_rank(library)
@@ -719,11 +720,11 @@ def retune_table(library: Library, store: Store, options: TuneOptions, old: Tune
                 incumbent = winners[m]  # a tie keeps it: a pick changes only for a measured gain
                 new = selection.pick(row, lambda c, incumbent=incumbent: (c != incumbent, rank(c)),
                                      tie_tolerance(store, key, n, k, m, row, options))
-                if new != winners[m]:
-                    before = row.get(winners[m], math.nan)
+                if new != incumbent:
+                    before = row.get(incumbent, math.nan)
                     ratio = (f"{before / row[new]:.3f}x the new one's time" if math.isfinite(before)
                              else "not timed with its knobs")
-                    changed.append(f"{_describe(key)} n={n} k={k} m={m}: {winners[m].label()} -> "
+                    changed.append(f"{_describe(key)} n={n} k={k} m={m}: {incumbent.label()} -> "
                                    f"{new.label()} (the old pick: {ratio})")
                 winners[m] = new
                 defaults = {kernel.name: stored_time(row[Candidate.of(kernel)]) for kernel in kernels_of(library, key)
@@ -972,12 +973,6 @@ def tune(options: TuneOptions) -> Path:
         raise GemmgenError("gemmgen tune measures kernels on a GPU; no CUDA device is visible")
     library = choose_library(options.library, options.family)
     options.library = library.name
-    if options.from_cache:
-        options.shapes = options.shapes + cached_shapes(library, options.shapes)
-    if not options.shapes and not options.retune:
-        raise GemmgenError("no shapes to tune: give --shapes, or --from-cache once tuning at first "
-                           "use recorded some (gemmgen.autotune(), GEMMGEN_AUTOTUNE=1)")
-    extending = updating = retuning = None
     rewrites = [flag for flag in ("extend", "update", "retune") if getattr(options, flag)]
     if len(rewrites) > 1:
         raise GemmgenError("--extend adds shapes to a table, --update replaces its measured classes, "
@@ -987,6 +982,12 @@ def tune(options: TuneOptions) -> Path:
     if options.retune and options.from_cache:
         raise GemmgenError("--retune re-times shapes a table lists; --from-cache adds shapes (--extend): "
                            "one at a time")
+    if options.from_cache:
+        options.shapes = options.shapes + cached_shapes(library, options.shapes)
+    if not options.shapes and not options.retune:
+        raise GemmgenError("no shapes to tune: give --shapes, or --from-cache once tuning at first "
+                           "use recorded some (gemmgen.autotune(), GEMMGEN_AUTOTUNE=1)")
+    extending = updating = retuning = None
     if options.extend:
         extending = table_to_extend(library, options)
     if options.update:
