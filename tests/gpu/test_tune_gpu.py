@@ -17,7 +17,7 @@ from gemmgen.families.w8a8.abi import RASTER_CODES
 from gemmgen.generator.expand import expand
 from gemmgen.generator.manifest import load_manifest
 from gemmgen.tuning import tune as tuning
-from gemmgen.tuning.measure import Candidate
+from gemmgen.tuning.measure import Candidate, Store
 from gemmgen.tuning.shapes import WeightShape
 from gemmgen.tuning.table import load_table, table_path_for
 
@@ -126,3 +126,33 @@ def test_dispatch_uses_the_tuned_table_and_its_knobs(tuned, monkeypatch):
     finally:
         monkeypatch.undo()
         gemmgen.reload()
+
+
+def test_retune_re_times_chosen_points_of_a_table(tuned, tmp_path):
+    """`gemmgen tune --retune` on the GPU: one shape of the first tune's table re-timed at one M
+    (a store of its own); the written table keeps every other point's pick, and the re-timed
+    point's pick is the old one or one that beat it side by side by more than the tie tolerance."""
+    library, root, _ = tuned
+    source = root / "run0.tuned.yaml"
+    options = tuning.TuneOptions(shapes=[SHAPES[1]], m_grid=(4096,), library=library.name, dtypes=("int8",),
+                                 fresh=True, retune=str(source), out=str(tmp_path / "retuned.tuned.yaml"),
+                                 command="test --retune")
+    path = tuning.tune(options)
+    assert tuning.store_path(library, options).name.endswith("-retune.jsonl")
+    before = load_table(source, known_kernels=library.kernels)
+    after = load_table(path, known_kernels=library.kernels)
+    assert "# Re-tuned by: test --retune (M 4096; 1 points re-timed" in path.read_text()
+    store = Store(tuning.store_path(library, options))
+    for key, old in before.classes.items():
+        for shape in SHAPES:
+            for m in GRID:
+                was, now = (t.classes[key].lookup(m, shape.n, shape.k).bucket for t in (before, after))
+                if (shape.n, m) != (6144, 4096):
+                    assert (now.kernel, now.knobs) == (was.kernel, was.knobs)
+                    continue
+                row = store.times(key, {(shape.n, shape.k)})[(shape.n, shape.k, m)]
+                old_pick, new_pick = tuning._candidate_of(was), tuning._candidate_of(now)
+                if tuning.near_ties(store, key, shape.n, shape.k, m, options.tolerance) != [old_pick]:
+                    assert store.get(key, shape.n, shape.k, m, old_pick).settled  # re-timed side by side
+                tolerance = tuning.tie_tolerance(store, key, shape.n, shape.k, m, row, options)
+                assert new_pick == old_pick or row[old_pick] > min(row.values()) * (1 + tolerance)
