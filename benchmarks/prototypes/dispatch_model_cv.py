@@ -94,8 +94,38 @@ def streamk_rounded_features(library, sms: int):
     return features
 
 
+def data_parallel_whole_waves_features(library, sms: int):
+    """Session 60: a data-parallel kernel without the continuous tiles x K / SMs feature (its
+    tiles run in whole waves), so the fit cannot dilute the rounding up of its waves; stream-K
+    kernels keep theirs. Aimed at (5376, 21504, 2048), where the shipped model takes a 128x128
+    pingpong tile (6 waves, the last 9% full) over stream-K (10% faster)."""
+    base = shipped_features(library, sms)
+
+    def features(name, m, n, k):
+        values = base(name, m, n, k)
+        if getattr(library.kernels[name].spec.config, "tile_scheduler", "") == "streamk":
+            return values
+        return [*values[:6], 0.0]
+    return features
+
+
+def idle_tail_features(library, sms: int):
+    """Session 60: the shipped features and one more, the idle share of a data-parallel
+    kernel's last wave x K iterations (rounded-up waves x K - tiles x K / SMs; 0 for stream-K)."""
+    base = shipped_features(library, sms)
+
+    def features(name, m, n, k):
+        values = base(name, m, n, k)
+        if getattr(library.kernels[name].spec.config, "tile_scheduler", "") == "streamk":
+            return [*values, 0.0]
+        return [*values, values[1] - values[6]]
+    return features
+
+
 VARIANTS = {"shipped (w8a8-tiles-2: stream-K waves continuous)": shipped_features,
-            "w8a8-tiles-1 (stream-K waves rounded up)": streamk_rounded_features}
+            "w8a8-tiles-1 (stream-K waves rounded up)": streamk_rounded_features,
+            "data-parallel kernels in whole waves only (session 60)": data_parallel_whole_waves_features,
+            "idle last-wave share x K added (session 60)": idle_tail_features}
 REFERENCE_COUNTS = (1, 2, cost_model.REFERENCES)  # measured shapes each estimate is transferred from
 
 
