@@ -460,15 +460,23 @@ def fit_cost_model(library: Library, cls: MeasuredClass, times: dict, grid: set[
     family has no cost features."""
     if registry.for_op(cls[0]).cost_feature_set is None:
         return None
+    in_grid = {point: row for point, row in times.items() if point[2] in grid}
+    return model_from_times(library, cls, manifest_knob_times(library, cls, in_grid, allowed))
+
+
+def manifest_knob_times(library: Library, cls: MeasuredClass, times: dict,
+                        allowed: set[str] | None = None) -> dict[tuple[int, int, int], dict[str, float]]:
+    """{(n, k, m): {kernel: µs as a table stores it}} of each kernel of the class (only `allowed`
+    ones) timed with its manifest knobs in `times` (store rows); points where none ran are left out."""
     measured: dict[tuple[int, int, int], dict[str, float]] = {}
     for kernel in kernels_of(library, cls):
         if allowed is not None and kernel.name not in allowed:
             continue
         default = Candidate.of(kernel)
-        for (n, k, m), row in times.items():
-            if m in grid and math.isfinite(row.get(default, math.inf)):
-                measured.setdefault((n, k, m), {})[kernel.name] = stored_time(row[default])
-    return model_from_times(library, cls, measured)
+        for point, row in times.items():
+            if math.isfinite(row.get(default, math.inf)):
+                measured.setdefault(point, {})[kernel.name] = stored_time(row[default])
+    return measured
 
 
 def model_from_times(library: Library, cls: MeasuredClass,
@@ -698,16 +706,16 @@ def retune_table(library: Library, store: Store, options: TuneOptions, old: Tune
     classes = []
     for key, ctable in old.classes.items():
         given = {(s.n, s.k): s for s in shapes_for(key, options.shapes)} if key in measured else {}
-        wanted = set(given)
-        if not wanted & {(s.n, s.k) for s in ctable.shapes}:
+        if not given.keys() & {(s.n, s.k) for s in ctable.shapes}:
             classes.append(ctable)
             continue
-        times = store.times(key, wanted)
+        times = store.times(key, set(given))
         model_times = {point: dict(row) for point, row in (ctable.model.times if ctable.model else {}).items()}
+        retimed_rows = {}
         entries = []
         for entry in ctable.shapes:
             n, k = entry.n, entry.k
-            if (n, k) not in wanted:
+            if (n, k) not in given:
                 entries.append(entry)
                 continue
             winners = {m: _candidate_of(entry.bucket_for(m)) for m in grid}
@@ -727,12 +735,10 @@ def retune_table(library: Library, store: Store, options: TuneOptions, old: Tune
                     changed.append(f"{_describe(key)} n={n} k={k} m={m}: {incumbent.label()} -> "
                                    f"{new.label()} (the old pick: {ratio})")
                 winners[m] = new
-                defaults = {kernel.name: stored_time(row[Candidate.of(kernel)]) for kernel in kernels_of(library, key)
-                            if math.isfinite(row.get(Candidate.of(kernel), math.inf))}
-                if defaults:
-                    model_times[(n, k, m)] = defaults
+                retimed_rows[(n, k, m)] = row
             entries.append(replace(entry, buckets=tuple(Bucket(m_max, c.kernel, c.knobs)
                                                         for m_max, c in selection.buckets(winners))))
+        model_times.update(manifest_knob_times(library, key, retimed_rows))
         model = model_from_times(library, key, model_times) if ctable.model is not None else None
         classes.append(ClassTable(key, tuple(entries), model=model))
     if kept_old:
