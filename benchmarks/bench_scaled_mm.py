@@ -44,6 +44,12 @@ NOTES (timing method):
   draws less power and runs faster. Scales are set so that outputs are O(1) and the bias matters.
 - torch._scaled_mm runs with use_fast_accum=True (--fast-accum) like gemmgen's FP8FastAccum
   mainloop. Every impl allocates its output per call (caching allocator, no GPU work).
+- --rounds R (default 3): every point's implementations are timed R times, in rounds, the order
+  rotated round to round, and each keeps the median of its rounds (its samples: every round's).
+  One pass in a fixed order put each impl at the clock state the one before it left (a short
+  graph timing is ~1.5 ms of GPU time): one point's ratio to a baseline then moved up to 20%
+  between runs (H200, session 61: gemmgen fp8 8192 x 8192 at 1024 rows 1157-1404 TFLOP/s over 12
+  runs, the same kernel timed at 93.9 µs in one process by four methods within 2%).
 - Clocks are not locked; expect a few % run-to-run noise.
 """
 
@@ -97,6 +103,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smaller grid and fewer repeats (M in QUICK_M, 30 repeats)")
     p.add_argument("--repeats", type=int, help="timed calls per measurement (default 100; --quick 30)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls before each measurement")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="time each point's implementations this many times, order rotated; the median")
     p.add_argument("--heat", type=float, default=0.0, metavar="MS",
                    help="run a heavy bf16 matmul load for MS ms before each measurement (sustained clocks)")
     p.add_argument("--timing", choices=("events", "graph"), default="events",
@@ -116,8 +124,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.m = sorted(set(args.m or (QUICK_M if args.quick else DEFAULT_M)))
     args.repeats = args.repeats or (30 if args.quick else 100)
     args.host_iters = args.host_iters or (500 if args.quick else 2000)
-    if any(m < 1 for m in args.m) or args.repeats < 1 or args.warmup < 1:
-        p.error("--m, --repeats and --warmup must be positive")
+    if any(m < 1 for m in args.m) or args.repeats < 1 or args.warmup < 1 or args.rounds < 1:
+        p.error("--m, --repeats, --warmup and --rounds must be positive")
     for name in args.models:  # a shape file's (N, K), each once, in the file's order
         if name not in MODELS:
             try:
@@ -252,7 +260,7 @@ def check(impl: str, a: dict, w: dict, fast_accum: bool, kernel: str | None = No
 def measure(impl: str, model: str, n: int, k: int, m: int, pairs: list, args, state: dict) -> dict:
     row = {"model": model, "n": n, "k": k, "m": m, "impl": impl, "dtype": DTYPE[impl], "kernel": "", "dispatch": "",
            "sets": len(pairs), "status": "ok", "median_us": None, "min_us": None, "mean_us": None,
-           "tflops": None, "vs_baseline": None, "host_bound": 0, "check_rel_err": None, "samples_us": ""}
+           "tflops": None, "vs_baseline": None, "host_bound": 0, "check_rel_err": None, "samples_us": "", "rounds": 1}
     forced = None
     try:
         if impl.startswith("gemmgen_"):
@@ -299,6 +307,30 @@ def measure(impl: str, model: str, n: int, k: int, m: int, pairs: list, args, st
     row["min_us"], row["mean_us"] = min(samples), statistics.fmean(samples)
     row["tflops"] = 2.0 * m * n * k / (row["median_us"] * 1e-6) / 1e12
     row["samples_us"] = " ".join(f"{s:.2f}" for s in samples)
+    return row
+
+
+def rotated(impls, shift: int) -> list:
+    """`impls` in round `shift`'s order: each round starts one implementation later."""
+    shift %= len(impls)
+    return list(impls[shift:]) + list(impls[:shift])
+
+
+def merge_rounds(rounds: list[dict]) -> dict:
+    """One implementation's rows of one point, a row a round, as one row: the median of the
+    rounds' medians (TFLOP/s from it), every round's samples; a round that failed makes the row
+    that round's failure."""
+    failed = [r for r in rounds if r["status"] != "ok" or r["median_us"] is None]
+    if failed:
+        return failed[0]
+    row = dict(rounds[0])
+    row["median_us"] = statistics.median(r["median_us"] for r in rounds)
+    row["min_us"] = min(r["min_us"] for r in rounds)
+    row["mean_us"] = statistics.fmean(r["mean_us"] for r in rounds)
+    row["host_bound"] = max(r["host_bound"] for r in rounds)
+    row["tflops"] = 2.0 * row["m"] * row["n"] * row["k"] / (row["median_us"] * 1e-6) / 1e12
+    row["samples_us"] = " ".join(r["samples_us"] for r in rounds)
+    row["rounds"] = len(rounds)
     return row
 
 
@@ -458,10 +490,13 @@ def plot(table: dict, args, device: str, path: Path) -> bool:
 
 def timing_method(args) -> str:
     state = f"; before each measurement {args.heat:g} ms of bf16 matmul load (sustained clocks)" if args.heat > 0 else ""
+    rounds = (f"; each point's implementations timed in {args.rounds} rounds, order rotated, the median of the "
+              f"rounds") if args.rounds > 1 else ""
     if args.timing == "graph":
         return (f"per-call time = median of {max(3, args.repeats // 10)} replay batches of one CUDA graph holding "
-                f"the calls over every rotated set, back to back (gemmgen's PDL overlaps consecutive calls){state}")
-    return f"median of {args.repeats} per-call CUDA-event times after {args.warmup} warm-up calls{state}"
+                f"the calls over every rotated set, back to back (gemmgen's PDL overlaps consecutive calls)"
+                f"{rounds}{state}")
+    return f"median of {args.repeats} per-call CUDA-event times after {args.warmup} warm-up calls{rounds}{state}"
 
 
 def write_markdown(table, host, rows, state, args, device: str, path: Path) -> str:
@@ -515,7 +550,13 @@ def main(argv=None) -> int:
             weights = make_weights(n, k, max(counts.values()), dev)
             for m in args.m:
                 pairs = list(zip(make_acts(m, k, counts[m], dev), weights[:counts[m]]))
-                new = [measure(impl, model, n, k, m, pairs, args, state) for impl in IMPLS]
+                timed: dict[str, list[dict]] = {impl: [] for impl in IMPLS}
+                for r in range(args.rounds):
+                    for impl in rotated(IMPLS, r):
+                        if r and timed[impl][0]["status"] != "ok":
+                            continue  # n/a or failed: once is enough
+                        timed[impl].append(measure(impl, model, n, k, m, pairs, args, state))
+                new = [merge_rounds(timed[impl]) for impl in IMPLS]
                 rows += new
                 cells = "  ".join(f"{LABELS[r['impl']]} " + (f"{r['tflops']:7.1f}" if r["tflops"] else "    n/a")
                                   for r in new)

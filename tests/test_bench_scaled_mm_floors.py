@@ -61,3 +61,21 @@ def test_int8_and_small_m_floors_and_what_a_run_did_not_measure():
 def test_a_run_without_fast_accum_says_its_baseline_is_not_the_issues():
     lines = bench.floor_checks([_row("gemmgen_fp8", 512, 1.1)], BANDWIDTH, fast_accum=False)
     assert "(use_fast_accum=False: the issue's baseline is fast-accum)" in lines[0]
+
+
+def test_rounds_rotate_the_order_and_merge_to_the_median_round():
+    assert bench.rotated(("a", "b", "c"), 0) == ["a", "b", "c"]
+    assert bench.rotated(("a", "b", "c"), 1) == ["b", "c", "a"]
+    assert bench.rotated(("a", "b", "c"), 4) == ["b", "c", "a"]
+
+    def timed(us, status="ok"):
+        return {"impl": "gemmgen_fp8", "m": 1024, "n": 4096, "k": 4096, "status": status,
+                "median_us": us, "min_us": us * 0.9, "mean_us": us, "host_bound": 0,
+                "tflops": None, "samples_us": f"{us:.2f}", "rounds": 1}
+
+    merged = bench.merge_rounds([timed(30.0), timed(10.0), timed(12.0)])
+    assert merged["median_us"] == 12.0 and merged["min_us"] == pytest.approx(9.0)
+    assert merged["tflops"] == pytest.approx(2 * 1024 * 4096 * 4096 / 12e-6 / 1e12)
+    assert merged["samples_us"] == "30.00 10.00 12.00" and merged["rounds"] == 3
+    failed = dict(timed(10.0, "error: boom"), median_us=None)
+    assert bench.merge_rounds([timed(10.0), failed]) is failed
