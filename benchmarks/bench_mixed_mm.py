@@ -16,7 +16,8 @@ same data:
   sm80_i4        the uint4b8 weight through the sm80 library's kernel (the direct mma.sync kernel
                  that also serves Ampere; here PTX JIT-compiled for Hopper), up to --sm80-max-m
   floor_i4       int4 weights + group-128 scales read once at the measured copy bandwidth
-It prints µs and the speed-ups over bf16 mm; writes <--out-dir>/bench_mixed_mm.md (+
+It prints µs and the speed-ups over bf16 mm, then issue 10's floors on the run's points (PASS /
+FAIL, each with its worst shape: `floor_checks`); writes <--out-dir>/bench_mixed_mm.md (+
 --append-results to RESULTS.md).
 --dtype fp16 runs the activations, scales and the dense baseline in fp16 (tinygemm: bf16 only).
 --group 32 (or 64) times GPTQ's group 32 (64) instead of 128 for the int4 weights; --i8-group 32
@@ -314,6 +315,44 @@ def summary(rows: list[dict], ms: list[int], device: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def floor_checks(rows: list[dict]) -> list[str]:
+    """Issue 10's floors on the points of this run (int4 GPTQ-style weights with group-128
+    scales, bf16 activations; int8 per channel): each PASS / FAIL with its value (the geomean over
+    the run's shapes at that M) and the shape where it is worst. A floor whose M this run did not
+    measure says so; a run in another configuration (--dtype, --group, --i8-group) gets one line
+    saying its figures are not the floors'."""
+    if (ACT_NAME, GROUP, I8_GROUP) != ("bf16", 128, None):
+        return [f"- not evaluated: the floors are stated for bf16 activations, int4 group 128 and "
+                f"int8 per channel; this run: {ACT_NAME}, group {GROUP}, int8 {I8_NAME}"]
+
+    def ratios(m: int, impl: str, over: str) -> list[tuple[float, dict]]:
+        return [(r[over] / r[impl], r) for r in rows
+                if r["m"] == m and r.get(impl) and r.get(over)]
+
+    checks = []  # (title, M values, impl, over, bound)
+    for m in (1, 4, 16):
+        checks.append((f"gemmgen i4 x {ACT_NAME} mm at M = {m} >= 2.5", m, "gemmgen_i4", "bf16_mm", 2.5))
+    checks.append((f"gemmgen i4 x {ACT_NAME} mm at M = 64 >= 2.0", 64, "gemmgen_i4", "bf16_mm", 2.0))
+    checks.append((f"gemmgen i4 x {ACT_NAME} mm at M = 4096 >= 0.85", 4096, "gemmgen_i4", "bf16_mm", 0.85))
+    for m in sorted({r["m"] for r in rows}):
+        checks.append((f"gemmgen i4 x tinygemm at M = {m} > 1", m, "gemmgen_i4", "tinygemm", 1.0))
+    for m in (1, 4, 16):
+        checks.append((f"gemmgen i8 (per channel) x {ACT_NAME} mm at M = {m} >= 1.6", m, "gemmgen_i8",
+                       "bf16_mm", 1.6))
+    out = []
+    for title, m, impl, over, bound in checks:
+        values = ratios(m, impl, over)
+        if not values:
+            out.append(f"- {title}: not evaluated (no points in this run)")
+            continue
+        value = geomean([v for v, _ in values])
+        passed = value > bound if bound == 1.0 else value >= bound
+        worst, where = min(values, key=lambda t: t[0])
+        out.append(f"- {title}: {'PASS' if passed else 'FAIL'} ({value:.2f}x over {len(values)} "
+                   f"shapes); worst shape {worst:.2f}x (N={where['n']} K={where['k']})")
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--m", type=int, nargs="+", default=DEFAULT_M)
@@ -349,7 +388,8 @@ def main(argv=None) -> int:
     rows = []
     for n, k in model_shapes(args.models):
         rows += bench_shape(n, k, args.m, l2, bandwidth, args.sm80_max_m, forced_kernels(args.kernels))
-    text = summary(rows, args.m, device) + f"\nCopy bandwidth measured in the run: {bandwidth / 1e12:.2f} TB/s.\n"
+    text = (summary(rows, args.m, device) + f"\nCopy bandwidth measured in the run: {bandwidth / 1e12:.2f} TB/s.\n"
+            + "\nIssue 10's floors on this run's points:\n\n" + "\n".join(floor_checks(rows)) + "\n")
     print(text)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
