@@ -162,7 +162,7 @@ struct MixedMm {
                                   {n, m, k, 1},
                                   mainloop,
                                   {tree, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d}};
-    args.hw_info = hardware_info();
+    args.hw_info = gemmgen::sm90::hardware_info_for<Gemm>();
     gemmgen::sm90::set_scheduler_knobs(args, p.raster_order, p.max_swizzle_size);
     if constexpr (cute::is_same_v<typename Config::TileScheduler, cutlass::gemm::StreamKScheduler>) {
       args.scheduler.splits = p.split_k_slices > 1 ? p.split_k_slices : 1;

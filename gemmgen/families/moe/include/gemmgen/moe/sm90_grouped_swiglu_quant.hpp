@@ -265,7 +265,7 @@ struct GroupedSwigluQuant {
         {static_cast<int>(p.experts), a.shapes, nullptr},  // no host copy: read on the device
         {a.a, a.stride_a, a.b, a.stride_b},
         {tree, nullptr, nullptr, d, a.stride_d},
-        hardware_info()};
+        gemmgen::sm90::hardware_info_for<Gemm>()};
     gemmgen::sm90::set_scheduler_knobs(args, p.raster_order, p.max_swizzle_size);
     return args;
   }

@@ -139,7 +139,7 @@ struct ScaledMm {
         {static_cast<ElementA const*>(ptr_a), stride_a, static_cast<ElementA const*>(ptr_b),
          stride_b},
         {Epilogue::arguments(p), nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d}};
-    args.hw_info = hardware_info();
+    args.hw_info = gemmgen::sm90::hardware_info_for<Gemm>();
     gemmgen::sm90::set_scheduler_knobs(args, p.raster_order, p.max_swizzle_size);
     return args;
   }
