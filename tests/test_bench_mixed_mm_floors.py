@@ -47,6 +47,8 @@ def test_floors_take_the_geomean_per_m_and_name_the_worst_shape(monkeypatch):
     assert "not evaluated" in lines["- gemmgen i4 x tinygemm at M = 64 > 1"]  # no tinygemm there
     i8 = lines["- gemmgen i8 (per channel) x bf16 mm at M = 16 >= 1.6"]
     assert "PASS (1.64x over 2 shapes)" in i8 and "worst shape 1.61x (N=8192 K=4096)" in i8
+    level = [_row(1, 4096, 20.0, tiny=20.0)]  # as fast as tinygemm is not faster
+    assert "FAIL (1.00x" in _lines(level)["- gemmgen i4 x tinygemm at M = 1 > 1"]
     rows[1]["gemmgen_i8"] = 70.0  # 1.43x: the geomean drops to 1.54
     assert "FAIL (1.54x" in _lines(rows)["- gemmgen i8 (per channel) x bf16 mm at M = 16 >= 1.6"]
 
